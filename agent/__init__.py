@@ -1,0 +1,1 @@
+"""Agent loops: the built-in command agent and (later) model backends."""

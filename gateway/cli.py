@@ -1,0 +1,99 @@
+"""The ``homing`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from .config import Config, ConfigError, load_config
+from .store import ARCHIVED_FILTERS, SessionStore
+
+EXIT_CONFIG = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return int(args.func(config, args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH",
+                        help="config file (default: $HOMING_CONFIG, then $HOMING_HOME/config.yaml)")
+    parser = argparse.ArgumentParser(prog="homing", parents=[common],
+                                     description="Chat gateway whose background work reports back.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
+    run.set_defaults(func=_run)
+
+    check = sub.add_parser("check-config", parents=[common], help="validate the config and exit")
+    check.set_defaults(func=_check_config)
+
+    sessions = sub.add_parser("sessions", parents=[common], help="list sessions from the store")
+    sessions.add_argument("--archived", choices=ARCHIVED_FILTERS, default="exclude")
+    sessions.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    sessions.set_defaults(func=_sessions)
+    return parser
+
+
+def _run(config: Config, args: argparse.Namespace) -> int:
+    from .daemon import StartupError, run_daemon
+    from .logs import configure_logging
+
+    configure_logging(config.logging)
+    try:
+        asyncio.run(run_daemon(config))
+    except StartupError as exc:
+        print(f"homing: cannot start: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"homing: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _check_config(config: Config, args: argparse.Namespace) -> int:
+    from .daemon import StartupError, build_adapters
+
+    try:
+        build_adapters(config)
+    except StartupError as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"config OK (state directory {config.home_path})")
+    return 0
+
+
+def _sessions(config: Config, args: argparse.Namespace) -> int:
+    async def fetch() -> list[dict]:
+        async with SessionStore(config.state_db) as store:
+            return [s.to_dict() for s in await store.list_sessions(args.archived)]
+
+    rows = asyncio.run(fetch())
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no sessions")
+        return 0
+    print(f"{'SESSION ID':32}  {'STATE':9}  {'LAST ACTIVE':19}  {'TITLE':20}  SESSION KEY")
+    for row in rows:
+        state = "archived" if row["archived"] else ("ended" if row["ended_at"] else "live")
+        active = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["last_active_at"]))
+        print(f"{row['id']:32}  {state:9}  {active:19}  {(row['title'] or '-')[:20]:20}  "
+              f"{row['session_key']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

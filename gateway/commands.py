@@ -1,0 +1,70 @@
+"""Gateway slash commands: the ones that work the same for every agent."""
+
+from __future__ import annotations
+
+import time
+
+from .turn import Turn
+
+GATEWAY_COMMANDS: dict[str, str] = {
+    "help": "list the commands",
+    "status": "this conversation's session key, session id and what is running",
+    "new": "end this session and start a fresh one (alias /reset)",
+}
+_ALIASES = {"reset": "new"}
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """``/name@bot args`` → ``("name", "args")``; None when not a command."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2:
+        return None
+    head, _, args = stripped[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()
+    if not name or not all(c.isalnum() or c == "_" for c in name):
+        return None
+    return _ALIASES.get(name, name), args.strip()
+
+
+async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
+    """Answer a gateway command; False when ``name`` is not one of ours."""
+    if name == "new":
+        await _new(turn)
+    elif name == "status":
+        await _status(turn)
+    elif name == "help":
+        await _help(turn)
+    else:
+        return False
+    return True
+
+
+async def _new(turn: Turn) -> None:
+    old = turn.session
+    turn.session = await turn.runner.store.rotate(old.id, "new")
+    await turn.reply(
+        f"Started a new session ({turn.session.id}). The previous one ({old.id}) is closed.",
+        kind="system",
+    )
+
+
+async def _status(turn: Turn) -> None:
+    s = turn.session
+    lines = [
+        f"session key: {s.session_key}",
+        f"session id: {s.id}",
+        f"started: {_ago(s.created_at)}",
+    ]
+    lines.extend(turn.runner.status_lines(turn))
+    await turn.reply("\n".join(lines), kind="system")
+
+
+async def _help(turn: Turn) -> None:
+    commands = {**GATEWAY_COMMANDS, **turn.runner.agent.commands}
+    lines = [f"/{name} — {what}" for name, what in commands.items()]
+    await turn.reply("Commands:\n" + "\n".join(lines), kind="system")
+
+
+def _ago(timestamp: float) -> str:
+    seconds = max(0, int(time.time() - timestamp))
+    return f"{seconds // 60} min {seconds % 60} s ago"

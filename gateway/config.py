@@ -1,0 +1,207 @@
+"""Configuration: one YAML file loaded into strict pydantic models.
+
+Unknown keys are errors because a typo in a gateway config (``alowed_users``)
+otherwise silently opens or closes a door. Every error names its dotted path.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_HOME = "~/.homing"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WebConfig(_Strict):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    token: str | None = None
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> WebConfig:
+        if self.enabled and not self.is_loopback() and not self.token:
+            raise ValueError(
+                f"token is required when host {self.host!r} is not a loopback address")
+        return self
+
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+class TelegramConfig(_Strict):
+    enabled: bool = False
+    token: str | None = None
+    base_url: str = "https://api.telegram.org/bot"
+    base_file_url: str = "https://api.telegram.org/file/bot"
+    allowed_users: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_users", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        return [str(v) for v in value] if isinstance(value, list) else value
+
+
+class DiscordConfig(_Strict):
+    enabled: bool = False
+    token: str | None = None
+    api_base: str = "https://discord.com/api/v10"
+    gateway_url: str = "wss://gateway.discord.gg"
+    allowed_users: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_users", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        return [str(v) for v in value] if isinstance(value, list) else value
+
+
+class PlatformsConfig(_Strict):
+    web: WebConfig = Field(default_factory=WebConfig)
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    discord: DiscordConfig = Field(default_factory=DiscordConfig)
+
+
+class SessionsConfig(_Strict):
+    group_sessions_per_user: bool = True
+    thread_sessions_per_user: bool = False
+
+
+class AgentConfig(_Strict):
+    backend: Literal["command"] = "command"
+
+
+class LoggingConfig(_Strict):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class Config(_Strict):
+    home: str = DEFAULT_HOME
+    platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @property
+    def home_path(self) -> Path:
+        return Path(self.home).expanduser()
+
+    @property
+    def state_db(self) -> Path:
+        return self.home_path / "state.db"
+
+
+class ConfigError(Exception):
+    """Invalid configuration; ``problems`` holds (dotted path, message) pairs."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  {path}: {message}" for path, message in problems)
+        super().__init__(f"invalid configuration in {source}:\n{lines}")
+
+
+def find_config_file(explicit: str | Path | None, environ: dict[str, str]) -> Path | None:
+    """``--config``, else ``$HOMING_CONFIG``, else ``$HOMING_HOME/config.yaml``."""
+    if explicit:
+        return Path(explicit).expanduser()
+    if environ.get("HOMING_CONFIG"):
+        return Path(environ["HOMING_CONFIG"]).expanduser()
+    home = Path(environ.get("HOMING_HOME") or DEFAULT_HOME).expanduser()
+    candidate = home / "config.yaml"
+    return candidate if candidate.is_file() else None
+
+
+def load_config(
+    path: str | Path | None = None, environ: dict[str, str] | None = None
+) -> Config:
+    """Find, read, substitute and validate the config; raise ConfigError."""
+    env = dict(os.environ if environ is None else environ)
+    file = find_config_file(path, env)
+    source = str(file) if file else "<defaults>"
+    raw: Any = {}
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(source, [("<file>", f"cannot read: {exc.strerror or exc}")]) from exc
+        raw = _parse_yaml(text, source)
+    config = parse_config(raw, env, source)
+    if env.get("HOMING_HOME"):
+        config = config.model_copy(update={"home": env["HOMING_HOME"]})
+    return config
+
+
+def parse_config(raw: Any, environ: dict[str, str], source: str = "<config>") -> Config:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [("<root>", "expected a mapping of settings at the top level")])
+    problems: list[tuple[str, str]] = []
+    substituted = _substitute(raw, environ, (), problems)
+    if problems:
+        raise ConfigError(source, problems)
+    try:
+        return Config.model_validate(substituted)
+    except ValidationError as exc:
+        raise ConfigError(source, [_describe(err) for err in exc.errors()]) from None
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<file>"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(source, [(f"<yaml {where}>", f"invalid YAML: {problem}")]) from None
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _substitute(value: Any, env: dict[str, str], path: tuple, problems: list) -> Any:
+    """Replace ``${VAR}`` (or ``${VAR:-default}``) in every string value."""
+    if isinstance(value, dict):
+        return {k: _substitute(v, env, (*path, k), problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, env, (*path, i), problems) for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        problems.append((_dotted(path), f"environment variable {name} is not set"))
+        return ""
+
+    return _VAR.sub(replace, value)
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(str(p) for p in path) or "<root>"
+
+
+def _describe(error: dict[str, Any]) -> tuple[str, str]:
+    path = _dotted(tuple(error.get("loc", ())))
+    if error.get("type") == "extra_forbidden":
+        return path, "unknown setting (check the spelling; see config.example.yaml)"
+    return path, error.get("msg", "invalid value")

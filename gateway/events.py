@@ -1,0 +1,57 @@
+"""What adapters hand to the runner and what sending returns."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .route import Route
+
+MessageKind = Literal["reply", "notification", "system"]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    """One inbound message, already parsed from its platform's wire format.
+
+    ``internal`` marks events the gateway makes itself (notifications);
+    platform adapters can never produce one — :meth:`GatewayRunner.submit`
+    refuses them.
+    """
+
+    text: str
+    route: Route
+    message_id: str | None = None
+    internal: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+    received_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def tab_id(self) -> str | None:
+        tab = self.metadata.get("tab")
+        return str(tab) if tab is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """The outcome of one ``send``: the platform message id, or why it failed.
+
+    ``retry_after`` (seconds) is set when the platform asked us to wait;
+    ``permanent`` when retrying can never succeed (the route is gone).
+    """
+
+    ok: bool
+    message_id: str | None = None
+    error: str | None = None
+    retry_after: float | None = None
+    permanent: bool = False
+
+    @classmethod
+    def sent(cls, message_id: str | None) -> SendResult:
+        return cls(ok=True, message_id=message_id)
+
+    @classmethod
+    def failed(cls, error: str, *, retry_after: float | None = None,
+               permanent: bool = False) -> SendResult:
+        return cls(ok=False, error=error, retry_after=retry_after, permanent=permanent)

@@ -1,0 +1,68 @@
+"""Versioned schema migrations for the state database.
+
+Append a new entry to ``MIGRATIONS`` to change the schema; never edit one
+that has shipped. ``PRAGMA user_version`` records how far a database got.
+"""
+
+from __future__ import annotations
+
+import aiosqlite
+
+MIGRATIONS: list[str] = [
+    # 1: sessions and their transcripts
+    """
+    CREATE TABLE sessions (
+        id                TEXT PRIMARY KEY,
+        session_key       TEXT NOT NULL,
+        platform          TEXT NOT NULL,
+        route             TEXT NOT NULL,
+        created_at        REAL NOT NULL,
+        last_active_at    REAL NOT NULL,
+        ended_at          REAL,
+        end_reason        TEXT,
+        parent_session_id TEXT REFERENCES sessions(id),
+        title             TEXT,
+        archived          INTEGER NOT NULL DEFAULT 0
+    );
+    -- at most one live session per key: the guard for concurrent get_or_create
+    CREATE UNIQUE INDEX sessions_live_key ON sessions(session_key) WHERE ended_at IS NULL;
+    CREATE INDEX sessions_key ON sessions(session_key);
+    CREATE INDEX sessions_parent ON sessions(parent_session_id);
+    CREATE TABLE messages (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        role       TEXT NOT NULL,
+        text       TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX messages_session ON messages(session_id, id);
+    """,
+]
+
+
+async def migrate(db: aiosqlite.Connection) -> int:
+    """Bring the schema up to date; return the version reached."""
+    async with db.execute("PRAGMA user_version") as cur:
+        row = await cur.fetchone()
+    version = int(row[0]) if row else 0
+    if version > len(MIGRATIONS):
+        raise RuntimeError(
+            f"state database is at schema version {version}, newer than this "
+            f"homing ({len(MIGRATIONS)}); upgrade homing"
+        )
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(script):
+                await db.execute(statement)
+            await db.execute(f"PRAGMA user_version = {number}")
+            await db.commit()
+        except BaseException:
+            await db.rollback()
+            raise
+    return len(MIGRATIONS)
+
+
+def _statements(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

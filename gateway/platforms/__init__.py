@@ -1,0 +1,1 @@
+"""Platform adapters: one module per platform, all behind :class:`Adapter`."""

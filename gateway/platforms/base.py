@@ -1,0 +1,42 @@
+"""The interface every platform adapter implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from ..events import MessageKind, SendResult
+from ..route import Route
+
+if TYPE_CHECKING:
+    from ..runner import GatewayRunner
+
+
+class Adapter(ABC):
+    """Turns a platform's updates into MessageEvents and sends replies to routes.
+
+    Lifecycle: ``connect(runner)`` starts receiving and hands every parsed
+    message to ``runner.submit``; ``disconnect()`` stops. ``send`` must route
+    only by the ``Route`` it is given, never by "the last message seen".
+    """
+
+    platform: str
+    #: the most characters one platform message may carry
+    message_limit: int = 4096
+    #: True when the adapter authenticates users itself, so the runner skips
+    #: the ``allowed_users`` check (the web chat: loopback or its token)
+    authenticates_users: bool = False
+
+    @abstractmethod
+    async def connect(self, runner: GatewayRunner) -> None: ...
+
+    @abstractmethod
+    async def disconnect(self) -> None: ...
+
+    @abstractmethod
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply") -> SendResult:
+        """Deliver ``text`` to ``route``, split to the platform's limit."""
+
+    @property
+    def connected(self) -> bool:
+        return True

@@ -1,0 +1,65 @@
+"""An in-memory platform for tests and benchmarks: messages in, sends recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..events import MessageEvent, MessageKind, SendResult
+from ..route import Route
+from ..splitter import split_message
+from .base import Adapter
+
+if TYPE_CHECKING:
+    from ..runner import GatewayRunner
+
+
+@dataclass(frozen=True, slots=True)
+class SentMessage:
+    route: Route
+    text: str
+    kind: MessageKind
+    sent_at: float = field(default_factory=time.monotonic)
+
+
+class MemoryAdapter(Adapter):
+    """Records every send; ``receive`` plays a platform update into the gateway.
+
+    ``send_delay`` makes each send yield to the loop for a while, as a network
+    round trip would, so concurrency tests really interleave.
+    """
+
+    def __init__(self, platform: str = "memory", *, message_limit: int = 4096,
+                 send_delay: float = 0.0, authenticates_users: bool = True) -> None:
+        self.platform = platform
+        self.authenticates_users = authenticates_users
+        self.message_limit = message_limit
+        self.send_delay = send_delay
+        self.sent: list[SentMessage] = []
+        self._runner: GatewayRunner | None = None
+
+    async def connect(self, runner: GatewayRunner) -> None:
+        self._runner = runner
+
+    async def disconnect(self) -> None:
+        self._runner = None
+
+    def receive(self, text: str, route: Route, message_id: str | None = None,
+                **metadata: object) -> asyncio.Future:
+        if self._runner is None:
+            raise RuntimeError("adapter is not connected")
+        return self._runner.submit(MessageEvent(text=text, route=route, message_id=message_id,
+                                                metadata=dict(metadata)))
+
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply") -> SendResult:
+        if self.send_delay:
+            await asyncio.sleep(self.send_delay)
+        for part in split_message(text, self.message_limit):
+            self.sent.append(SentMessage(route=route, text=part, kind=kind))
+        return SendResult.sent(str(len(self.sent)))
+
+    def sent_to(self, route: Route) -> list[SentMessage]:
+        return [m for m in self.sent
+                if (m.route.chat_id, m.route.thread_id) == (route.chat_id, route.thread_id)]

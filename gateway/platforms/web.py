@@ -1,0 +1,270 @@
+"""The built-in web chat: an aiohttp server with a WebSocket API and a small page.
+
+A conversation is a chat (route: platform ``web``, chat_type ``dm``, chat_id =
+conversation id); every browser tab is a *tab* with its own id. Whatever is
+said into a conversation goes to every tab open on it and to no other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import re
+import uuid
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import WSMsgType, web
+
+from ..config import WebConfig
+from ..events import MessageEvent, MessageKind, SendResult
+from ..route import Route
+from ..runner import GatewayClosed
+from ..store import ARCHIVED_FILTERS, SessionEntry, SessionNotFound
+from .base import Adapter
+
+if TYPE_CHECKING:
+    from ..runner import GatewayRunner
+
+log = structlog.get_logger(__name__)
+
+MAX_FRAME_BYTES = 64 * 1024
+# aiohttp closes the socket on frames past its own limit; keep that far above
+# ours so an oversized frame gets an error frame instead of a dropped tab.
+_TRANSPORT_LIMIT = 16 * 1024 * 1024
+_CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_MAX_TITLE = 200
+
+
+class WebAdapter(Adapter):
+    platform = "web"
+    message_limit = 1_000_000  # browsers have no practical limit
+    authenticates_users = True
+
+    def __init__(self, config: WebConfig) -> None:
+        self.config = config
+        self.port: int | None = None
+        self._runner: GatewayRunner | None = None
+        self._site_runner: web.AppRunner | None = None
+        self._tabs: dict[str, dict[str, web.WebSocketResponse]] = {}
+        self._frames_sent = 0
+
+    # lifecycle -------------------------------------------------------------
+
+    async def connect(self, runner: GatewayRunner) -> None:
+        self._runner = runner
+        app = web.Application(middlewares=[self._auth_middleware])
+        app.add_routes([
+            web.get("/", self._index),
+            web.get("/ws", self._websocket),
+            web.get("/api/sessions", self._list_sessions),
+            web.patch("/api/sessions/{id}", self._patch_session),
+            web.get("/api/sessions/{id}/messages", self._session_messages),
+        ])
+        self._site_runner = web.AppRunner(app, access_log=None)
+        await self._site_runner.setup()
+        site = web.TCPSite(self._site_runner, self.config.host, self.config.port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        log.info("web_chat_listening", url=f"http://{self.config.host}:{self.port}/")
+
+    async def disconnect(self) -> None:
+        for tabs in list(self._tabs.values()):
+            for ws in list(tabs.values()):
+                await ws.close(code=1001, message=b"gateway stopping")
+        if self._site_runner is not None:
+            await self._site_runner.cleanup()
+            self._site_runner = None
+
+    @property
+    def connected(self) -> bool:
+        return self._site_runner is not None
+
+    @property
+    def runner(self) -> GatewayRunner:
+        if self._runner is None:
+            raise RuntimeError("the web chat is not connected")
+        return self._runner
+
+    def open_tabs(self, conversation: str) -> set[str]:
+        """Ids of the tabs currently open on a conversation."""
+        return set(self._tabs.get(conversation, {}))
+
+    # sending ---------------------------------------------------------------
+
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply") -> SendResult:
+        session = await self.runner.store.live_session(self.runner.session_key_for(route))
+        frame = _message_frame(kind, text, session)
+        await self._broadcast(route.chat_id, frame)
+        self._frames_sent += 1
+        return SendResult.sent(f"web-{self._frames_sent}")
+
+    async def _broadcast(self, conversation: str, frame: dict[str, Any],
+                         skip_tab: str | None = None) -> None:
+        tabs = [ws for tab, ws in self._tabs.get(conversation, {}).items() if tab != skip_tab]
+        if tabs:
+            await asyncio.gather(*(self._send_frame(ws, frame) for ws in tabs))
+
+    @staticmethod
+    async def _send_frame(ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
+        try:
+            await ws.send_json(frame)
+        except (ConnectionError, RuntimeError) as exc:
+            # the tab went away mid-send; its conversation keeps the transcript
+            log.debug("web_tab_send_failed", error=str(exc))
+
+    # WebSocket ---------------------------------------------------------------
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        conversation = request.query.get("conversation") or uuid.uuid4().hex[:16]
+        if not _CONVERSATION_ID.match(conversation):
+            raise _json_error(400, "conversation ids are 1-64 letters, digits, '-' or '_'")
+        route = Route(platform="web", chat_type="dm", chat_id=conversation,
+                      user_id="web", user_name="web")
+        key = self.runner.session_key_for(route)
+        session = await self.runner.store.get_or_create(key, route)
+
+        ws = web.WebSocketResponse(max_msg_size=_TRANSPORT_LIMIT, heartbeat=30)
+        await ws.prepare(request)
+        tab = uuid.uuid4().hex[:12]
+        self._tabs.setdefault(conversation, {})[tab] = ws
+        bound = log.bind(session_key=key, tab=tab)
+        bound.info("web_tab_opened")
+        try:
+            await ws.send_json({"type": "ready", "tab": tab, "conversation": conversation,
+                                "session_key": key, "session_id": session.id})
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    await self._on_frame(ws, msg.data, route, tab)
+                elif msg.type == WSMsgType.BINARY:
+                    await ws.send_json(_error("binary frames are not supported; send JSON text"))
+                elif msg.type == WSMsgType.ERROR:
+                    bound.warning("web_tab_error", error=str(ws.exception()))
+        finally:
+            tabs = self._tabs.get(conversation, {})
+            tabs.pop(tab, None)
+            if not tabs:
+                self._tabs.pop(conversation, None)
+            bound.info("web_tab_closed")
+        return ws
+
+    async def _on_frame(self, ws: web.WebSocketResponse, data: str, route: Route,
+                        tab: str) -> None:
+        size = len(data.encode("utf-8"))
+        if size > MAX_FRAME_BYTES:
+            await ws.send_json(_error(f"frame too large: {size} bytes (limit {MAX_FRAME_BYTES})"))
+            return
+        try:
+            frame = json.loads(data)
+        except json.JSONDecodeError as exc:
+            await ws.send_json(_error(f"frame is not valid JSON: {exc.msg}"))
+            return
+        problem = _frame_problem(frame)
+        if problem:
+            await ws.send_json(_error(problem))
+            return
+        text: str = frame["text"]
+        await self._broadcast(route.chat_id, {
+            "type": "message", "kind": "user", "text": text, "from_tab": tab,
+        }, skip_tab=tab)
+        try:
+            self.runner.submit(MessageEvent(text=text, route=route, metadata={"tab": tab}))
+        except GatewayClosed:
+            await ws.send_json(_error("the gateway is shutting down; try again shortly"))
+
+    # REST ------------------------------------------------------------------
+
+    async def _index(self, request: web.Request) -> web.Response:
+        page = resources.files("gateway.platforms").joinpath("web_static/index.html")
+        return web.Response(text=page.read_text(encoding="utf-8"), content_type="text/html")
+
+    async def _list_sessions(self, request: web.Request) -> web.Response:
+        archived = request.query.get("archived", "exclude")
+        if archived not in ARCHIVED_FILTERS:
+            raise _json_error(400, f"archived must be one of {', '.join(ARCHIVED_FILTERS)}")
+        sessions = await self.runner.store.list_sessions(archived)  # type: ignore[arg-type]
+        return web.json_response({"sessions": [_session_json(s) for s in sessions]})
+
+    async def _patch_session(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise _json_error(400, "body must be a JSON object") from None
+        if not isinstance(body, dict):
+            raise _json_error(400, "body must be a JSON object")
+        unknown = set(body) - {"title", "archived"}
+        if unknown:
+            raise _json_error(400, f"unknown fields: {', '.join(sorted(unknown))}")
+        title, archived = body.get("title"), body.get("archived")
+        if title is None and archived is None:
+            raise _json_error(400, "give a title and/or archived")
+        if title is not None and (not isinstance(title, str) or len(title) > _MAX_TITLE):
+            raise _json_error(400, f"title must be a string of at most {_MAX_TITLE} characters")
+        if archived is not None and not isinstance(archived, bool):
+            raise _json_error(400, "archived must be true or false")
+        try:
+            entry = await self.runner.store.update_session(
+                request.match_info["id"], title=title, archived=archived)
+        except SessionNotFound:
+            raise _json_error(404, "no such session") from None
+        return web.json_response(_session_json(entry))
+
+    async def _session_messages(self, request: web.Request) -> web.Response:
+        session_id = request.match_info["id"]
+        if await self.runner.store.get(session_id) is None:
+            raise _json_error(404, "no such session")
+        lines = await self.runner.store.messages(session_id)
+        return web.json_response({"messages": [line.to_dict() for line in lines]})
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        expected = self.config.token
+        if expected:
+            given = request.query.get("token") or _bearer(request.headers.get("Authorization"))
+            if not given or not hmac.compare_digest(given.encode(), expected.encode()):
+                raise _json_error(401, "missing or wrong token")
+        return await handler(request)
+
+
+def _frame_problem(frame: Any) -> str | None:
+    if not isinstance(frame, dict):
+        return "a frame must be a JSON object"
+    if frame.get("type") != "message":
+        return 'unknown frame type; send {"type": "message", "text": "..."}'
+    text = frame.get("text")
+    if not isinstance(text, str) or not text.strip():
+        return "a message frame needs a non-empty string 'text'"
+    return None
+
+
+def _message_frame(kind: MessageKind, text: str, session: SessionEntry | None) -> dict[str, Any]:
+    return {
+        "type": "message", "kind": kind, "text": text,
+        "session_id": session.id if session else None,
+        "session_key": session.session_key if session else None,
+    }
+
+
+def _session_json(entry: SessionEntry) -> dict[str, Any]:
+    data = entry.to_dict()
+    data["conversation"] = entry.route.chat_id if entry.route.platform == "web" else None
+    return data
+
+
+def _error(message: str) -> dict[str, str]:
+    return {"type": "error", "error": message}
+
+
+def _json_error(status: int, message: str) -> web.HTTPException:
+    cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 404: web.HTTPNotFound}[status]
+    return cls(text=json.dumps({"error": message}), content_type="application/json")
+
+
+def _bearer(header: str | None) -> str | None:
+    if header and header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return None

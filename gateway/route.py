@@ -1,0 +1,47 @@
+"""Where a conversation lives, as one immutable value."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+CHAT_TYPES = ("dm", "group", "channel", "thread")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A conversation's address on its platform.
+
+    ``thread_id`` is a forum topic or a Discord thread; ``message_id`` is the
+    reply anchor: the message a reply is sent under (needed, for example, by
+    Telegram private-chat topics).
+    """
+
+    platform: str
+    chat_type: str
+    chat_id: str
+    thread_id: str | None = None
+    user_id: str | None = None
+    user_name: str | None = None
+    chat_name: str | None = None
+    message_id: str | None = None
+    parent_chat_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.chat_type not in CHAT_TYPES:
+            raise ValueError(f"chat_type must be one of {CHAT_TYPES}, not {self.chat_type!r}")
+        if not self.platform or not self.chat_id:
+            raise ValueError("a route needs a platform and a chat_id")
+        if self.thread_id == "":
+            raise ValueError("thread_id must be None or a non-empty id")
+
+    def with_anchor(self, message_id: str | None) -> Route:
+        return replace(self, message_id=message_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Route:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: (None if v is None else str(v)) for k, v in data.items() if k in known})

@@ -1,0 +1,203 @@
+"""The message pipeline: authorize, resolve the session, set the context, run a turn.
+
+Each session key has a lane: a FIFO of events served by one task, so a
+conversation's turns run one at a time and in arrival order, while different
+conversations run in parallel. A lane exists only while it has work, so idle
+conversations cost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import structlog
+
+from .auth import is_authorized
+from .commands import parse_command, run_gateway_command
+from .config import Config
+from .context import SessionContext, session_context
+from .events import MessageEvent, MessageKind, SendResult
+from .route import Route
+from .session_key import build_session_key
+from .store import SessionEntry, SessionStore
+from .turn import Turn
+
+if TYPE_CHECKING:
+    from agent.base import Agent
+
+    from .platforms.base import Adapter
+
+log = structlog.get_logger(__name__)
+
+Outcome = Literal["handled", "unauthorized", "failed", "shutdown"]
+
+
+class GatewayClosed(RuntimeError):
+    """The gateway is shutting down and takes no new messages."""
+
+
+@dataclass(slots=True)
+class _Lane:
+    queue: deque[tuple[MessageEvent, asyncio.Future[Outcome]]] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+    busy: bool = False
+
+
+class GatewayRunner:
+    def __init__(self, config: Config, store: SessionStore, agent: Agent) -> None:
+        self.config = config
+        self.store = store
+        self.agent = agent
+        self.adapters: dict[str, Adapter] = {}
+        self._lanes: dict[str, _Lane] = {}
+        self._accepting = True
+
+    # wiring ------------------------------------------------------------------
+
+    def add_adapter(self, adapter: Adapter) -> None:
+        self.adapters[adapter.platform] = adapter
+
+    def session_key_for(self, route: Route) -> str:
+        opts = self.config.sessions
+        return build_session_key(
+            route,
+            group_sessions_per_user=opts.group_sessions_per_user,
+            thread_sessions_per_user=opts.thread_sessions_per_user,
+        )
+
+    # intake ------------------------------------------------------------------
+
+    def submit(self, event: MessageEvent) -> asyncio.Future[Outcome]:
+        """Queue a platform message behind its conversation's earlier ones.
+
+        Platform adapters call this; an event claiming to be internal is
+        refused, so no platform update can pose as a gateway notification.
+        """
+        if event.internal:
+            raise ValueError("platform events cannot be internal")
+        return self._enqueue(event)
+
+    def _enqueue(self, event: MessageEvent) -> asyncio.Future[Outcome]:
+        if not self._accepting:
+            raise GatewayClosed("the gateway is shutting down")
+        key = self.session_key_for(event.route)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        lane.queue.append((event, done))
+        if lane.task is None:
+            lane.task = asyncio.create_task(self._serve(key, lane), name=f"lane:{key}")
+        return done
+
+    async def _serve(self, key: str, lane: _Lane) -> None:
+        try:
+            while lane.queue:
+                event, done = lane.queue.popleft()
+                lane.busy = True
+                try:
+                    outcome = await self._handle(key, event)
+                except asyncio.CancelledError:
+                    done.set_result("shutdown")
+                    raise
+                finally:
+                    lane.busy = False
+                if not done.done():
+                    done.set_result(outcome)
+        finally:
+            for _, done in lane.queue:
+                if not done.done():
+                    done.set_result("shutdown")
+            lane.queue.clear()
+            if self._lanes.get(key) is lane:
+                del self._lanes[key]
+
+    async def _handle(self, key: str, event: MessageEvent) -> Outcome:
+        adapter = self.adapters.get(event.route.platform)
+        vouched = adapter is not None and adapter.authenticates_users
+        if not event.internal and not is_authorized(event, self.config, vouched=vouched):
+            log.info("message_unauthorized", platform=event.route.platform,
+                     chat_id=event.route.chat_id, user_id=event.route.user_id)
+            return "unauthorized"
+        session = await self.store.get_or_create(key, event.route)
+        session = self.store.touch(session, event.route)
+        self.store.record_message(session.id, "user", event.text)
+        turn = Turn(event=event, session=session, runner=self)
+        ctx = SessionContext(route=event.route, session_key=key, session_id=session.id,
+                             tab_id=event.tab_id)
+        with session_context(ctx), structlog.contextvars.bound_contextvars(
+            session_key=key, session_id=session.id
+        ):
+            try:
+                await self._run_turn(turn)
+            except Exception:
+                log.exception("turn_failed")
+                await self._apologise(turn)
+                return "failed"
+        return "handled"
+
+    async def _run_turn(self, turn: Turn) -> None:
+        command = parse_command(turn.event.text)
+        if command is not None and await run_gateway_command(turn, *command):
+            return
+        await self.agent.run_turn(turn)
+
+    async def _apologise(self, turn: Turn) -> None:
+        try:
+            await turn.reply("Sorry, that message could not be handled; the error is in "
+                             "the gateway log.", kind="system")
+        except Exception:
+            log.exception("apology_failed")
+
+    # output ------------------------------------------------------------------
+
+    async def send(self, session: SessionEntry, route: Route, text: str, *,
+                   kind: MessageKind = "reply") -> SendResult:
+        """Record ``text`` in the session's transcript and send it to ``route``."""
+        self.store.record_message(session.id, kind, text)
+        adapter = self.adapters.get(route.platform)
+        if adapter is None:
+            log.error("send_no_adapter", platform=route.platform, session_id=session.id)
+            return SendResult.failed(f"platform {route.platform!r} is not running")
+        result = await adapter.send(route, text, kind=kind)
+        if not result.ok:
+            log.warning("send_failed", platform=route.platform, chat_id=route.chat_id,
+                        thread_id=route.thread_id, error=result.error)
+        return result
+
+    # introspection and shutdown ----------------------------------------------
+
+    def status_lines(self, turn: Turn) -> list[str]:
+        lane = self._lanes.get(turn.session.session_key)
+        waiting = len(lane.queue) if lane else 0
+        busy = sum(1 for ln in self._lanes.values() if ln.busy)
+        return [
+            f"messages waiting in this conversation: {waiting}",
+            f"conversations mid-turn: {busy}",
+        ]
+
+    @property
+    def busy_session_keys(self) -> Iterable[str]:
+        return [key for key, lane in self._lanes.items() if lane.busy]
+
+    def is_busy(self, session_key: str) -> bool:
+        lane = self._lanes.get(session_key)
+        return bool(lane and lane.busy)
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop taking messages and let queued turns finish; True when all did."""
+        self._accepting = False
+        tasks = [lane.task for lane in self._lanes.values() if lane.task]
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("drain_timeout", unfinished_conversations=len(pending))
+            await asyncio.gather(*pending, return_exceptions=True)
+        return not pending

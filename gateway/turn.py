@@ -1,0 +1,28 @@
+"""One agent turn: the event being answered, its session, and a way to reply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .events import MessageEvent, MessageKind, SendResult
+from .route import Route
+from .store import SessionEntry
+
+if TYPE_CHECKING:
+    from .runner import GatewayRunner
+
+
+@dataclass(slots=True)
+class Turn:
+    event: MessageEvent
+    session: SessionEntry
+    runner: GatewayRunner
+
+    @property
+    def route(self) -> Route:
+        """Where replies go: this message's route, with its reply anchor."""
+        return self.event.route
+
+    async def reply(self, text: str, *, kind: MessageKind = "reply") -> SendResult:
+        return await self.runner.send(self.session, self.route, text, kind=kind)

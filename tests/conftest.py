@@ -1,0 +1,52 @@
+"""Shared fixtures: real stores on temp dirs, the real runner, real adapters."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agent.command import CommandAgent
+from gateway.config import Config, parse_config
+from gateway.platforms.memory import MemoryAdapter
+from gateway.runner import GatewayRunner
+from gateway.store import SessionStore
+
+# the real client libraries honour proxy variables; tests talk to 127.0.0.1 only
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
+
+
+def make_config(home: Path, **overrides: object) -> Config:
+    raw: dict = {"home": str(home), "platforms": {"web": {"port": 0}}}
+    for dotted, value in overrides.items():
+        node = raw
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return parse_config(raw, {})
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return make_config(tmp_path / "home")
+
+
+@pytest.fixture
+async def store(config: Config) -> AsyncIterator[SessionStore]:
+    async with SessionStore(config.state_db) as s:
+        yield s
+
+
+@pytest.fixture
+async def memory_gateway(config: Config, store: SessionStore
+                         ) -> AsyncIterator[tuple[GatewayRunner, MemoryAdapter]]:
+    """The real runner and command agent behind an in-memory platform."""
+    runner = GatewayRunner(config, store, CommandAgent())
+    adapter = MemoryAdapter("memory", send_delay=0.001)
+    runner.add_adapter(adapter)
+    await adapter.connect(runner)
+    yield runner, adapter
+    await runner.drain(5)

@@ -1,0 +1,80 @@
+"""The ``homing`` command as a user runs it: real processes, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+
+HOMING = [sys.executable, "-m", "gateway.cli"]
+
+
+async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *HOMING, *args, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOMING_")}
+    env["HOMING_HOME"] = str(home)
+    return env
+
+
+async def _listening_url(stderr: asyncio.StreamReader) -> str:
+    while True:
+        line = await asyncio.wait_for(stderr.readline(), 20)
+        assert line, "the daemon exited before listening"
+        record = json.loads(line)
+        if record["event"] == "web_chat_listening":
+            return record["url"]
+
+
+async def test_run_serves_the_web_chat_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n")
+    env = _env(home)
+    proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        url = await _listening_url(proc.stderr)
+        async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
+            ready = await ws.receive_json(timeout=5)
+            await ws.send_json({"type": "message", "text": "hello daemon"})
+            assert "hello daemon" in (await ws.receive_json(timeout=5))["text"]
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+    code, out, _ = await run_cli("sessions", "--json", env=env)
+    assert code == 0
+    assert [s["session_key"] for s in json.loads(out)] == [ready["session_key"]]
+    code, out, _ = await run_cli("sessions", env=env)
+    assert code == 0 and ready["session_id"] in out
+
+
+async def test_run_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms:\n  web:\n    portt: 1\n")
+    code, _, err = await run_cli("run", env=_env(home))
+    assert code == 2 and "platforms.web.portt" in err
+
+
+async def test_an_unavailable_platform_is_refused_by_name(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms: {discord: {enabled: true}}\n")
+    code, _, err = await run_cli("check-config", env=_env(home))
+    assert code == 2 and "platforms.discord.enabled" in err

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.config import ConfigError, find_config_file, load_config
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_match_the_documented_keys() -> None:
+    config = load_config(None, environ={"HOMING_HOME": "/nonexistent-homing-home"})
+    web, tg, dc = config.platforms.web, config.platforms.telegram, config.platforms.discord
+    assert (web.enabled, web.host, web.port, web.token) == (True, "127.0.0.1", 8765, None)
+    assert (tg.enabled, tg.base_url, tg.base_file_url) == (
+        False, "https://api.telegram.org/bot", "https://api.telegram.org/file/bot")
+    assert (dc.enabled, dc.api_base, dc.gateway_url) == (
+        False, "https://discord.com/api/v10", "wss://gateway.discord.gg")
+    assert config.sessions.group_sessions_per_user is True
+    assert config.sessions.thread_sessions_per_user is False
+    assert config.agent.backend == "command"
+
+
+def test_config_file_precedence(tmp_path: Path) -> None:
+    explicit = write(tmp_path / "explicit.yaml", "platforms: {web: {port: 1}}")
+    from_env = write(tmp_path / "env.yaml", "platforms: {web: {port: 2}}")
+    home = tmp_path / "home"
+    write(home / "config.yaml", "platforms: {web: {port: 3}}")
+    env = {"HOMING_CONFIG": str(from_env), "HOMING_HOME": str(home)}
+    assert load_config(explicit, env).platforms.web.port == 1
+    assert load_config(None, env).platforms.web.port == 2
+    assert load_config(None, {"HOMING_HOME": str(home)}).platforms.web.port == 3
+    assert find_config_file(None, {"HOMING_HOME": str(tmp_path / "empty")}) is None
+
+
+def test_homing_home_overrides_home_in_the_file(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "home: /somewhere/else")
+    config = load_config(cfg, {"HOMING_HOME": str(tmp_path / "h")})
+    assert config.state_db == tmp_path / "h" / "state.db"
+
+
+def test_secrets_come_from_the_environment(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml",
+                "platforms:\n  telegram: {token: '${TG_TOKEN}', allowed_users: [42, '@ann']}\n"
+                "  web: {token: '${WEB_TOKEN:-fallback}'}\n")
+    config = load_config(cfg, {"TG_TOKEN": "123:abc"})
+    assert config.platforms.telegram.token == "123:abc"
+    assert config.platforms.telegram.allowed_users == ["42", "@ann"]
+    assert config.platforms.web.token == "fallback"
+
+
+def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "platforms: {discord: {token: '${NOPE}'}}")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg, {})
+    assert err.value.problems == [
+        ("platforms.discord.token", "environment variable NOPE is not set")]
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("platforms: {web: {prot: 80}}", "platforms.web.prot"),
+    ("sesions: {}", "sesions"),
+    ("platforms: {web: {port: eighty}}", "platforms.web.port"),
+    ("platforms: {telegram: {enabled: maybe}}", "platforms.telegram.enabled"),
+    ("agent: {backend: gpt}", "agent.backend"),
+    ("platforms: {web: {host: 0.0.0.0}}", "platforms.web"),
+    ("platforms: {web: [1, 2]", "<yaml line 1"),
+    ("- just\n- a list", "<root>"),
+])
+def test_check_config_exits_2_naming_the_field(tmp_path: Path, text: str, field: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write(tmp_path / "c.yaml", text)
+    assert main(["check-config", "--config", str(cfg)]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_check_config_accepts_the_example(capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).parent.parent / "config.example.yaml"
+    assert main(["check-config", "--config", str(example)]) == 0
+    assert "config OK" in capsys.readouterr().out
+
+
+def test_non_loopback_web_with_token_is_accepted(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "platforms: {web: {host: 0.0.0.0, token: s3cret}}")
+    assert load_config(cfg, {}).platforms.web.token == "s3cret"
+
+
+def _dotted_fields(model: type, prefix: str = "") -> list[str]:
+    from pydantic import BaseModel
+
+    paths = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            paths.extend(_dotted_fields(annotation, f"{prefix}{name}."))
+        else:
+            paths.append(prefix + name)
+    return paths
+
+
+def test_the_example_documents_every_option() -> None:
+    import yaml
+
+    from gateway.config import Config
+
+    example = yaml.safe_load((Path(__file__).parent.parent / "config.example.yaml").read_text())
+
+    def has(path: str) -> bool:
+        node = example
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    missing = [p for p in _dotted_fields(Config) if not has(p)]
+    assert missing == []

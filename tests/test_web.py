@@ -1,0 +1,207 @@
+"""The built-in web chat, through its real WebSocket and REST API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.config import Config
+from gateway.daemon import running_gateway
+from gateway.platforms.web import WebAdapter
+from gateway.runner import GatewayRunner
+
+from .conftest import make_config
+
+
+class Tab:
+    """One browser tab: a WebSocket with its ready frame."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, ready: dict[str, Any]) -> None:
+        self.ws, self.ready = ws, ready
+
+    async def say(self, text: str) -> None:
+        await self.ws.send_str(json.dumps({"type": "message", "text": text}))
+
+    async def frame(self, timeout: float = 5) -> dict[str, Any]:
+        return await self.ws.receive_json(timeout=timeout)
+
+    async def no_frame(self, wait: float = 0.3) -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            frame = await self.ws.receive_json(timeout=wait)
+            pytest.fail(f"unexpected frame {frame}")
+
+
+@pytest.fixture
+async def web(config: Config) -> AsyncIterator[tuple[GatewayRunner, str]]:
+    async with running_gateway(config) as runner:
+        adapter = runner.adapters["web"]
+        assert isinstance(adapter, WebAdapter)
+        yield runner, f"http://127.0.0.1:{adapter.port}"
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def open_tab(http: aiohttp.ClientSession, base: str, conversation: str | None = None
+                   ) -> Tab:
+    url = f"{base}/ws" + (f"?conversation={conversation}" if conversation else "")
+    ws = await http.ws_connect(url)
+    ready = await ws.receive_json(timeout=5)
+    assert ready["type"] == "ready"
+    return Tab(ws, ready)
+
+
+async def test_each_conversation_hears_only_its_own_frames(web, http) -> None:
+    _, base = web
+    a, b = await open_tab(http, base), await open_tab(http, base)
+    assert a.ready["conversation"] != b.ready["conversation"]
+    assert a.ready["session_key"] == f"agent:main:web:dm:{a.ready['conversation']}"
+    await asyncio.gather(a.say("from A"), b.say("from B"))
+    reply_a, reply_b = await a.frame(), await b.frame()
+    assert (reply_a["kind"], reply_b["kind"]) == ("reply", "reply")
+    assert "from A" in reply_a["text"] and "from B" in reply_b["text"]
+    assert reply_a["session_id"] == a.ready["session_id"]
+    await a.no_frame()
+    await b.no_frame(0.05)
+
+
+async def test_two_tabs_on_one_conversation_both_receive_its_frames(web, http) -> None:
+    _, base = web
+    first = await open_tab(http, base)
+    second = await open_tab(http, base, first.ready["conversation"])
+    other = await open_tab(http, base)
+    assert second.ready["session_id"] == first.ready["session_id"]
+    assert second.ready["tab"] != first.ready["tab"]
+    await first.say("hello both")
+    echo = await second.frame()
+    assert (echo["kind"], echo["text"], echo["from_tab"]) == (
+        "user", "hello both", first.ready["tab"])
+    assert "hello both" in (await first.frame())["text"]
+    assert "hello both" in (await second.frame())["text"]
+    await other.no_frame()
+
+
+async def test_new_rotates_the_session_id_and_keeps_the_key(web, http) -> None:
+    runner, base = web
+    tab = await open_tab(http, base)
+    await tab.say("/new")
+    frame = await tab.frame()
+    assert frame["kind"] == "system"
+    assert frame["session_key"] == tab.ready["session_key"]
+    assert frame["session_id"] != tab.ready["session_id"]
+    live = await runner.store.live_session(tab.ready["session_key"])
+    assert live is not None and live.id == frame["session_id"]
+    rejoined = await open_tab(http, base, tab.ready["conversation"])
+    assert rejoined.ready["session_id"] == frame["session_id"]
+
+
+@pytest.mark.parametrize(("raw", "error"), [
+    ("not json", "not valid JSON"),
+    ("[1, 2]", "JSON object"),
+    ('{"type": "typing"}', "unknown frame type"),
+    ('{"type": "message", "text": ""}', "non-empty string"),
+    ('{"type": "message", "text": 5}', "non-empty string"),
+    (json.dumps({"type": "message", "text": "x" * 70_000}), "frame too large"),
+])
+async def test_bad_frames_get_an_error_and_the_tab_stays_open(web, http, raw, error) -> None:
+    _, base = web
+    tab = await open_tab(http, base)
+    await tab.ws.send_str(raw)
+    frame = await tab.frame()
+    assert frame["type"] == "error" and error in frame["error"]
+    await tab.say("still here?")
+    assert "still here?" in (await tab.frame())["text"]
+
+
+async def test_binary_frames_are_refused_politely(web, http) -> None:
+    _, base = web
+    tab = await open_tab(http, base)
+    await tab.ws.send_bytes(b"\x00\x01")
+    assert (await tab.frame())["type"] == "error"
+    await tab.say("ok")
+    assert (await tab.frame())["kind"] == "reply"
+
+
+async def test_an_invalid_conversation_id_is_refused(web, http) -> None:
+    _, base = web
+    with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+        await http.ws_connect(f"{base}/ws?conversation=../../etc")
+    assert err.value.status == 400
+
+
+async def test_sessions_api_lists_renames_archives_and_shows_transcripts(web, http) -> None:
+    _, base = web
+    tab = await open_tab(http, base)
+    sid = tab.ready["session_id"]
+    await tab.say("remember me")
+    await tab.frame()
+
+    async with http.get(f"{base}/api/sessions") as resp:
+        listed = (await resp.json())["sessions"]
+    mine = next(s for s in listed if s["id"] == sid)
+    assert mine["conversation"] == tab.ready["conversation"] and mine["archived"] is False
+
+    async with http.patch(f"{base}/api/sessions/{sid}",
+                          json={"title": "deploys", "archived": True}) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["title"] == "deploys"
+    for archived, present in (("exclude", False), ("only", True), ("include", True)):
+        async with http.get(f"{base}/api/sessions?archived={archived}") as resp:
+            ids = [s["id"] for s in (await resp.json())["sessions"]]
+        assert (sid in ids) is present, archived
+
+    async with http.get(f"{base}/api/sessions/{sid}/messages") as resp:
+        lines = (await resp.json())["messages"]
+    assert [line["role"] for line in lines] == ["user", "reply"]
+    assert lines[0]["text"] == "remember me"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status"), [
+    ("GET", "/api/sessions?archived=sometimes", None, 400),
+    ("PATCH", "/api/sessions/{sid}", {}, 400),
+    ("PATCH", "/api/sessions/{sid}", {"archived": "yes"}, 400),
+    ("PATCH", "/api/sessions/{sid}", {"title": 7}, 400),
+    ("PATCH", "/api/sessions/{sid}", {"colour": "red"}, 400),
+    ("PATCH", "/api/sessions/nope", {"title": "x"}, 404),
+    ("GET", "/api/sessions/nope/messages", None, 404),
+])
+async def test_rest_errors(web, http, method, path, body, status) -> None:
+    _, base = web
+    tab = await open_tab(http, base)
+    url = base + path.format(sid=tab.ready["session_id"])
+    async with http.request(method, url, json=body) as resp:
+        assert resp.status == status
+        assert "error" in await resp.json()
+
+
+async def test_a_token_is_required_on_every_request_when_set(tmp_path: Path, http) -> None:
+    config = make_config(tmp_path, platforms__web__token="s3cret")
+    async with running_gateway(config) as runner:
+        base = f"http://127.0.0.1:{runner.adapters['web'].port}"
+        async with http.get(f"{base}/api/sessions") as resp:
+            assert resp.status == 401
+        with pytest.raises(aiohttp.WSServerHandshakeError):
+            await http.ws_connect(f"{base}/ws")
+        async with http.get(f"{base}/api/sessions",
+                            headers={"Authorization": "Bearer s3cret"}) as resp:
+            assert resp.status == 200
+        ws = await http.ws_connect(f"{base}/ws?token=s3cret")
+        assert (await ws.receive_json(timeout=5))["type"] == "ready"
+        await ws.close()
+
+
+async def test_the_chat_page_is_served(web, http) -> None:
+    _, base = web
+    async with http.get(base + "/") as resp:
+        assert resp.status == 200
+        page = await resp.text()
+    assert 'id="messages"' in page and "/ws" in page
