@@ -1,9 +1,9 @@
 """The session store: the single source of truth for where a session lives.
 
-One aiosqlite connection in WAL mode. Lifecycle changes (create, end, rename)
-commit before they return. Transcript lines and activity stamps are written
-behind in batches, because a turn should not wait for a disk sync of its own
-echo; :meth:`SessionStore.flush` makes them durable on demand.
+Lifecycle changes (create, end, rename) commit before they return; creations
+that arrive together share one group commit. Transcript lines and activity
+stamps are written behind, because a turn should not wait for a disk sync of
+its own echo; :meth:`SessionStore.flush` makes them durable on demand.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +21,7 @@ from typing import Any, Literal
 import aiosqlite
 import structlog
 
-from .migrations import migrate
+from .database import Database
 from .route import Route
 
 log = structlog.get_logger(__name__)
@@ -88,34 +87,24 @@ class SessionNotFound(LookupError):
 
 
 class SessionStore:
-    """Sessions and transcripts in ``state.db``. Use ``async with SessionStore(path)``."""
+    """Sessions and transcripts. ``async with SessionStore(path)`` opens the
+    state database it lives in; the outbox and job registry share it."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._db: aiosqlite.Connection | None = None
-        self._write_lock = asyncio.Lock()
+        self.db = Database(path)
         self._live: OrderedDict[str, SessionEntry] = OrderedDict()
-        self._pending: list[tuple[str, tuple[Any, ...]]] = []
         self._creations: dict[str, tuple[SessionEntry, asyncio.Future[SessionEntry]]] = {}
-        self._flusher: asyncio.Task[None] | None = None
+        self._creator: asyncio.Task[None] | None = None
 
-    # lifecycle ---------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        return self.db.path
 
     async def initialize(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = await aiosqlite.connect(self.path, isolation_level=None)
-        await self._db.execute("PRAGMA journal_mode=WAL")
-        await self._db.execute("PRAGMA synchronous=NORMAL")
-        await self._db.execute("PRAGMA busy_timeout=5000")
-        await self._db.execute("PRAGMA foreign_keys=ON")
-        await migrate(self._db)
+        await self.db.open()
 
     async def close(self) -> None:
-        if self._db is None:
-            return
-        await self.flush()
-        await self._db.close()
-        self._db = None
+        await self.db.close()
 
     async def __aenter__(self) -> SessionStore:
         await self.initialize()
@@ -126,30 +115,7 @@ class SessionStore:
 
     @property
     def is_open(self) -> bool:
-        return self._db is not None
-
-    @property
-    def db(self) -> aiosqlite.Connection:
-        if self._db is None:
-            raise RuntimeError("the session store is not open")
-        return self._db
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction at a time on the shared connection.
-
-        Without the lock, statements of concurrent coroutines would land in
-        each other's transactions.
-        """
-        async with self._write_lock:
-            db = self.db
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                await db.rollback()
-                raise
-            await db.commit()
+        return self.db.is_open
 
     # sessions ------------------------------------------------------------
 
@@ -169,25 +135,42 @@ class SessionStore:
             pending = (_new_entry(session_key, route),
                        asyncio.get_running_loop().create_future())
             self._creations[session_key] = pending
-            self._schedule_flush()
+            if self._creator is None or self._creator.done():
+                self._creator = asyncio.get_running_loop().create_task(self._create_queued())
         return await asyncio.shield(pending[1])
 
     async def live_session(self, session_key: str) -> SessionEntry | None:
         cached = self._live.get(session_key)
         if cached is not None:
             return cached
-        return await self._select_live(self.db, session_key)
+        return await self._select_live(self.db.conn, session_key)
 
     async def get(self, session_id: str) -> SessionEntry | None:
-        async with self.db.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-        ) as cur:
-            row = await cur.fetchone()
+        row = await self.db.fetchone(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
         return _entry(row) if row else None
+
+    async def get_many(self, session_ids: Iterable[str]) -> dict[str, SessionEntry]:
+        """Sessions by id; live ones come from the cache without a query."""
+        found: dict[str, SessionEntry] = {}
+        wanted = set(session_ids)
+        for entry in self._live.values():
+            if entry.id in wanted:
+                found[entry.id] = entry
+        missing = sorted(wanted - found.keys())
+        for start in range(0, len(missing), 500):
+            chunk = missing[start:start + 500]
+            rows = await self.db.fetchall(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id IN "
+                f"({','.join('?' * len(chunk))})", chunk)
+            for row in rows:
+                entry = _entry(row)
+                found[entry.id] = entry
+        return found
 
     async def end_session(self, session_id: str, reason: str) -> SessionEntry:
         """End one lifetime of a conversation; ending twice keeps the first reason."""
-        async with self.transaction() as db:
+        async with self.db.transaction() as db:
             ended = await self._end(db, session_id, reason)
         self._forget(ended.session_key, session_id)
         return ended
@@ -198,7 +181,7 @@ class SessionStore:
         ``lineage`` records the ended session as the parent (context
         compression); a reset (``/new``) starts a fresh, unrelated session.
         """
-        async with self.transaction() as db:
+        async with self.db.transaction() as db:
             ended = await self._end(db, session_id, reason)
             successor = _new_entry(
                 ended.session_key, ended.route,
@@ -220,7 +203,7 @@ class SessionStore:
         if archived is not None:
             sets.append("archived = ?")
             params.append(int(archived))
-        async with self.transaction() as db:
+        async with self.db.transaction() as db:
             if sets:
                 await db.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?",
                                  (*params, session_id))
@@ -249,20 +232,19 @@ class SessionStore:
             where.append("platform = ?")
             params.append(platform)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        async with self.db.execute(
+        await self.db.flush()
+        rows = await self.db.fetchall(
             f"SELECT {_SESSION_COLUMNS} FROM sessions {clause} "
-            f"ORDER BY last_active_at DESC LIMIT ?", (*params, limit),
-        ) as cur:
-            rows = await cur.fetchall()
+            f"ORDER BY last_active_at DESC LIMIT ?", (*params, limit))
         return [_entry(r) for r in rows]
 
     # transcript and activity (written behind) ------------------------------
 
     def record_message(self, session_id: str, role: str, text: str) -> None:
-        self._write_behind(
+        self.db.write_behind([(
             "INSERT INTO messages (session_id, role, text, created_at) VALUES (?, ?, ?, ?)",
             (session_id, role, text, time.time()),
-        )
+        )])
 
     def touch(self, entry: SessionEntry, route: Route) -> SessionEntry:
         """Note activity and the latest route details (names, reply anchor)."""
@@ -271,71 +253,48 @@ class SessionStore:
         cached = self._live.get(entry.session_key)
         if cached is not None and cached.id == entry.id:
             self._live[entry.session_key] = updated
-        self._write_behind(
+        self.db.write_behind([(
             "UPDATE sessions SET last_active_at = ?, route = ? WHERE id = ?",
             (now, json.dumps(route.to_dict()), entry.id),
-        )
+        )])
         return updated
 
     async def messages(self, session_id: str, limit: int = 1000) -> list[TranscriptLine]:
-        await self.flush()
-        async with self.db.execute(
+        await self.db.flush()
+        rows = await self.db.fetchall(
             "SELECT id, session_id, role, text, created_at FROM messages "
-            "WHERE session_id = ? ORDER BY id LIMIT ?", (session_id, limit),
-        ) as cur:
-            rows = await cur.fetchall()
+            "WHERE session_id = ? ORDER BY id LIMIT ?", (session_id, limit))
         return [TranscriptLine(*row) for row in rows]
 
     async def flush(self) -> None:
         """Make every written-behind line durable."""
-        while self._pending or self._creations or (self._flusher and not self._flusher.done()):
-            if self._flusher and not self._flusher.done():
-                await asyncio.shield(self._flusher)
-            else:
-                await self._flush_pending()
+        if self._creator is not None:
+            await asyncio.shield(self._creator)
+        await self.db.flush()
 
-    def _write_behind(self, sql: str, params: tuple[Any, ...]) -> None:
-        self._pending.append((sql, params))
-        self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
-
-    async def _flush_loop(self) -> None:
-        while self._pending or self._creations:
-            await self._flush_pending()
-
-    async def _flush_pending(self) -> None:
-        batch, self._pending = self._pending, []
-        creations, self._creations = self._creations, {}
-        if self._db is None:
-            return
-        try:
-            async with self.transaction() as db:
-                if creations:
-                    created = await self._insert_many(db, [e for e, _ in creations.values()])
-                for sql, rows in _group(batch):
-                    await db.executemany(sql, rows)
-        except Exception as exc:
-            log.exception("store_write_failed", lines=len(batch), sessions=len(creations))
-            for _, future in creations.values():
-                if not future.done():
-                    future.set_exception(exc)
-            if not creations:
-                raise
-            return
-        for key, (mine, future) in creations.items():
-            entry = created.get(key)
-            if future.done():
+    async def _create_queued(self) -> None:
+        while self._creations:
+            creations, self._creations = self._creations, {}
+            entries = [entry for entry, _ in creations.values()]
+            try:
+                created = await self.db.write(lambda conn: self._insert_many(conn, entries))
+            except Exception as exc:
+                log.exception("session_create_failed", sessions=len(entries))
+                for _, future in creations.values():
+                    if not future.done():
+                        future.set_exception(exc)
                 continue
-            if entry is None:  # ended by another process between insert and select
-                future.set_exception(RuntimeError(f"session for {key} vanished while created"))
-                continue
-            self._cache(entry)
-            if entry.id == mine.id:
-                log.info("session_created", session_key=key, session_id=entry.id)
-            future.set_result(entry)
+            for key, (mine, future) in creations.items():
+                entry = created.get(key)
+                if future.done():
+                    continue
+                if entry is None:  # ended by another process between insert and select
+                    future.set_exception(RuntimeError(f"session for {key} vanished while created"))
+                    continue
+                self._cache(entry)
+                if entry.id == mine.id:
+                    log.info("session_created", session_key=key, session_id=entry.id)
+                future.set_result(entry)
 
     async def _insert_many(self, db: aiosqlite.Connection,
                            entries: list[SessionEntry]) -> dict[str, SessionEntry]:
