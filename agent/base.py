@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from gateway.notifications import Notification
 from gateway.turn import Turn
 
 
@@ -14,3 +15,9 @@ class Agent(Protocol):
 
     async def run_turn(self, turn: Turn) -> None:
         """Answer one message; reply with ``turn.reply``."""
+
+    async def run_notification(self, turn: Turn, notification: Notification) -> None:
+        """React to a notification delivered to this session (an internal event)."""
+
+    def status_lines(self, turn: Turn) -> list[str]:
+        """Lines for /status about what this agent has running in the conversation."""

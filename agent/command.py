@@ -1,40 +1,161 @@
 """The built-in command agent: deterministic, needs no model.
 
-It makes a fresh install useful and testable: it answers its slash commands
-and acknowledges plain text. Later capabilities teach it job commands.
+It makes a fresh install useful and testable: it answers its slash commands,
+runs shell jobs, posts the notices they send back, and acknowledges plain
+text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shlex
+import time
 
 from gateway.commands import parse_command
+from gateway.notifications import Notification
 from gateway.turn import Turn
+from tools.job_notices import describe_exit
+from tools.jobs import JobError, JobRecord
 from tools.session_info import session_info
+from tools.terminal import Terminal
+
+LOG_LINES = 30
 
 
 class CommandAgent:
     commands: dict[str, str] = {
+        "run": "run a shell command and reply with its output: /run <command>",
+        "bg": "start a background job that reports back here: /bg <command>",
+        "watch": "background job with a watch pattern: /watch <regex> <command>",
+        "jobs": "list this conversation's jobs",
+        "log": "show a job's latest output: /log <job>",
+        "kill": "stop a job: /kill <job>",
         "whoami": "show the conversation this turn runs in, as a tool sees it",
     }
+
+    def __init__(self, terminal: Terminal | None = None) -> None:
+        self.terminal = terminal
 
     async def run_turn(self, turn: Turn) -> None:
         command = parse_command(turn.event.text)
         if command is None:
             await turn.reply(_acknowledge(turn.event.text))
             return
-        name, _args = command
-        if name == "whoami":
-            await self._whoami(turn)
-        else:
+        name, args = command
+        handler = getattr(self, f"_cmd_{name}", None)
+        if handler is None or name not in self.commands:
             await turn.reply(f"Unknown command /{name}. Send /help for the list.", kind="system")
+            return
+        if name != "whoami" and self.terminal is None:
+            await turn.reply("Jobs are not available in this gateway.", kind="system")
+            return
+        try:
+            await handler(turn, args)
+        except JobError as exc:
+            await turn.reply(str(exc), kind="system")
 
-    async def _whoami(self, turn: Turn) -> None:
+    async def run_notification(self, turn: Turn, notification: Notification) -> None:
+        await turn.reply(notification.text, kind="notification")
+
+    def status_lines(self, turn: Turn) -> list[str]:
+        if self.terminal is None:
+            return []
+        running = self.terminal.jobs.running_in(turn.session.session_key)
+        if not running:
+            return ["background jobs running here: none"]
+        return ["background jobs running here:"] + [f"  {_job_line(j)}" for j in running]
+
+    # commands ----------------------------------------------------------------
+
+    async def _cmd_whoami(self, turn: Turn, args: str) -> None:
         in_loop = session_info()
         # the same tool from a worker thread must see the same conversation
         in_thread = await asyncio.to_thread(session_info)
         await turn.reply(json.dumps({"tool": in_loop, "thread": in_thread}, sort_keys=True))
+
+    async def _cmd_run(self, turn: Turn, args: str) -> None:
+        _require(args, "/run <command>")
+        result = await self._terminal.run(args)
+        status = ("timed out and was killed" if result.timed_out
+                  else describe_exit(result.exit_code))
+        output = "\n".join(result.output[-LOG_LINES:]) or "(no output)"
+        await turn.reply(f"$ {args}\n{status}\n```\n{output}\n```")
+
+    async def _cmd_bg(self, turn: Turn, args: str) -> None:
+        _require(args, "/bg <command>")
+        job = await self._terminal.start(args)
+        await turn.reply(f"Started job {job.id}; I will report here when it ends.")
+
+    async def _cmd_watch(self, turn: Turn, args: str) -> None:
+        pattern, command = _split_first_word(args)
+        _require(pattern and command, "/watch <regex> <command>, e.g. /watch 'ERROR|FATAL' "
+                                      "./deploy.sh")
+        job = await self._terminal.start(command, notify_on_complete=False,
+                                         watch_patterns=[pattern])
+        await turn.reply(f"Started job {job.id}, watching its output for /{pattern}/; "
+                         f"matching lines will be reported here.")
+
+    async def _cmd_jobs(self, turn: Turn, args: str) -> None:
+        jobs = await self._terminal.jobs.list(session_key=turn.session.session_key, limit=20)
+        if not jobs:
+            await turn.reply("No jobs in this conversation.")
+            return
+        await turn.reply("\n".join(_job_line(j) for j in jobs))
+
+    async def _cmd_log(self, turn: Turn, args: str) -> None:
+        job = await self._own_job(turn, args, "/log <job>")
+        lines = self._terminal.jobs.output_tail(job, LOG_LINES)
+        body = "\n".join(lines) or "(no output yet)"
+        await turn.reply(f"{_job_line(job)}\n```\n{body}\n```")
+
+    async def _cmd_kill(self, turn: Turn, args: str) -> None:
+        job = await self._own_job(turn, args, "/kill <job>")
+        await self._terminal.jobs.kill(job.id)
+        await turn.reply(f"Stopped job {job.id}.")
+
+    # helpers -----------------------------------------------------------------
+
+    @property
+    def _terminal(self) -> Terminal:
+        assert self.terminal is not None
+        return self.terminal
+
+    async def _own_job(self, turn: Turn, args: str, usage: str) -> JobRecord:
+        job_id = args.strip()
+        _require(job_id, usage)
+        job = await self._terminal.jobs.get(job_id)
+        # jobs answer only to the conversation that started them
+        if job is None or job.session_key != turn.session.session_key:
+            raise JobError(f"No job {job_id} in this conversation; /jobs lists them.")
+        return job
+
+
+def _require(value: object, usage: str) -> None:
+    if not value:
+        raise JobError(f"Usage: {usage}")
+
+
+def _split_first_word(args: str) -> tuple[str, str]:
+    """The first shell word (quotes allowed) and the rest of the line verbatim."""
+    lexer = shlex.shlex(args, posix=True)
+    lexer.whitespace_split = True
+    try:
+        first = lexer.get_token() or ""
+    except ValueError:
+        raise JobError("Unbalanced quotes in the watch pattern.") from None
+    rest = args[lexer.instream.tell():] if hasattr(lexer.instream, "tell") else ""
+    return first, rest.strip()
+
+
+def _job_line(job: JobRecord) -> str:
+    if job.state == "running":
+        state = f"running for {int(time.time() - job.started_at)} s"
+    elif job.state == "lost":
+        state = "lost (ended while the gateway was down)"
+    else:
+        state = describe_exit(job.exit_code)
+    return f"{job.id}  {state}  $ {' '.join(job.command.split())[:80]}"
 
 
 def _acknowledge(text: str) -> str:

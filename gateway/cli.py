@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 from .config import Config, ConfigError, load_config
+from .notifications import STATES
 from .store import ARCHIVED_FILTERS, SessionStore
 
 EXIT_CONFIG = 2
@@ -43,6 +44,16 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("--archived", choices=ARCHIVED_FILTERS, default="exclude")
     sessions.add_argument("--json", action="store_true", help="one JSON array on stdout")
     sessions.set_defaults(func=_sessions)
+
+    jobs = sub.add_parser("jobs", parents=[common], help="list background jobs from the store")
+    jobs.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    jobs.set_defaults(func=_jobs)
+
+    notes = sub.add_parser("notifications", parents=[common],
+                           help="list notifications in the outbox")
+    notes.add_argument("--state", choices=STATES, help="only notifications in this state")
+    notes.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    notes.set_defaults(func=_notifications)
     return parser
 
 
@@ -89,10 +100,60 @@ def _sessions(config: Config, args: argparse.Namespace) -> int:
     print(f"{'SESSION ID':32}  {'STATE':9}  {'LAST ACTIVE':19}  {'TITLE':20}  SESSION KEY")
     for row in rows:
         state = "archived" if row["archived"] else ("ended" if row["ended_at"] else "live")
-        active = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["last_active_at"]))
-        print(f"{row['id']:32}  {state:9}  {active:19}  {(row['title'] or '-')[:20]:20}  "
+        print(f"{row['id']:32}  {state:9}  {_when(row['last_active_at']):19}  {(row['title'] or '-')[:20]:20}  "
               f"{row['session_key']}")
     return 0
+
+
+def _jobs(config: Config, args: argparse.Namespace) -> int:
+    from tools.jobs import JOB_COLUMNS, JobRecord
+
+    async def fetch() -> list[dict]:
+        async with SessionStore(config.state_db) as store:
+            rows = await store.db.fetchall(
+                f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY started_at DESC LIMIT 500")
+        return [JobRecord.from_row(r).to_dict() for r in rows]
+
+    rows = asyncio.run(fetch())
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no jobs")
+    else:
+        print(f"{'JOB':9}  {'STATE':8}  {'EXIT':>5}  {'STARTED':19}  {'SESSION KEY':40}  COMMAND")
+        for r in rows:
+            code = "" if r["exit_code"] is None else str(r["exit_code"])
+            print(f"{r['id']:9}  {r['state']:8}  {code:>5}  {_when(r['started_at']):19}  "
+                  f"{r['session_key'][:40]:40}  {' '.join(r['command'].split())[:60]}")
+    return 0
+
+
+def _notifications(config: Config, args: argparse.Namespace) -> int:
+    from .outbox import Outbox
+
+    async def fetch() -> list[dict]:
+        async with SessionStore(config.state_db) as store:
+            return [n.to_dict() for n in await Outbox(store.db).list(args.state)]
+
+    rows = asyncio.run(fetch())
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no notifications")
+    else:
+        print(f"{'ID':>6}  {'KIND':14}  {'STATE':9}  {'REASON / ERROR':24}  {'CREATED':19}  "
+              "SESSION KEY")
+        for r in rows:
+            why = r["reason"] or r["last_error"] or ""
+            print(f"{r['id']:>6}  {r['kind']:14}  {r['state']:9}  {why[:24]:24}  "
+                  f"{_when(r['created_at']):19}  {r['session_key']}")
+    return 0
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
 if __name__ == "__main__":

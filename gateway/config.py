@@ -85,6 +85,24 @@ class AgentConfig(_Strict):
     backend: Literal["command"] = "command"
 
 
+class WatchConfig(_Strict):
+    cooldown_seconds: float = Field(10.0, ge=0)
+    max_notices: int = Field(10, ge=1)
+    max_lines: int = Field(10, ge=1, le=100)
+    global_max_per_minute: int = Field(30, ge=1)
+
+
+class JobsConfig(_Strict):
+    tail_lines: int = Field(20, ge=1, le=500)
+    foreground_timeout_seconds: float = Field(600.0, gt=0)
+    kill_grace_seconds: float = Field(5.0, ge=0)
+    watch: WatchConfig = Field(default_factory=WatchConfig)
+
+
+class NotificationsConfig(_Strict):
+    background: Literal["all", "result", "error", "off"] = "all"
+
+
 class LoggingConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -95,6 +113,8 @@ class Config(_Strict):
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    jobs: JobsConfig = Field(default_factory=JobsConfig)
+    notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property

@@ -1,4 +1,4 @@
-"""Assembling and running the gateway: store, agent, runner, adapters."""
+"""Assembling and running the gateway: store, outbox, jobs, agent, runner, router, adapters."""
 
 from __future__ import annotations
 
@@ -6,14 +6,19 @@ import asyncio
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import structlog
 
 from agent.command import CommandAgent
+from tools.jobs import JobManager
+from tools.terminal import Terminal
 
 from .config import Config
+from .outbox import Outbox
 from .platforms.base import Adapter
 from .platforms.web import WebAdapter
+from .router import Router
 from .runner import GatewayRunner
 from .store import SessionStore
 
@@ -24,6 +29,18 @@ DRAIN_TIMEOUT = 30.0
 
 class StartupError(RuntimeError):
     """The daemon cannot start with this configuration."""
+
+
+@dataclass(slots=True)
+class Gateway:
+    """The running parts, for whoever needs to reach them (tests, ops endpoints)."""
+
+    config: Config
+    store: SessionStore
+    outbox: Outbox
+    jobs: JobManager
+    runner: GatewayRunner
+    router: Router
 
 
 def build_adapters(config: Config) -> list[Adapter]:
@@ -41,22 +58,33 @@ def build_adapters(config: Config) -> list[Adapter]:
 
 
 @asynccontextmanager
-async def running_gateway(config: Config) -> AsyncIterator[GatewayRunner]:
-    """The gateway with its store open and every adapter connected."""
-    adapters = build_adapters(config)
+async def running_gateway(config: Config, extra_adapters: list[Adapter] | None = None
+                          ) -> AsyncIterator[Gateway]:
+    """The gateway with its store open, every adapter connected and jobs re-attached."""
+    adapters = [*build_adapters(config), *(extra_adapters or [])]
     async with SessionStore(config.state_db) as store:
-        runner = GatewayRunner(config, store, CommandAgent())
+        outbox = Outbox(store.db)
+        jobs = JobManager(store.db, outbox, config)
+        terminal = Terminal(jobs, foreground_timeout=config.jobs.foreground_timeout_seconds)
+        runner = GatewayRunner(config, store, CommandAgent(terminal))
+        router = Router(outbox, store, runner)
+        await outbox.reconcile_claimed()
         connected: list[Adapter] = []
         try:
             for adapter in adapters:
                 runner.add_adapter(adapter)
                 await adapter.connect(runner)
                 connected.append(adapter)
+            recovered = await jobs.recover()
+            await router.start()
             log.info("gateway_started", platforms=[a.platform for a in connected],
-                     state_db=str(config.state_db))
-            yield runner
+                     state_db=str(config.state_db), jobs_reattached=recovered)
+            yield Gateway(config, store, outbox, jobs, runner, router)
         finally:
+            await router.stop()
             await runner.drain(DRAIN_TIMEOUT)
+            await router.settle()
+            await jobs.detach()
             for adapter in reversed(connected):
                 await adapter.disconnect()
             log.info("gateway_stopped")

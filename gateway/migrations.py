@@ -37,6 +37,56 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_session ON messages(session_id, id);
     """,
+    # 2: background jobs and the notification outbox
+    """
+    CREATE TABLE jobs (
+        id                 TEXT PRIMARY KEY,
+        command            TEXT NOT NULL,
+        cwd                TEXT NOT NULL,
+        state              TEXT NOT NULL,          -- running, exited, lost
+        pid                INTEGER,
+        proc_start         TEXT,                   -- /proc start time: tells a reused pid apart
+        started_at         REAL NOT NULL,
+        ended_at           REAL,
+        exit_code          INTEGER,
+        killed             INTEGER NOT NULL DEFAULT 0,
+        notify_on_complete INTEGER NOT NULL,
+        watch_patterns     TEXT NOT NULL,          -- JSON list of regular expressions
+        watch_notices      INTEGER NOT NULL DEFAULT 0,
+        watch_disabled     INTEGER NOT NULL DEFAULT 0,
+        session_key        TEXT NOT NULL,
+        session_id         TEXT NOT NULL,
+        return_address     TEXT NOT NULL,          -- JSON, captured when the job started
+        log_path           TEXT NOT NULL,
+        exit_path          TEXT NOT NULL
+    );
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE INDEX jobs_session_key ON jobs(session_key);
+    CREATE TABLE notifications (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        idempotency_key TEXT NOT NULL UNIQUE,      -- job + kind + sequence
+        kind            TEXT NOT NULL,
+        job_id          TEXT,
+        session_key     TEXT NOT NULL,
+        session_id      TEXT NOT NULL,
+        tab_id          TEXT,
+        return_address  TEXT NOT NULL,
+        text            TEXT NOT NULL,
+        state           TEXT NOT NULL DEFAULT 'pending'
+                        CHECK (state IN ('pending', 'claimed', 'delivered', 'parked')),
+        reason          TEXT,
+        attempts        INTEGER NOT NULL DEFAULT 0,
+        last_error      TEXT,
+        not_before      REAL,
+        claimed_by      TEXT,
+        claimed_at      REAL,
+        sent_message_id TEXT,
+        created_at      REAL NOT NULL,
+        delivered_at    REAL
+    );
+    CREATE INDEX notifications_state ON notifications(state, id);
+    CREATE INDEX notifications_session ON notifications(session_id);
+    """,
 ]
 
 

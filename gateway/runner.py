@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
@@ -21,6 +21,7 @@ from .commands import parse_command, run_gateway_command
 from .config import Config
 from .context import SessionContext, session_context
 from .events import MessageEvent, MessageKind, SendResult
+from .notifications import Notification
 from .route import Route
 from .session_key import build_session_key
 from .store import SessionEntry, SessionStore
@@ -40,9 +41,12 @@ class GatewayClosed(RuntimeError):
     """The gateway is shutting down and takes no new messages."""
 
 
+Work = Callable[[], Awaitable[Any]]
+
+
 @dataclass(slots=True)
 class _Lane:
-    queue: deque[tuple[MessageEvent, asyncio.Future[Outcome]]] = field(default_factory=deque)
+    queue: deque[tuple[Work, asyncio.Future[Any]]] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
     busy: bool = False
 
@@ -79,35 +83,46 @@ class GatewayRunner:
         """
         if event.internal:
             raise ValueError("platform events cannot be internal")
-        return self._enqueue(event)
-
-    def _enqueue(self, event: MessageEvent) -> asyncio.Future[Outcome]:
         if not self._accepting:
             raise GatewayClosed("the gateway is shutting down")
         key = self.session_key_for(event.route)
-        lane = self._lanes.get(key)
+        return self.run_in_lane(key, lambda: self._handle(key, event))
+
+    def run_in_lane(self, session_key: str, work: Work) -> asyncio.Future[Any]:
+        """Run ``work`` after everything already queued for this conversation.
+
+        This is a busy session's inbox: a notification for a session that is
+        mid-turn waits here, in order, and runs right after that turn.
+        """
+        lane = self._lanes.get(session_key)
         if lane is None:
-            lane = self._lanes[key] = _Lane()
-        done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        lane.queue.append((event, done))
+            lane = self._lanes[session_key] = _Lane()
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        lane.queue.append((work, done))
         if lane.task is None:
-            lane.task = asyncio.create_task(self._serve(key, lane), name=f"lane:{key}")
+            lane.task = asyncio.create_task(self._serve(session_key, lane),
+                                            name=f"lane:{session_key}")
         return done
 
     async def _serve(self, key: str, lane: _Lane) -> None:
         try:
             while lane.queue:
-                event, done = lane.queue.popleft()
+                work, done = lane.queue.popleft()
                 lane.busy = True
                 try:
-                    outcome = await self._handle(key, event)
+                    result = await work()
                 except asyncio.CancelledError:
-                    done.set_result("shutdown")
+                    if not done.done():
+                        done.set_result("shutdown")
                     raise
+                except Exception as exc:
+                    if not done.done():
+                        done.set_exception(exc)
+                    continue
                 finally:
                     lane.busy = False
                 if not done.done():
-                    done.set_result(outcome)
+                    done.set_result(result)
         finally:
             for _, done in lane.queue:
                 if not done.done():
@@ -139,6 +154,26 @@ class GatewayRunner:
                 await self._apologise(turn)
                 return "failed"
         return "handled"
+
+    async def notification_turn(self, session: SessionEntry, route: Route,
+                                notification: Notification) -> Turn:
+        """Give ``session`` a turn for a notification: an internal event, never user text.
+
+        Call it from the session's lane (see :meth:`run_in_lane`).
+        """
+        event = MessageEvent(
+            text=notification.text, route=route, message_id=route.message_id, internal=True,
+            metadata={"notification_id": notification.id, "kind": notification.kind,
+                      "job_id": notification.job_id})
+        turn = Turn(event=event, session=session, runner=self)
+        ctx = SessionContext(route=route, session_key=session.session_key,
+                             session_id=session.id, tab_id=notification.tab_id)
+        with session_context(ctx), structlog.contextvars.bound_contextvars(
+            session_key=session.session_key, session_id=session.id,
+            notification_id=notification.id, job_id=notification.job_id,
+        ):
+            await self.agent.run_notification(turn, notification)
+        return turn
 
     async def _run_turn(self, turn: Turn) -> None:
         command = parse_command(turn.event.text)
@@ -178,6 +213,7 @@ class GatewayRunner:
         return [
             f"messages waiting in this conversation: {waiting}",
             f"conversations mid-turn: {busy}",
+            *self.agent.status_lines(turn),
         ]
 
     @property

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .events import MessageEvent, MessageKind, SendResult
@@ -18,6 +18,8 @@ class Turn:
     event: MessageEvent
     session: SessionEntry
     runner: GatewayRunner
+    #: what each reply of this turn came to, in order
+    sent: list[SendResult] = field(default_factory=list)
 
     @property
     def route(self) -> Route:
@@ -25,4 +27,6 @@ class Turn:
         return self.event.route
 
     async def reply(self, text: str, *, kind: MessageKind = "reply") -> SendResult:
-        return await self.runner.send(self.session, self.route, text, kind=kind)
+        result = await self.runner.send(self.session, self.route, text, kind=kind)
+        self.sent.append(result)
+        return result

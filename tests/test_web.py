@@ -39,7 +39,8 @@ class Tab:
 
 @pytest.fixture
 async def web(config: Config) -> AsyncIterator[tuple[GatewayRunner, str]]:
-    async with running_gateway(config) as runner:
+    async with running_gateway(config) as gateway:
+        runner = gateway.runner
         adapter = runner.adapters["web"]
         assert isinstance(adapter, WebAdapter)
         yield runner, f"http://127.0.0.1:{adapter.port}"
@@ -185,8 +186,8 @@ async def test_rest_errors(web, http, method, path, body, status) -> None:
 
 async def test_a_token_is_required_on_every_request_when_set(tmp_path: Path, http) -> None:
     config = make_config(tmp_path, platforms__web__token="s3cret")
-    async with running_gateway(config) as runner:
-        base = f"http://127.0.0.1:{runner.adapters['web'].port}"
+    async with running_gateway(config) as gateway:
+        base = f"http://127.0.0.1:{gateway.runner.adapters['web'].port}"
         async with http.get(f"{base}/api/sessions") as resp:
             assert resp.status == 401
         with pytest.raises(aiohttp.WSServerHandshakeError):
@@ -205,3 +206,41 @@ async def test_the_chat_page_is_served(web, http) -> None:
         assert resp.status == 200
         page = await resp.text()
     assert 'id="messages"' in page and "/ws" in page
+
+
+async def _frames_until(tab: Tab, predicate, timeout: float = 10) -> list[dict[str, Any]]:
+    seen = []
+    while True:
+        frame = await tab.frame(timeout)
+        seen.append(frame)
+        if predicate(frame):
+            return seen
+
+
+async def test_job_notices_reach_only_their_conversation_and_wait_for_a_busy_one(
+        web, http) -> None:
+    _, base = web
+    a, b = await open_tab(http, base), await open_tab(http, base)
+    await a.say("/bg sleep 1; echo marker-A")
+    await b.say("/bg sleep 1; echo marker-B")
+    assert "Started job" in (await a.frame())["text"]
+    assert "Started job" in (await b.frame())["text"]
+    await a.say("/run sleep 3; echo slow-done")  # A is mid-turn when its job ends
+
+    arrivals: list[tuple[str, dict[str, Any]]] = []  # both tabs, in arrival order
+
+    async def collect(name: str, tab: Tab, count: int) -> None:
+        for _ in range(count):
+            arrivals.append((name, await tab.frame(15)))
+
+    await asyncio.gather(collect("A", a, 2), collect("B", b, 1))
+    order = [(name, f["kind"], _marker(f["text"])) for name, f in arrivals]
+    assert order == [("B", "notification", "marker-B"),  # B at once, while A is busy
+                     ("A", "reply", "slow-done"),         # A's turn ends first,
+                     ("A", "notification", "marker-A")]   # then A gets its notice
+    await b.no_frame()
+    await a.no_frame(0.05)
+
+
+def _marker(text: str) -> str:
+    return next(word for word in text.split() if word.startswith(("marker-", "slow-")))

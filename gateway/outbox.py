@@ -1,0 +1,147 @@
+"""The notification outbox: durable first, then claimed, then delivered or parked.
+
+Every notification is committed here before anything tries to deliver it.
+A claim is a conditional update of pending rows, so two routers — in one
+process or two — never both get the same row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import aiosqlite
+import structlog
+
+from .database import Database, Op
+from .notifications import NOTIFICATION_COLUMNS, STATES, NewNotification, Notification
+
+log = structlog.get_logger(__name__)
+
+
+class Outbox:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after each commit that adds pending notifications."""
+        self._listeners.append(listener)
+
+    # producing -------------------------------------------------------------
+
+    @staticmethod
+    def insert_op(n: NewNotification) -> Op:
+        """The statement that adds ``n``; a repeated idempotency key adds nothing."""
+        a = n.address
+        return (
+            "INSERT OR IGNORE INTO notifications (idempotency_key, kind, job_id, session_key, "
+            "session_id, tab_id, return_address, text, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            (n.idempotency_key, n.kind, n.job_id, a.session_key, a.session_id, a.tab_id,
+             a.to_json(), n.text, time.time()),
+        )
+
+    async def produce(self, notices: Sequence[NewNotification], *, with_ops: Sequence[Op] = ()
+                      ) -> None:
+        """Commit notices (with ``with_ops`` in the same transaction), then wake routers."""
+        await self.db.write([*with_ops, *(self.insert_op(n) for n in notices)])
+        for n in notices:
+            log.info("notification_produced", kind=n.kind, job_id=n.job_id,
+                     session_key=n.address.session_key, idempotency_key=n.idempotency_key)
+        self.wake()
+
+    def wake(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    # delivering ------------------------------------------------------------
+
+    async def claim(self, claimer: str, limit: int = 500) -> list[Notification]:
+        """Atomically take up to ``limit`` due pending notifications, oldest first."""
+        now = time.time()
+
+        async def take(conn: aiosqlite.Connection) -> list[Notification]:
+            async with conn.execute(
+                f"UPDATE notifications SET state = 'claimed', claimed_by = ?, claimed_at = ? "
+                f"WHERE id IN (SELECT id FROM notifications WHERE state = 'pending' "
+                f"AND (not_before IS NULL OR not_before <= ?) ORDER BY id LIMIT ?) "
+                f"RETURNING {NOTIFICATION_COLUMNS}", (claimer, now, now, limit),
+            ) as cur:
+                rows = await cur.fetchall()
+            return sorted((Notification(*row) for row in rows), key=lambda n: n.id)
+
+        return await self.db.write(take)
+
+    async def mark_delivered(self, notification_id: int, claimer: str,
+                             message_id: str | None) -> None:
+        await self.db.write([(
+            "UPDATE notifications SET state = 'delivered', delivered_at = ?, "
+            "sent_message_id = ?, attempts = attempts + 1, last_error = NULL "
+            "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+            (time.time(), message_id, notification_id, claimer),
+        )])
+
+    async def release(self, notification_id: int, claimer: str, error: str,
+                      retry_in: float) -> None:
+        """Give a claimed notification back to be tried again after ``retry_in`` seconds."""
+        await self.db.write([(
+            "UPDATE notifications SET state = 'pending', claimed_by = NULL, claimed_at = NULL, "
+            "attempts = attempts + 1, last_error = ?, not_before = ? "
+            "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+            (error, time.time() + retry_in, notification_id, claimer),
+        )])
+
+    async def park(self, notification_id: int, claimer: str, reason: str,
+                   detail: str | None = None) -> None:
+        await self.db.write([(
+            "UPDATE notifications SET state = 'parked', reason = ?, last_error = ? "
+            "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+            (reason, detail, notification_id, claimer),
+        )])
+        log.warning("notification_parked", notification_id=notification_id, reason=reason,
+                    detail=detail)
+
+    async def reconcile_claimed(self) -> tuple[int, int]:
+        """After a restart: settle notifications a stopped gateway had claimed.
+
+        One with a recorded sent message id was sent: it is marked delivered
+        and not sent again. One without goes back to pending; if the crash
+        fell between the send and its record, the user may see it twice —
+        the one window the platforms give us no way to check.
+        """
+        async def settle(conn: aiosqlite.Connection) -> tuple[int, int]:
+            sent = await conn.execute(
+                "UPDATE notifications SET state = 'delivered', delivered_at = claimed_at "
+                "WHERE state = 'claimed' AND sent_message_id IS NOT NULL")
+            requeued = await conn.execute(
+                "UPDATE notifications SET state = 'pending', claimed_by = NULL, "
+                "claimed_at = NULL, last_error = 'claimed when the gateway stopped' "
+                "WHERE state = 'claimed'")
+            return sent.rowcount, requeued.rowcount
+
+        delivered, requeued = await self.db.write(settle)
+        if delivered or requeued:
+            log.info("outbox_reconciled", marked_delivered=delivered, requeued=requeued)
+        return delivered, requeued
+
+    # reading ---------------------------------------------------------------
+
+    async def next_due_at(self) -> float | None:
+        row = await self.db.fetchone(
+            "SELECT MIN(not_before) FROM notifications WHERE state = 'pending'")
+        return row[0] if row else None
+
+    async def get(self, notification_id: int) -> Notification | None:
+        row = await self.db.fetchone(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE id = ?", (notification_id,))
+        return Notification(*row) if row else None
+
+    async def list(self, state: str | None = None, limit: int = 1000) -> list[Notification]:
+        if state is not None and state not in STATES:
+            raise ValueError(f"state must be one of {', '.join(STATES)}")
+        await self.db.flush()
+        where, params = ("WHERE state = ?", [state]) if state else ("", [])
+        rows = await self.db.fetchall(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications {where} ORDER BY id DESC LIMIT ?",
+            (*params, limit))
+        return [Notification(*row) for row in rows]

@@ -1,0 +1,212 @@
+"""The router: takes pending notifications from the outbox to their owners.
+
+Woken the moment a notification is committed (and on a slow timer, for rows
+another process added or that wait for a retry). For each claimed row it asks
+the ownership rule where the row belongs, then puts the delivery into the
+owner's lane — so a busy owner keeps its mail in order — and finally records
+the outcome: delivered, retried later, or parked with a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+
+import structlog
+
+from .events import SendResult
+from .notifications import Notification
+from .outbox import Outbox
+from .ownership import DeliverNotice, DeliverTurn, Park, resolve_owner
+from .runner import GatewayRunner
+from .store import SessionStore
+
+log = structlog.get_logger(__name__)
+
+CLAIM_BATCH = 500
+IDLE_POLL_SECONDS = 5.0
+DISCONNECTED_RETRY_SECONDS = 5.0
+MAX_TURN_FAILURES = 5
+_BACKOFF = (1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    state: str  # delivered | retry | parked
+    message_id: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+    retry_in: float = 0.0
+
+
+class Router:
+    def __init__(self, outbox: Outbox, store: SessionStore, runner: GatewayRunner,
+                 *, name: str | None = None) -> None:
+        self.outbox = outbox
+        self.store = store
+        self.runner = runner
+        self.name = name or f"router-{uuid.uuid4().hex[:8]}"
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._deliveries: set[asyncio.Task[None]] = set()
+
+    # lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.outbox.subscribe(self.wake)
+        self._loop_task = asyncio.create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        """Claim nothing more; deliveries under way finish (see :meth:`settle`)."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def settle(self) -> None:
+        """Wait until every claimed notification has an outcome (tests, shutdown)."""
+        while self._deliveries:
+            await asyncio.gather(*list(self._deliveries), return_exceptions=True)
+
+    # the loop --------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                batch = await self.outbox.claim(self.name, CLAIM_BATCH)
+                if batch:
+                    await self._dispatch(batch)
+                    if len(batch) == CLAIM_BATCH:
+                        continue
+                timeout = await self._idle_timeout()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("router_cycle_failed", router=self.name)
+                timeout = DISCONNECTED_RETRY_SECONDS
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    async def _idle_timeout(self) -> float:
+        due = await self.outbox.next_due_at()
+        if due is None:
+            return IDLE_POLL_SECONDS
+        return min(IDLE_POLL_SECONDS, max(0.0, due - time.time()))
+
+    async def _dispatch(self, batch: list[Notification]) -> None:
+        """Decide every row of a batch, then queue deliveries in outbox order."""
+        sessions = await self.store.get_many({n.session_id for n in batch})
+        for n in batch:
+            decision = resolve_owner(n, sessions.get(n.session_id), self.runner.adapters)
+            if isinstance(decision, DeliverTurn):
+                pending = self.runner.run_in_lane(decision.session.session_key,
+                                                  lambda n=n: self._deliver_in_lane(n))
+                self._track(n, self._await_lane(pending))
+            elif isinstance(decision, DeliverNotice):
+                self._track(n, self._deliver_notice(n, decision))
+            else:
+                self._track(n, _parked(decision))
+
+    def _track(self, n: Notification, outcome: object) -> None:
+        task = asyncio.create_task(self._finish(n, outcome))  # type: ignore[arg-type]
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    # delivering ------------------------------------------------------------
+
+    async def _await_lane(self, pending: asyncio.Future[object]) -> _Outcome:
+        result = await pending
+        if isinstance(result, _Outcome):
+            return result
+        # the lane was shut down before this delivery ran
+        return _Outcome("retry", reason="gateway stopping", retry_in=0.0)
+
+    async def _deliver_in_lane(self, n: Notification) -> _Outcome:
+        """Runs in the owner's lane: check ownership again, then give the owner its turn.
+
+        The owner may have been reset while this waited behind its turn.
+        """
+        sessions = await self.store.get_many([n.session_id])
+        decision = resolve_owner(n, sessions.get(n.session_id), self.runner.adapters)
+        if isinstance(decision, Park):
+            return await _parked(decision)
+        if isinstance(decision, DeliverNotice):
+            return await self._deliver_notice(n, decision)
+        if not self._connected(decision.route.platform):
+            return _DISCONNECTED
+        try:
+            turn = await self.runner.notification_turn(decision.session, decision.route, n)
+        except Exception as exc:
+            log.exception("notification_turn_failed", notification_id=n.id)
+            if n.attempts + 1 >= MAX_TURN_FAILURES:
+                return _Outcome("parked", reason="turn_failed", detail=repr(exc))
+            return _Outcome("retry", reason=f"turn failed: {exc!r}", retry_in=_backoff(n))
+        return _from_sends(n, turn.sent)
+
+    async def _deliver_notice(self, n: Notification, decision: DeliverNotice) -> _Outcome:
+        if not self._connected(decision.route.platform):
+            return _DISCONNECTED
+        ended = decision.session
+        label = (f"[from an ended session {ended.id[:8]} ({ended.end_reason or 'ended'}); "
+                 f"it was not reopened]")
+        result = await self.runner.send(ended, decision.route, f"{label}\n{n.text}",
+                                        kind="notification")
+        return _from_sends(n, [result])
+
+    async def _finish(self, n: Notification, outcome_source: object) -> None:
+        bound = log.bind(notification_id=n.id, kind=n.kind, session_key=n.session_key,
+                         job_id=n.job_id)
+        try:
+            outcome = await outcome_source  # type: ignore[misc]
+        except Exception as exc:
+            bound.exception("notification_delivery_crashed")
+            outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}", retry_in=_backoff(n))
+        if outcome.state == "delivered":
+            await self.outbox.mark_delivered(n.id, self.name, outcome.message_id)
+            bound.info("notification_delivered", message_id=outcome.message_id)
+        elif outcome.state == "parked":
+            await self.outbox.park(n.id, self.name, outcome.reason or "parked", outcome.detail)
+        else:
+            await self.outbox.release(n.id, self.name, outcome.reason or "retry", outcome.retry_in)
+            bound.warning("notification_retry", error=outcome.reason, retry_in=outcome.retry_in)
+            self._schedule_wake(outcome.retry_in)
+
+    def _connected(self, platform: str) -> bool:
+        adapter = self.runner.adapters.get(platform)
+        return adapter is not None and adapter.connected
+
+    def _schedule_wake(self, delay: float) -> None:
+        asyncio.get_running_loop().call_later(max(delay, 0.0), self.wake)
+
+
+_DISCONNECTED = _Outcome("retry", reason="platform disconnected",
+                         retry_in=DISCONNECTED_RETRY_SECONDS)
+
+
+async def _parked(decision: Park) -> _Outcome:
+    return _Outcome("parked", reason=decision.reason, detail=decision.detail)
+
+
+def _from_sends(n: Notification, results: list[SendResult]) -> _Outcome:
+    """A delivery succeeded when every send of it did."""
+    for result in results:
+        if result.ok:
+            continue
+        if result.permanent:
+            return _Outcome("parked", reason="route_gone", detail=result.error)
+        retry_in = result.retry_after if result.retry_after is not None else _backoff(n)
+        return _Outcome("retry", reason=result.error, retry_in=retry_in)
+    last = next((r.message_id for r in reversed(results) if r.message_id), None)
+    return _Outcome("delivered", message_id=last)
+
+
+def _backoff(n: Notification) -> float:
+    return _BACKOFF[min(n.attempts, len(_BACKOFF) - 1)]

@@ -1,0 +1,96 @@
+"""The outbox: durable first, claimed once, reconciled after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from agent.command import CommandAgent
+from gateway.config import Config
+from gateway.notifications import NewNotification, ReturnAddress
+from gateway.outbox import Outbox
+from gateway.platforms.memory import MemoryAdapter
+from gateway.route import Route
+from gateway.router import Router
+from gateway.runner import GatewayRunner
+from gateway.store import SessionStore
+
+from .helpers import eventually
+
+
+def notice(key: str, sid: str, route: Route, n: int) -> NewNotification:
+    return NewNotification(idempotency_key=f"j{n}:completion:0", kind="completion",
+                           address=ReturnAddress(key, sid, route), text=f"notice {n}",
+                           job_id=f"j{n}")
+
+
+ROUTE = Route("memory", "dm", "1", user_id="1")
+KEY = "agent:main:memory:dm:1"
+
+
+async def test_the_same_idempotency_key_is_stored_once(store: SessionStore) -> None:
+    outbox = Outbox(store.db)
+    n = notice(KEY, "s1", ROUTE, 1)
+    await asyncio.gather(outbox.produce([n]), outbox.produce([n]))
+    await outbox.produce([n])
+    assert len(await outbox.list()) == 1
+
+
+async def test_a_second_claim_of_a_row_gets_nothing(store: SessionStore) -> None:
+    outbox = Outbox(store.db)
+    await outbox.produce([notice(KEY, "s1", ROUTE, 1)])
+    first, second = await asyncio.gather(outbox.claim("a"), outbox.claim("b"))
+    assert len(first) + len(second) == 1
+
+
+async def test_restart_settles_claimed_rows_without_resending_sent_ones(store: SessionStore
+                                                                        ) -> None:
+    outbox = Outbox(store.db)
+    await outbox.produce([notice(KEY, "s1", ROUTE, i) for i in range(3)])
+    claimed = await outbox.claim("dead-router")
+    # the dead router had sent the first one (its message id is on record)
+    await store.db.write([("UPDATE notifications SET sent_message_id = 'm1' WHERE id = ?",
+                           (claimed[0].id,))])
+    assert await outbox.reconcile_claimed() == (1, 2)
+    states = {n.id: n.state for n in await outbox.list()}
+    assert states[claimed[0].id] == "delivered"
+    assert sorted(s for i, s in states.items() if i != claimed[0].id) == ["pending", "pending"]
+
+
+async def test_two_routers_racing_over_one_outbox_deliver_each_once(
+        tmp_path: Path, config: Config) -> None:
+    path = config.state_db
+    async with SessionStore(path) as store_a, SessionStore(path) as store_b:
+        routes = [Route("memory", "dm", str(i), user_id=str(i)) for i in range(40)]
+        sessions = [await store_a.get_or_create(f"agent:main:memory:dm:{i}", r)
+                    for i, r in enumerate(routes)]
+        routers, adapters = [], []
+        for name, store in (("router-a", store_a), ("router-b", store_b)):
+            runner = GatewayRunner(config, store, CommandAgent())
+            adapter = MemoryAdapter("memory", send_delay=0.001)
+            runner.add_adapter(adapter)
+            await adapter.connect(runner)
+            router = Router(Outbox(store.db), store, runner, name=name)
+            routers.append(router)
+            adapters.append(adapter)
+        await asyncio.gather(*(r.start() for r in routers))
+        producer = Outbox(store_a.db)
+        notices = [notice(s.session_key, s.id, s.route, i) for i, s in
+                   enumerate(sessions * 10)]
+        for chunk in range(0, len(notices), 37):
+            await producer.produce(notices[chunk:chunk + 37])
+            for r in routers:
+                r.wake()
+        sent = lambda: [m for a in adapters for m in a.sent]  # noqa: E731
+        await eventually(lambda: len(sent()) >= 400, what="400 deliveries")
+        await asyncio.sleep(0.3)
+        for r in routers:
+            await r.stop()
+            await r.settle()
+        texts = [m.text for m in sent()]
+        assert len(texts) == 400 and len(set(texts)) == 400
+        for message in sent():  # and each went to its own chat
+            n = int(message.text.split()[1])
+            assert message.route.chat_id == str(n % 40)
+        assert all(a.sent for a in adapters), "both routers should have taken part"
+        assert {n.state for n in await Outbox(store_a.db).list()} == {"delivered"}
