@@ -69,6 +69,7 @@ class CommandAgent:
     # commands ----------------------------------------------------------------
 
     async def _cmd_whoami(self, turn: Turn, args: str) -> None:
+        await asyncio.sleep(0)  # let concurrent turns run in between, as any real tool would
         in_loop = session_info()
         # the same tool from a worker thread must see the same conversation
         in_thread = await asyncio.to_thread(session_info)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
@@ -27,11 +28,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    config_help = "config file (default: $HOMING_CONFIG, then $HOMING_HOME/config.yaml)"
+    # --config may come before or after the command; the subcommand's copy
+    # must not overwrite the top-level value with its default
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="PATH",
-                        help="config file (default: $HOMING_CONFIG, then $HOMING_HOME/config.yaml)")
-    parser = argparse.ArgumentParser(prog="homing", parents=[common],
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help=config_help)
+    parser = argparse.ArgumentParser(prog="homing",
                                      description="Chat gateway whose background work reports back.")
+    parser.add_argument("--config", metavar="PATH", default=None, help=config_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
@@ -64,10 +68,13 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     configure_logging(config.logging)
     try:
         asyncio.run(run_daemon(config))
+    except asyncio.CancelledError:
+        print("homing: stopped without waiting for turns in flight", file=sys.stderr)
+        return 130
     except StartupError as exc:
         print(f"homing: cannot start: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except OSError as exc:
+    except (OSError, sqlite3.Error, RuntimeError) as exc:
         print(f"homing: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -85,7 +92,19 @@ def _check_config(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _existing_store(config: Config) -> bool:
+    """Read-only commands look at an existing state database and never make one."""
+    if config.state_db.exists():
+        return True
+    print(f"homing: no state database at {config.state_db} (is HOMING_HOME or the config's "
+          f"'home' set as for the daemon?)", file=sys.stderr)
+    return False
+
+
 def _sessions(config: Config, args: argparse.Namespace) -> int:
+    if not _existing_store(config):
+        return 1
+
     async def fetch() -> list[dict]:
         async with SessionStore(config.state_db) as store:
             return [s.to_dict() for s in await store.list_sessions(args.archived)]
@@ -107,6 +126,9 @@ def _sessions(config: Config, args: argparse.Namespace) -> int:
 
 def _jobs(config: Config, args: argparse.Namespace) -> int:
     from tools.jobs import JOB_COLUMNS, JobRecord
+
+    if not _existing_store(config):
+        return 1
 
     async def fetch() -> list[dict]:
         async with SessionStore(config.state_db) as store:
@@ -130,6 +152,9 @@ def _jobs(config: Config, args: argparse.Namespace) -> int:
 
 def _notifications(config: Config, args: argparse.Namespace) -> int:
     from .outbox import Outbox
+
+    if not _existing_store(config):
+        return 1
 
     async def fetch() -> list[dict]:
         async with SessionStore(config.state_db) as store:

@@ -41,7 +41,7 @@ async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
 
 async def _new(turn: Turn) -> None:
     old = turn.session
-    turn.session = await turn.runner.store.rotate(old.id, "new")
+    turn.session = await turn.runner.store.rotate(old.id, "new", route=turn.route)
     await turn.reply(
         f"Started a new session ({turn.session.id}). The previous one ({old.id}) is closed.",
         kind="system",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_HOME = "~/.homing"
 
@@ -27,13 +27,6 @@ class WebConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     token: str | None = None
-
-    @model_validator(mode="after")
-    def _token_off_loopback(self) -> WebConfig:
-        if self.enabled and not self.is_loopback() and not self.token:
-            raise ValueError(
-                f"token is required when host {self.host!r} is not a loopback address")
-        return self
 
     def is_loopback(self) -> bool:
         if self.host == "localhost":
@@ -164,6 +157,10 @@ def load_config(
     config = parse_config(raw, env, source)
     if env.get("HOMING_HOME"):
         config = config.model_copy(update={"home": env["HOMING_HOME"]})
+    elif file is not None and not Path(config.home).expanduser().is_absolute():
+        # under systemd the working directory is /, so a relative home means
+        # "next to the config file"
+        config = config.model_copy(update={"home": str(file.parent.resolve() / config.home)})
     return config
 
 
@@ -177,9 +174,21 @@ def parse_config(raw: Any, environ: dict[str, str], source: str = "<config>") ->
     if problems:
         raise ConfigError(source, problems)
     try:
-        return Config.model_validate(substituted)
+        config = Config.model_validate(substituted)
     except ValidationError as exc:
         raise ConfigError(source, [_describe(err) for err in exc.errors()]) from None
+    problems = _cross_field_problems(config)
+    if problems:
+        raise ConfigError(source, problems)
+    return config
+
+
+def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
+    web = config.platforms.web
+    if web.enabled and not web.is_loopback() and not web.token:
+        return [("platforms.web.token",
+                 f"required when platforms.web.host ({web.host}) is not a loopback address")]
+    return []
 
 
 def _parse_yaml(text: str, source: str) -> Any:

@@ -91,11 +91,21 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
 
 
 async def run_daemon(config: Config) -> None:
-    """Run until SIGINT or SIGTERM, then stop cleanly."""
+    """Run until SIGINT or SIGTERM, then stop cleanly; a second signal stops at once."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            stop.set()
+            return
+        log.warning("second_signal_stopping_now")
+        if main is not None:
+            main.cancel()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         async with running_gateway(config):
             await stop.wait()

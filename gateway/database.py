@@ -1,21 +1,23 @@
-"""The state database: one aiosqlite connection, WAL, and group commit.
+"""The state database: a writer and a reader connection, WAL, and group commit.
 
 Writers hand their work to :meth:`Database.write` (await until committed) or
 :meth:`Database.write_behind` (fire and forget). Everything queued while the
 previous transaction ran is committed together in the next one, so a burst
 of a thousand job exits costs a handful of transactions instead of a
 thousand, and a caller still learns only after the commit that its write is
-durable.
+durable. Reads go through a second connection, so they never see another
+coroutine's uncommitted writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiosqlite
 import structlog
@@ -24,14 +26,20 @@ from .migrations import migrate
 
 log = structlog.get_logger(__name__)
 
-T = TypeVar("T")
 Op = tuple[str, Sequence[Any]]
 #: work run inside a batch transaction: plain statements, or a function of the connection
 Work = Sequence[Op] | Callable[[aiosqlite.Connection], Awaitable[Any]]
 
+_BUSY_RETRY = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class StoreClosed(RuntimeError):
+    """The state database is closed; nothing more can be written."""
+
 
 @dataclass(slots=True)
 class _Queued:
+    seq: int
     work: Work
     done: asyncio.Future[Any] | None
 
@@ -40,25 +48,44 @@ class Database:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._conn: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
         self._queue: list[_Queued] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._enqueued = 0  # sequence number of the last queued write
+        self._settled = 0  # every write up to this number has committed or failed
+        self._progress = asyncio.Event()
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = await aiosqlite.connect(self.path, isolation_level=None)
-        await self._conn.execute("PRAGMA journal_mode=WAL")
-        await self._conn.execute("PRAGMA synchronous=NORMAL")
-        await self._conn.execute("PRAGMA busy_timeout=10000")
-        await self._conn.execute("PRAGMA foreign_keys=ON")
-        await migrate(self._conn)
+        try:
+            self._conn = await _connect(self.path)
+            await self._conn.execute("PRAGMA journal_mode=WAL")
+            await self._conn.execute("PRAGMA synchronous=NORMAL")
+            await migrate(self._conn)
+            self._reader = await _connect(self.path)
+            await self._reader.execute("PRAGMA query_only=ON")
+        except BaseException:
+            await self._close_connections()
+            raise
 
     async def close(self) -> None:
         if self._conn is None:
             return
-        await self.flush()
-        await self._conn.close()
-        self._conn = None
+        try:
+            await self.flush()
+        finally:
+            await self._close_connections()
+            for item in self._queue:
+                if item.done is not None and not item.done.done():
+                    item.done.set_exception(StoreClosed("the state database was closed"))
+            self._queue.clear()
+
+    async def _close_connections(self) -> None:
+        for conn in (self._reader, self._conn):
+            if conn is not None:
+                await conn.close()
+        self._conn = self._reader = None
 
     @property
     def is_open(self) -> bool:
@@ -67,93 +94,137 @@ class Database:
     @property
     def conn(self) -> aiosqlite.Connection:
         if self._conn is None:
-            raise RuntimeError("the state database is not open")
+            raise StoreClosed("the state database is not open")
         return self._conn
 
     # reading ---------------------------------------------------------------
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        async with self.conn.execute(sql, params) as cur:
+        async with self._read().execute(sql, params) as cur:
             return await cur.fetchone()
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        async with self.conn.execute(sql, params) as cur:
+        async with self._read().execute(sql, params) as cur:
             return list(await cur.fetchall())
+
+    def _read(self) -> aiosqlite.Connection:
+        if self._reader is None:
+            raise StoreClosed("the state database is not open")
+        return self._reader
 
     # writing ---------------------------------------------------------------
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """An immediate transaction of its own, for claims that must not wait.
+        """An immediate transaction of its own.
 
         One at a time: on a shared connection, statements of concurrent
         coroutines would otherwise land in each other's transactions.
         """
         async with self._lock:
             conn = self.conn
-            await conn.execute("BEGIN IMMEDIATE")
             try:
+                await conn.execute("BEGIN IMMEDIATE")
                 yield conn
+                await conn.commit()
             except BaseException:
-                await conn.rollback()
+                if conn.in_transaction:
+                    await conn.rollback()
                 raise
-            await conn.commit()
 
     async def write(self, work: Work) -> Any:
         """Queue ``work`` for the next group commit; return its result once committed."""
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Queued(work, done))
+        self._enqueue(work, done)
         return await asyncio.shield(done)
 
     def write_behind(self, work: Work) -> None:
         """Queue ``work`` without waiting; failures are logged, and :meth:`flush` waits."""
-        self._enqueue(_Queued(work, None))
+        self._enqueue(work, None)
 
     async def flush(self) -> None:
-        while self._queue or (self._flusher is not None and not self._flusher.done()):
-            if self._flusher is not None and not self._flusher.done():
-                await asyncio.shield(self._flusher)
-            else:
-                await self._commit_queued()
+        """Wait until every write queued before this call has committed (or failed)."""
+        target = self._enqueued
+        while self._settled < target:
+            if self._flusher is None or self._flusher.done():
+                self._start_flusher()
+            self._progress.clear()
+            await self._progress.wait()
 
-    def _enqueue(self, item: _Queued) -> None:
-        self._queue.append(item)
+    def _enqueue(self, work: Work, done: asyncio.Future[Any] | None) -> None:
+        if self._conn is None:
+            raise StoreClosed("the state database is closed")
+        self._enqueued += 1
+        self._queue.append(_Queued(self._enqueued, work, done))
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+            self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
 
     async def _flush_loop(self) -> None:
-        while self._queue:
-            await self._commit_queued()
+        while self._queue and self._conn is not None:
+            batch, self._queue = self._queue, []
+            await self._commit(batch)
+            self._settled = batch[-1].seq
+            self._progress.set()
 
-    async def _commit_queued(self) -> None:
-        batch, self._queue = self._queue, []
-        if not batch or self._conn is None:
+    async def _commit(self, batch: list[_Queued]) -> None:
+        for attempt, delay in enumerate((*_BUSY_RETRY, None)):
+            try:
+                async with self.transaction() as conn:
+                    results = await _run_batch(conn, batch)
+            except sqlite3.OperationalError as exc:
+                # another process holds the write lock: wait and try the whole batch again
+                if _is_busy(exc) and delay is not None:
+                    log.warning("state_db_busy_retrying", writes=len(batch), attempt=attempt + 1)
+                    await asyncio.sleep(delay)
+                    continue
+                break
+            except Exception:
+                break
+            for item, result in zip(batch, results, strict=True):
+                _resolve(item, result)
             return
-        try:
-            async with self.transaction() as conn:
-                results = await _run_batch(conn, batch)
-        except Exception:
-            # one bad write must not sink the others: retry each on its own
-            log.warning("group_commit_failed_retrying_individually", writes=len(batch))
-            for item in batch:
-                await self._commit_alone(item)
-            return
-        for item, result in zip(batch, results, strict=True):
-            if item.done is not None and not item.done.done():
-                item.done.set_result(result)
+        # one bad write must not sink the others: each on its own, so only it fails
+        for item in batch:
+            try:
+                async with self.transaction() as conn:
+                    (result,) = await _run_batch(conn, [item])
+            except Exception as exc:
+                _fail(item, exc)
+            else:
+                _resolve(item, result)
 
-    async def _commit_alone(self, item: _Queued) -> None:
-        try:
-            async with self.transaction() as conn:
-                (result,) = await _run_batch(conn, [item])
-        except Exception as exc:
-            if item.done is None:
-                log.exception("write_behind_failed")
-            elif not item.done.done():
-                item.done.set_exception(exc)
-            return
-        if item.done is not None and not item.done.done():
-            item.done.set_result(result)
+
+async def _connect(path: Path) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    await conn.execute("PRAGMA busy_timeout=10000")
+    await conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _resolve(item: _Queued, result: Any) -> None:
+    if item.done is not None and not item.done.done():
+        item.done.set_result(result)
+
+
+def _fail(item: _Queued, exc: Exception) -> None:
+    if item.done is None:
+        log.error("write_behind_failed", error=repr(exc), work=_describe(item.work))
+    elif not item.done.done():
+        item.done.set_exception(exc)
+
+
+def _describe(work: Work) -> str:
+    if callable(work):
+        return getattr(work, "__qualname__", repr(work))
+    return "; ".join(f"{sql.split('(')[0].strip()} {list(params)[:3]}" for sql, params in work)
 
 
 async def _run_batch(conn: aiosqlite.Connection, batch: list[_Queued]) -> list[Any]:

@@ -91,26 +91,32 @@ MIGRATIONS: list[str] = [
 
 
 async def migrate(db: aiosqlite.Connection) -> int:
-    """Bring the schema up to date; return the version reached."""
-    async with db.execute("PRAGMA user_version") as cur:
-        row = await cur.fetchone()
-    version = int(row[0]) if row else 0
-    if version > len(MIGRATIONS):
-        raise RuntimeError(
-            f"state database is at schema version {version}, newer than this "
-            f"homing ({len(MIGRATIONS)}); upgrade homing"
-        )
-    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+    """Bring the schema up to date; return the version reached.
+
+    The version is read inside the write lock, so two processes starting on
+    a new database do not both apply the same migration.
+    """
+    while True:
         await db.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _statements(script):
+            async with db.execute("PRAGMA user_version") as cur:
+                row = await cur.fetchone()
+            version = int(row[0]) if row else 0
+            if version > len(MIGRATIONS):
+                raise RuntimeError(
+                    f"state database is at schema version {version}, newer than this "
+                    f"homing ({len(MIGRATIONS)}); upgrade homing")
+            if version == len(MIGRATIONS):
+                await db.commit()
+                return version
+            for statement in _statements(MIGRATIONS[version]):
                 await db.execute(statement)
-            await db.execute(f"PRAGMA user_version = {number}")
+            await db.execute(f"PRAGMA user_version = {version + 1}")
             await db.commit()
         except BaseException:
-            await db.rollback()
+            if db.in_transaction:
+                await db.rollback()
             raise
-    return len(MIGRATIONS)
 
 
 def _statements(script: str) -> list[str]:

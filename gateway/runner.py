@@ -134,25 +134,32 @@ class GatewayRunner:
     async def _handle(self, key: str, event: MessageEvent) -> Outcome:
         adapter = self.adapters.get(event.route.platform)
         vouched = adapter is not None and adapter.authenticates_users
-        if not event.internal and not is_authorized(event, self.config, vouched=vouched):
+        if not is_authorized(event, self.config, vouched=vouched):
             log.info("message_unauthorized", platform=event.route.platform,
                      chat_id=event.route.chat_id, user_id=event.route.user_id)
             return "unauthorized"
-        session = await self.store.get_or_create(key, event.route)
-        session = self.store.touch(session, event.route)
-        self.store.record_message(session.id, "user", event.text)
-        turn = Turn(event=event, session=session, runner=self)
-        ctx = SessionContext(route=event.route, session_key=key, session_id=session.id,
-                             tab_id=event.tab_id)
-        with session_context(ctx), structlog.contextvars.bound_contextvars(
-            session_key=key, session_id=session.id
-        ):
+        with structlog.contextvars.bound_contextvars(session_key=key):
             try:
-                await self._run_turn(turn)
+                session = await self.store.get_or_create(key, event.route)
+                session = self.store.touch(session, event.route)
+                self.store.record_message(session.id, "user", event.text)
             except Exception:
-                log.exception("turn_failed")
-                await self._apologise(turn)
+                # the store failed: say so, and keep the conversation's lane alive
+                log.exception("message_not_recorded", platform=event.route.platform)
+                await self._apologise_without_session(event)
                 return "failed"
+            turn = Turn(event=event, session=session, runner=self)
+            ctx = SessionContext(route=event.route, session_key=key, session_id=session.id,
+                                 tab_id=event.tab_id)
+            with session_context(ctx), structlog.contextvars.bound_contextvars(
+                session_id=session.id
+            ):
+                try:
+                    await self._run_turn(turn)
+                except Exception:
+                    log.exception("turn_failed")
+                    await self._apologise(turn)
+                    return "failed"
         return "handled"
 
     async def notification_turn(self, session: SessionEntry, route: Route,
@@ -188,6 +195,16 @@ class GatewayRunner:
         except Exception:
             log.exception("apology_failed")
 
+    async def _apologise_without_session(self, event: MessageEvent) -> None:
+        adapter = self.adapters.get(event.route.platform)
+        if adapter is None:
+            return
+        try:
+            await adapter.send(event.route, "Sorry, that message could not be recorded; "
+                               "the error is in the gateway log.", kind="system")
+        except Exception:
+            log.exception("apology_failed")
+
     # output ------------------------------------------------------------------
 
     async def send(self, session: SessionEntry, route: Route, text: str, *,
@@ -198,7 +215,7 @@ class GatewayRunner:
         if adapter is None:
             log.error("send_no_adapter", platform=route.platform, session_id=session.id)
             return SendResult.failed(f"platform {route.platform!r} is not running")
-        result = await adapter.send(route, text, kind=kind)
+        result = await adapter.send(route, text, kind=kind, session_id=session.id)
         if not result.ok:
             log.warning("send_failed", platform=route.platform, chat_id=route.chat_id,
                         thread_id=route.thread_id, error=result.error)

@@ -143,7 +143,10 @@ class SessionStore:
         cached = self._live.get(session_key)
         if cached is not None:
             return cached
-        return await self._select_live(self.db.conn, session_key)
+        row = await self.db.fetchone(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions "
+            "WHERE session_key = ? AND ended_at IS NULL", (session_key,))
+        return _entry(row) if row else None
 
     async def get(self, session_id: str) -> SessionEntry | None:
         row = await self.db.fetchone(
@@ -175,16 +178,19 @@ class SessionStore:
         self._forget(ended.session_key, session_id)
         return ended
 
-    async def rotate(self, session_id: str, reason: str, *, lineage: bool = False) -> SessionEntry:
+    async def rotate(self, session_id: str, reason: str, *, lineage: bool = False,
+                     route: Route | None = None) -> SessionEntry:
         """End a session and start the next one under the same key, atomically.
 
         ``lineage`` records the ended session as the parent (context
         compression); a reset (``/new``) starts a fresh, unrelated session.
+        ``route`` is where the successor lives, when the caller knows it
+        better than the stored one (the message that asked for the rotation).
         """
         async with self.db.transaction() as db:
             ended = await self._end(db, session_id, reason)
             successor = _new_entry(
-                ended.session_key, ended.route,
+                ended.session_key, route or ended.route,
                 parent_session_id=ended.id if lineage else None,
             )
             await self._insert(db, successor)
@@ -316,12 +322,6 @@ class SessionStore:
         return live
 
     # helpers -------------------------------------------------------------
-
-    async def _select_live(self, db: aiosqlite.Connection, key: str) -> SessionEntry | None:
-        row = await _fetchone(
-            db, f"SELECT {_SESSION_COLUMNS} FROM sessions "
-                "WHERE session_key = ? AND ended_at IS NULL", (key,))
-        return _entry(row) if row else None
 
     async def _insert(self, db: aiosqlite.Connection, e: SessionEntry) -> None:
         await db.execute(

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 HOMING = [sys.executable, "-m", "gateway.cli"]
 
@@ -37,7 +38,9 @@ async def _listening_url(stderr: asyncio.StreamReader) -> str:
             return record["url"]
 
 
-async def test_run_serves_the_web_chat_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+async def test_run_serves_the_web_chat_and_stops_cleanly(tmp_path: Path,
+                                                         stop_signal: signal.Signals) -> None:
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n")
@@ -50,7 +53,7 @@ async def test_run_serves_the_web_chat_and_stops_cleanly_on_sigterm(tmp_path: Pa
             ready = await ws.receive_json(timeout=5)
             await ws.send_json({"type": "message", "text": "hello daemon"})
             assert "hello daemon" in (await ws.receive_json(timeout=5))["text"]
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop_signal)
         assert await asyncio.wait_for(proc.wait(), 20) == 0
     finally:
         if proc.returncode is None:

@@ -69,7 +69,7 @@ def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
     ("platforms: {web: {port: eighty}}", "platforms.web.port"),
     ("platforms: {telegram: {enabled: maybe}}", "platforms.telegram.enabled"),
     ("agent: {backend: gpt}", "agent.backend"),
-    ("platforms: {web: {host: 0.0.0.0}}", "platforms.web"),
+    ("platforms: {web: {host: 0.0.0.0}}", "platforms.web.token"),
     ("platforms: {web: [1, 2]", "<yaml line 1"),
     ("- just\n- a list", "<root>"),
 ])
@@ -121,3 +121,25 @@ def test_the_example_documents_every_option() -> None:
 
     missing = [p for p in _dotted_fields(Config) if not has(p)]
     assert missing == []
+
+
+def test_config_may_come_before_or_after_the_command(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    missing = str(tmp_path / "missing.yaml")
+    assert main(["--config", missing, "check-config"]) == 2
+    assert main(["check-config", "--config", missing]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_a_relative_home_is_next_to_the_config_file(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "etc" / "homing.yaml", "home: state")
+    assert load_config(cfg, {}).state_db == tmp_path / "etc" / "state" / "state.db"
+
+
+def test_reading_commands_never_create_a_state_database(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write(tmp_path / "c.yaml", f"home: {tmp_path / 'nowhere'}")
+    for command in ("sessions", "jobs", "notifications"):
+        assert main([command, "--config", str(cfg)]) == 1
+    assert "no state database" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists()

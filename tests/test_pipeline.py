@@ -65,6 +65,37 @@ async def test_a_session_handles_its_messages_one_at_a_time_in_order(
                               ("user", "message 1"), ("reply", adapter.sent_to(topic)[1].text)]
 
 
+async def test_turns_never_overlap_within_a_session_but_do_across_sessions(
+        tmp_path) -> None:
+    from gateway.daemon import running_gateway
+
+    from .conftest import make_config
+
+    adapter = MemoryAdapter("memory")
+    async with running_gateway(make_config(tmp_path / "home"), [adapter]):
+        one, two = Route("memory", "dm", "1", user_id="1"), Route("memory", "dm", "2",
+                                                                  user_id="2")
+        probe = "/run echo {n} $(date +%s%N); sleep 0.05; echo {n} $(date +%s%N)"
+        await asyncio.gather(*(adapter.receive(probe.format(n=n), route)
+                               for n in range(8) for route in (one, two)))
+
+        def intervals(route: Route) -> list[tuple[int, int, int]]:
+            spans = []
+            for message in adapter.sent_to(route):
+                stamps = [line.split() for line in message.text.splitlines()
+                          if line[:1].isdigit()]
+                spans.append((int(stamps[0][0]), int(stamps[0][1]), int(stamps[1][1])))
+            return spans
+
+        for route in (one, two):
+            spans = intervals(route)
+            assert [n for n, _, _ in spans] == list(range(8))  # in arrival order
+            for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
+                assert end <= start  # one turn at a time
+        a, b = intervals(one), intervals(two)
+        assert any(s1 < e2 and s2 < e1 for _, s1, e1 in a for _, s2, e2 in b)  # in parallel
+
+
 async def test_a_message_waits_for_its_sessions_turn(
         memory_gateway: tuple[GatewayRunner, MemoryAdapter]) -> None:
     runner, adapter = memory_gateway

@@ -52,10 +52,11 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def open_tab(http: aiohttp.ClientSession, base: str, conversation: str | None = None
-                   ) -> Tab:
-    url = f"{base}/ws" + (f"?conversation={conversation}" if conversation else "")
-    ws = await http.ws_connect(url)
+async def open_tab(http: aiohttp.ClientSession, base: str, conversation: str | None = None,
+                   **query: str) -> Tab:
+    if conversation:
+        query["conversation"] = conversation
+    ws = await http.ws_connect(f"{base}/ws", params=query)
     ready = await ws.receive_json(timeout=5)
     assert ready["type"] == "ready"
     return Tab(ws, ready)
@@ -83,12 +84,25 @@ async def test_two_tabs_on_one_conversation_both_receive_its_frames(web, http) -
     assert second.ready["session_id"] == first.ready["session_id"]
     assert second.ready["tab"] != first.ready["tab"]
     await first.say("hello both")
+    for tab in (first, second):
+        frame = await tab.frame()
+        assert (frame["type"], frame["kind"]) == ("message", "reply")
+        assert "hello both" in frame["text"]
+        assert frame["session_id"] == first.ready["session_id"]
+    await other.no_frame()
+
+
+async def test_a_tab_can_ask_to_see_what_other_tabs_send(web, http) -> None:
+    _, base = web
+    first = await open_tab(http, base)
+    second = await open_tab(http, base, first.ready["conversation"], echo="1")
+    await first.say("hello both")
     echo = await second.frame()
     assert (echo["kind"], echo["text"], echo["from_tab"]) == (
         "user", "hello both", first.ready["tab"])
     assert "hello both" in (await first.frame())["text"]
     assert "hello both" in (await second.frame())["text"]
-    await other.no_frame()
+    await first.no_frame(0.05)  # no echo of its own message
 
 
 async def test_new_rotates_the_session_id_and_keeps_the_key(web, http) -> None:
@@ -244,3 +258,23 @@ async def test_job_notices_reach_only_their_conversation_and_wait_for_a_busy_one
 
 def _marker(text: str) -> str:
     return next(word for word in text.split() if word.startswith(("marker-", "slow-")))
+
+
+@pytest.mark.parametrize("headers", [
+    {"Origin": "https://evil.example"},
+    {"Host": "attacker.example:8765"},
+])
+async def test_without_a_token_foreign_pages_are_refused(web, http, headers) -> None:
+    _, base = web
+    async with http.get(f"{base}/api/sessions", headers=headers) as resp:
+        assert resp.status == 403
+    with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+        await http.ws_connect(f"{base}/ws", headers=headers)
+    assert err.value.status == 403
+
+
+async def test_a_plain_get_of_the_socket_creates_nothing(web, http) -> None:
+    runner, base = web
+    async with http.get(f"{base}/ws") as resp:
+        assert resp.status == 400
+    assert await runner.store.list_sessions("include") == []

@@ -34,8 +34,13 @@ class Adapter(ABC):
     async def disconnect(self) -> None: ...
 
     @abstractmethod
-    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply") -> SendResult:
-        """Deliver ``text`` to ``route``, split to the platform's limit."""
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None) -> SendResult:
+        """Deliver ``text`` to ``route``, split to the platform's limit.
+
+        ``session_id`` names the session the text belongs to, for platforms
+        that show it (the web chat); routing never depends on it.
+        """
 
     @property
     def connected(self) -> bool:

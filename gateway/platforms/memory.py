@@ -53,7 +53,8 @@ class MemoryAdapter(Adapter):
         return self._runner.submit(MessageEvent(text=text, route=route, message_id=message_id,
                                                 metadata=dict(metadata)))
 
-    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply") -> SendResult:
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None) -> SendResult:
         if self.send_delay:
             await asyncio.sleep(self.send_delay)
         for part in split_message(text, self.message_limit):

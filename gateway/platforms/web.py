@@ -12,8 +12,10 @@ import hmac
 import json
 import re
 import uuid
+from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import WSMsgType, web
@@ -36,6 +38,7 @@ MAX_FRAME_BYTES = 64 * 1024
 _TRANSPORT_LIMIT = 16 * 1024 * 1024
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MAX_TITLE = 200
+_LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 
 class WebAdapter(Adapter):
@@ -48,7 +51,7 @@ class WebAdapter(Adapter):
         self.port: int | None = None
         self._runner: GatewayRunner | None = None
         self._site_runner: web.AppRunner | None = None
-        self._tabs: dict[str, dict[str, web.WebSocketResponse]] = {}
+        self._tabs: dict[str, dict[str, _Tab]] = {}
         self._frames_sent = 0
 
     # lifecycle -------------------------------------------------------------
@@ -74,8 +77,8 @@ class WebAdapter(Adapter):
 
     async def disconnect(self) -> None:
         for tabs in list(self._tabs.values()):
-            for ws in list(tabs.values()):
-                await ws.close(code=1001, message=b"gateway stopping")
+            for tab in list(tabs.values()):
+                await tab.ws.close(code=1001, message=b"gateway stopping")
         if self._site_runner is not None:
             await self._site_runner.cleanup()
             self._site_runner = None
@@ -96,16 +99,18 @@ class WebAdapter(Adapter):
 
     # sending ---------------------------------------------------------------
 
-    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply") -> SendResult:
-        session = await self.runner.store.live_session(self.runner.session_key_for(route))
-        frame = _message_frame(kind, text, session)
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None) -> SendResult:
+        frame = {"type": "message", "kind": kind, "text": text, "session_id": session_id,
+                 "session_key": self.runner.session_key_for(route)}
         await self._broadcast(route.chat_id, frame)
         self._frames_sent += 1
         return SendResult.sent(f"web-{self._frames_sent}")
 
     async def _broadcast(self, conversation: str, frame: dict[str, Any],
-                         skip_tab: str | None = None) -> None:
-        tabs = [ws for tab, ws in self._tabs.get(conversation, {}).items() if tab != skip_tab]
+                         skip_tab: str | None = None, echo_only: bool = False) -> None:
+        tabs = [t.ws for tab, t in self._tabs.get(conversation, {}).items()
+                if tab != skip_tab and (t.echo or not echo_only)]
         if tabs:
             await asyncio.gather(*(self._send_frame(ws, frame) for ws in tabs))
 
@@ -126,27 +131,29 @@ class WebAdapter(Adapter):
         route = Route(platform="web", chat_type="dm", chat_id=conversation,
                       user_id="web", user_name="web")
         key = self.runner.session_key_for(route)
-        session = await self.runner.store.get_or_create(key, route)
 
         ws = web.WebSocketResponse(max_msg_size=_TRANSPORT_LIMIT, heartbeat=30)
+        if not ws.can_prepare(request).ok:
+            raise _json_error(400, "this endpoint speaks WebSocket only")
         await ws.prepare(request)
-        tab = uuid.uuid4().hex[:12]
-        self._tabs.setdefault(conversation, {})[tab] = ws
-        bound = log.bind(session_key=key, tab=tab)
+        session = await self.runner.store.get_or_create(key, route)
+        tab = _Tab(id=uuid.uuid4().hex[:12], ws=ws, echo=request.query.get("echo") == "1")
+        self._tabs.setdefault(conversation, {})[tab.id] = tab
+        bound = log.bind(session_key=key, tab=tab.id)
         bound.info("web_tab_opened")
         try:
-            await ws.send_json({"type": "ready", "tab": tab, "conversation": conversation,
+            await ws.send_json({"type": "ready", "tab": tab.id, "conversation": conversation,
                                 "session_key": key, "session_id": session.id})
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
-                    await self._on_frame(ws, msg.data, route, tab)
+                    await self._on_frame(ws, msg.data, route, tab.id)
                 elif msg.type == WSMsgType.BINARY:
                     await ws.send_json(_error("binary frames are not supported; send JSON text"))
                 elif msg.type == WSMsgType.ERROR:
                     bound.warning("web_tab_error", error=str(ws.exception()))
         finally:
             tabs = self._tabs.get(conversation, {})
-            tabs.pop(tab, None)
+            tabs.pop(tab.id, None)
             if not tabs:
                 self._tabs.pop(conversation, None)
             bound.info("web_tab_closed")
@@ -170,7 +177,7 @@ class WebAdapter(Adapter):
         text: str = frame["text"]
         await self._broadcast(route.chat_id, {
             "type": "message", "kind": "user", "text": text, "from_tab": tab,
-        }, skip_tab=tab)
+        }, skip_tab=tab, echo_only=True)
         try:
             self.runner.submit(MessageEvent(text=text, route=route, metadata={"tab": tab}))
         except GatewayClosed:
@@ -227,7 +234,31 @@ class WebAdapter(Adapter):
             given = request.query.get("token") or _bearer(request.headers.get("Authorization"))
             if not given or not hmac.compare_digest(given.encode(), expected.encode()):
                 raise _json_error(401, "missing or wrong token")
+        else:
+            # without a token the only guard is loopback: refuse what a web page
+            # elsewhere could send (another Origin, a rebound DNS name)
+            problem = _foreign_request(request)
+            if problem:
+                log.warning("web_request_refused", reason=problem, path=request.path)
+                raise _json_error(403, problem)
         return await handler(request)
+
+
+@dataclass(slots=True)
+class _Tab:
+    id: str
+    ws: web.WebSocketResponse
+    echo: bool  # wants to see what the conversation's other tabs send
+
+
+def _foreign_request(request: web.Request) -> str | None:
+    host = (request.host or "").rsplit(":", 1)[0].strip("[]").lower()
+    if host not in _LOOPBACK_NAMES:
+        return f"host {request.host!r} is not a loopback name; set platforms.web.token"
+    origin = request.headers.get("Origin")
+    if origin and urlsplit(origin).netloc.lower() != (request.host or "").lower():
+        return f"cross-origin request from {origin!r} refused"
+    return None
 
 
 def _frame_problem(frame: Any) -> str | None:
@@ -241,14 +272,6 @@ def _frame_problem(frame: Any) -> str | None:
     return None
 
 
-def _message_frame(kind: MessageKind, text: str, session: SessionEntry | None) -> dict[str, Any]:
-    return {
-        "type": "message", "kind": kind, "text": text,
-        "session_id": session.id if session else None,
-        "session_key": session.session_key if session else None,
-    }
-
-
 def _session_json(entry: SessionEntry) -> dict[str, Any]:
     data = entry.to_dict()
     data["conversation"] = entry.route.chat_id if entry.route.platform == "web" else None
@@ -260,7 +283,8 @@ def _error(message: str) -> dict[str, str]:
 
 
 def _json_error(status: int, message: str) -> web.HTTPException:
-    cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 404: web.HTTPNotFound}[status]
+    cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
+           404: web.HTTPNotFound}[status]
     return cls(text=json.dumps({"error": message}), content_type="application/json")
 
 
