@@ -84,7 +84,8 @@ def _check_config(config: Config, args: argparse.Namespace) -> int:
     from .daemon import StartupError, build_adapters
 
     try:
-        build_adapters(config)
+        if not build_adapters(config):
+            raise StartupError("platforms: no platform is enabled; enable platforms.web at least")
     except StartupError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -52,6 +52,10 @@ def build_adapters(config: Config) -> list[Adapter]:
             raise StartupError(
                 f"platforms.{name}.enabled: the {name} adapter is not part of this "
                 f"version of homing yet; set it to false")
+    return adapters
+
+
+def _require_some(adapters: list[Adapter]) -> list[Adapter]:
     if not adapters:
         raise StartupError("platforms: no platform is enabled; enable platforms.web at least")
     return adapters
@@ -61,7 +65,7 @@ def build_adapters(config: Config) -> list[Adapter]:
 async def running_gateway(config: Config, extra_adapters: list[Adapter] | None = None
                           ) -> AsyncIterator[Gateway]:
     """The gateway with its store open, every adapter connected and jobs re-attached."""
-    adapters = [*build_adapters(config), *(extra_adapters or [])]
+    adapters = _require_some([*build_adapters(config), *(extra_adapters or [])])
     async with SessionStore(config.state_db) as store:
         outbox = Outbox(store.db)
         jobs = JobManager(store.db, outbox, config)

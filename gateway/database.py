@@ -2,19 +2,19 @@
 
 Writers hand their work to :meth:`Database.write` (await until committed) or
 :meth:`Database.write_behind` (fire and forget). Everything queued while the
-previous transaction ran is committed together in the next one, so a burst
-of a thousand job exits costs a handful of transactions instead of a
-thousand, and a caller still learns only after the commit that its write is
-durable. Reads go through a second connection, so they never see another
-coroutine's uncommitted writes.
+previous transaction ran is committed together in the next one, in a single
+trip to aiosqlite's worker thread, so a burst of a thousand job exits costs a
+handful of transactions instead of a thousand, and a caller still learns only
+after the commit that its write is durable. There is no other way to write,
+so no two coroutines can ever share a transaction by accident. Reads go
+through a second connection and never see uncommitted writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,9 @@ from .migrations import migrate
 log = structlog.get_logger(__name__)
 
 Op = tuple[str, Sequence[Any]]
-#: work run inside a batch transaction: plain statements, or a function of the connection
-Work = Sequence[Op] | Callable[[aiosqlite.Connection], Awaitable[Any]]
+#: work run inside a batch transaction: plain statements, or a function of the
+#: connection that runs in the database thread (so it must not touch asyncio)
+Work = Sequence[Op] | Callable[[sqlite3.Connection], Any]
 
 _BUSY_RETRY = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
@@ -49,7 +50,6 @@ class Database:
         self.path = Path(path)
         self._conn: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
         self._queue: list[_Queued] = []
         self._flusher: asyncio.Task[None] | None = None
         self._enqueued = 0  # sequence number of the last queued write
@@ -100,12 +100,11 @@ class Database:
     # reading ---------------------------------------------------------------
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        async with self._read().execute(sql, params) as cur:
-            return await cur.fetchone()
+        rows = await self._read().execute_fetchall(sql, params)
+        return rows[0] if rows else None
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        async with self._read().execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        return list(await self._read().execute_fetchall(sql, params))
 
     def _read(self) -> aiosqlite.Connection:
         if self._reader is None:
@@ -113,24 +112,6 @@ class Database:
         return self._reader
 
     # writing ---------------------------------------------------------------
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """An immediate transaction of its own.
-
-        One at a time: on a shared connection, statements of concurrent
-        coroutines would otherwise land in each other's transactions.
-        """
-        async with self._lock:
-            conn = self.conn
-            try:
-                await conn.execute("BEGIN IMMEDIATE")
-                yield conn
-                await conn.commit()
-            except BaseException:
-                if conn.in_transaction:
-                    await conn.rollback()
-                raise
 
     async def write(self, work: Work) -> Any:
         """Queue ``work`` for the next group commit; return its result once committed."""
@@ -172,8 +153,7 @@ class Database:
     async def _commit(self, batch: list[_Queued]) -> None:
         for attempt, delay in enumerate((*_BUSY_RETRY, None)):
             try:
-                async with self.transaction() as conn:
-                    results = await _run_batch(conn, batch)
+                results = await self._in_db_thread(_run_batch, batch)
             except sqlite3.OperationalError as exc:
                 # another process holds the write lock: wait and try the whole batch again
                 if _is_busy(exc) and delay is not None:
@@ -189,12 +169,21 @@ class Database:
         # one bad write must not sink the others: each on its own, so only it fails
         for item in batch:
             try:
-                async with self.transaction() as conn:
-                    (result,) = await _run_batch(conn, [item])
+                (result,) = await self._in_db_thread(_run_batch, [item])
             except Exception as exc:
                 _fail(item, exc)
             else:
                 _resolve(item, result)
+
+    async def _in_db_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(sqlite3_connection, *args)`` in aiosqlite's worker thread, in one trip.
+
+        aiosqlite has no public call for this; its ``_execute`` and ``_conn``
+        are what its own methods use. One trip per transaction instead of
+        one per statement is what keeps commits fast while the loop is busy.
+        """
+        conn = self.conn
+        return await conn._execute(fn, conn._conn, *args)
 
 
 async def _connect(path: Path) -> aiosqlite.Connection:
@@ -227,24 +216,31 @@ def _describe(work: Work) -> str:
     return "; ".join(f"{sql.split('(')[0].strip()} {list(params)[:3]}" for sql, params in work)
 
 
-async def _run_batch(conn: aiosqlite.Connection, batch: list[_Queued]) -> list[Any]:
-    """Run queued work in order; runs of one statement become one executemany."""
+def _run_batch(conn: sqlite3.Connection, batch: list[_Queued]) -> list[Any]:
+    """One transaction (in the database thread): runs of one statement become one executemany."""
     results: list[Any] = [None] * len(batch)
-    run_sql: str | None = None
-    run_rows: list[Sequence[Any]] = []
-    for index, item in enumerate(batch):
-        if callable(item.work):
-            if run_sql is not None:
-                await conn.executemany(run_sql, run_rows)
-                run_sql, run_rows = None, []
-            results[index] = await item.work(conn)
-            continue
-        for sql, params in item.work:
-            if sql != run_sql:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        run_sql: str | None = None
+        run_rows: list[Sequence[Any]] = []
+        for index, item in enumerate(batch):
+            if callable(item.work):
                 if run_sql is not None:
-                    await conn.executemany(run_sql, run_rows)
-                run_sql, run_rows = sql, []
-            run_rows.append(params)
-    if run_sql is not None:
-        await conn.executemany(run_sql, run_rows)
+                    conn.executemany(run_sql, run_rows)
+                    run_sql, run_rows = None, []
+                results[index] = item.work(conn)
+                continue
+            for sql, params in item.work:
+                if sql != run_sql:
+                    if run_sql is not None:
+                        conn.executemany(run_sql, run_rows)
+                    run_sql, run_rows = sql, []
+                run_rows.append(params)
+        if run_sql is not None:
+            conn.executemany(run_sql, run_rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
     return results

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-import aiosqlite
+import sqlite3
 import structlog
 
 from .database import Database, Op
@@ -60,14 +60,13 @@ class Outbox:
         """Atomically take up to ``limit`` due pending notifications, oldest first."""
         now = time.time()
 
-        async def take(conn: aiosqlite.Connection) -> list[Notification]:
-            async with conn.execute(
+        def take(conn: sqlite3.Connection) -> list[Notification]:
+            rows = conn.execute(
                 f"UPDATE notifications SET state = 'claimed', claimed_by = ?, claimed_at = ? "
                 f"WHERE id IN (SELECT id FROM notifications WHERE state = 'pending' "
                 f"AND (not_before IS NULL OR not_before <= ?) ORDER BY id LIMIT ?) "
                 f"RETURNING {NOTIFICATION_COLUMNS}", (claimer, now, now, limit),
-            ) as cur:
-                rows = await cur.fetchall()
+            ).fetchall()
             return sorted((Notification(*row) for row in rows), key=lambda n: n.id)
 
         return await self.db.write(take)
@@ -109,11 +108,11 @@ class Outbox:
         fell between the send and its record, the user may see it twice —
         the one window the platforms give us no way to check.
         """
-        async def settle(conn: aiosqlite.Connection) -> tuple[int, int]:
-            sent = await conn.execute(
+        def settle(conn: sqlite3.Connection) -> tuple[int, int]:
+            sent = conn.execute(
                 "UPDATE notifications SET state = 'delivered', delivered_at = claimed_at "
                 "WHERE state = 'claimed' AND sent_message_id IS NOT NULL")
-            requeued = await conn.execute(
+            requeued = conn.execute(
                 "UPDATE notifications SET state = 'pending', claimed_by = NULL, "
                 "claimed_at = NULL, last_error = 'claimed when the gateway stopped' "
                 "WHERE state = 'claimed'")

@@ -51,6 +51,7 @@ class Router:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
+        self._stopping = False
 
     # lifecycle -------------------------------------------------------------
 
@@ -60,6 +61,8 @@ class Router:
 
     async def stop(self) -> None:
         """Claim nothing more; deliveries under way finish (see :meth:`settle`)."""
+        self._stopping = True
+        self.wake()
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
@@ -76,7 +79,9 @@ class Router:
     # the loop --------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
+        # the flag, not only cancellation, ends the loop: a cancel that lands
+        # just as the wait finishes can be lost on Python 3.11
+        while not self._stopping:
             self._wake.clear()
             try:
                 batch = await self.outbox.claim(self.name, CLAIM_BATCH)
@@ -91,7 +96,8 @@ class Router:
                 log.exception("router_cycle_failed", router=self.name)
                 timeout = DISCONNECTED_RETRY_SECONDS
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

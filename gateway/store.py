@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import aiosqlite
 import structlog
 
 from .database import Database
 from .route import Route
+from .session_cache import LiveSessionCache
 
 log = structlog.get_logger(__name__)
 
@@ -92,7 +92,7 @@ class SessionStore:
 
     def __init__(self, path: str | Path) -> None:
         self.db = Database(path)
-        self._live: OrderedDict[str, SessionEntry] = OrderedDict()
+        self._live = LiveSessionCache(_LIVE_CACHE_SIZE)
         self._creations: dict[str, tuple[SessionEntry, asyncio.Future[SessionEntry]]] = {}
         self._creator: asyncio.Task[None] | None = None
 
@@ -126,9 +126,8 @@ class SessionStore:
         unique index keeps it at one live session per key even across
         processes.
         """
-        cached = self._live.get(session_key)
+        cached = self._live.by_key(session_key)
         if cached is not None:
-            self._live.move_to_end(session_key)
             return cached
         pending = self._creations.get(session_key)
         if pending is None:
@@ -140,7 +139,7 @@ class SessionStore:
         return await asyncio.shield(pending[1])
 
     async def live_session(self, session_key: str) -> SessionEntry | None:
-        cached = self._live.get(session_key)
+        cached = self._live.by_key(session_key)
         if cached is not None:
             return cached
         row = await self.db.fetchone(
@@ -157,9 +156,10 @@ class SessionStore:
         """Sessions by id; live ones come from the cache without a query."""
         found: dict[str, SessionEntry] = {}
         wanted = set(session_ids)
-        for entry in self._live.values():
-            if entry.id in wanted:
-                found[entry.id] = entry
+        for session_id in wanted:
+            entry = self._live.by_id(session_id)
+            if entry is not None:
+                found[session_id] = entry
         missing = sorted(wanted - found.keys())
         for start in range(0, len(missing), 500):
             chunk = missing[start:start + 500]
@@ -173,9 +173,8 @@ class SessionStore:
 
     async def end_session(self, session_id: str, reason: str) -> SessionEntry:
         """End one lifetime of a conversation; ending twice keeps the first reason."""
-        async with self.db.transaction() as db:
-            ended = await self._end(db, session_id, reason)
-        self._forget(ended.session_key, session_id)
+        ended = await self.db.write(lambda conn: _end(conn, session_id, reason))
+        self._live.forget(session_id)
         return ended
 
     async def rotate(self, session_id: str, reason: str, *, lineage: bool = False,
@@ -187,15 +186,16 @@ class SessionStore:
         ``route`` is where the successor lives, when the caller knows it
         better than the stored one (the message that asked for the rotation).
         """
-        async with self.db.transaction() as db:
-            ended = await self._end(db, session_id, reason)
-            successor = _new_entry(
-                ended.session_key, route or ended.route,
-                parent_session_id=ended.id if lineage else None,
-            )
-            await self._insert(db, successor)
-        self._forget(ended.session_key, session_id)
-        self._cache(successor)
+        def end_and_start(conn: sqlite3.Connection) -> tuple[SessionEntry, SessionEntry]:
+            ended = _end(conn, session_id, reason)
+            successor = _new_entry(ended.session_key, route or ended.route,
+                                   parent_session_id=ended.id if lineage else None)
+            conn.execute(_INSERT_SESSION, _row(successor))
+            return ended, successor
+
+        ended, successor = await self.db.write(end_and_start)
+        self._live.forget(session_id)
+        self._live.put(successor)
         log.info("session_rotated", session_key=ended.session_key, ended_session_id=ended.id,
                  session_id=successor.id, reason=reason)
         return successor
@@ -209,17 +209,19 @@ class SessionStore:
         if archived is not None:
             sets.append("archived = ?")
             params.append(int(archived))
-        async with self.db.transaction() as db:
+        def update(conn: sqlite3.Connection) -> Any:
             if sets:
-                await db.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?",
-                                 (*params, session_id))
-            row = await _fetchone(db, f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
-                                  (session_id,))
+                conn.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?",
+                             (*params, session_id))
+            return conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
+                                (session_id,)).fetchone()
+
+        row = await self.db.write(update)
         if row is None:
             raise SessionNotFound(session_id)
         entry = _entry(row)
-        if entry.is_live and entry.session_key in self._live:
-            self._live[entry.session_key] = entry
+        if entry.is_live:
+            self._live.refresh(entry)
         return entry
 
     async def list_sessions(self, archived: ArchivedFilter = "exclude", *,
@@ -256,9 +258,7 @@ class SessionStore:
         """Note activity and the latest route details (names, reply anchor)."""
         now = time.time()
         updated = replace(entry, last_active_at=now, route=route)
-        cached = self._live.get(entry.session_key)
-        if cached is not None and cached.id == entry.id:
-            self._live[entry.session_key] = updated
+        self._live.refresh(updated)
         self.db.write_behind([(
             "UPDATE sessions SET last_active_at = ?, route = ? WHERE id = ?",
             (now, json.dumps(route.to_dict()), entry.id),
@@ -283,7 +283,7 @@ class SessionStore:
             creations, self._creations = self._creations, {}
             entries = [entry for entry, _ in creations.values()]
             try:
-                created = await self.db.write(lambda conn: self._insert_many(conn, entries))
+                created = await self.db.write(lambda conn: _insert_many(conn, entries))
             except Exception as exc:
                 log.exception("session_create_failed", sessions=len(entries))
                 for _, future in creations.values():
@@ -297,56 +297,12 @@ class SessionStore:
                 if entry is None:  # ended by another process between insert and select
                     future.set_exception(RuntimeError(f"session for {key} vanished while created"))
                     continue
-                self._cache(entry)
+                self._live.put(entry)
                 if entry.id == mine.id:
                     log.info("session_created", session_key=key, session_id=entry.id)
                 future.set_result(entry)
 
-    async def _insert_many(self, db: aiosqlite.Connection,
-                           entries: list[SessionEntry]) -> dict[str, SessionEntry]:
-        """Insert sessions unless their key is live already; the live row per key."""
-        await db.executemany(
-            f"INSERT OR IGNORE INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            [_row(e) for e in entries])
-        live: dict[str, SessionEntry] = {}
-        keys = [e.session_key for e in entries]
-        for start in range(0, len(keys), 500):
-            chunk = keys[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            async with db.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions "
-                f"WHERE ended_at IS NULL AND session_key IN ({marks})", chunk) as cur:
-                for row in await cur.fetchall():
-                    entry = _entry(row)
-                    live[entry.session_key] = entry
-        return live
-
     # helpers -------------------------------------------------------------
-
-    async def _insert(self, db: aiosqlite.Connection, e: SessionEntry) -> None:
-        await db.execute(
-            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", _row(e))
-
-    async def _end(self, db: aiosqlite.Connection, session_id: str, reason: str) -> SessionEntry:
-        await db.execute(
-            "UPDATE sessions SET ended_at = ?, end_reason = ? "
-            "WHERE id = ? AND ended_at IS NULL", (time.time(), reason, session_id))
-        row = await _fetchone(db, f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
-                              (session_id,))
-        if row is None:
-            raise SessionNotFound(session_id)
-        return _entry(row)
-
-    def _cache(self, entry: SessionEntry) -> None:
-        self._live[entry.session_key] = entry
-        self._live.move_to_end(entry.session_key)
-        while len(self._live) > _LIVE_CACHE_SIZE:
-            self._live.popitem(last=False)
-
-    def _forget(self, key: str, session_id: str) -> None:
-        cached = self._live.get(key)
-        if cached is not None and cached.id == session_id:
-            del self._live[key]
 
 
 def new_session_id() -> str:
@@ -375,17 +331,33 @@ def _entry(row: Iterable[Any]) -> SessionEntry:
     )
 
 
-async def _fetchone(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> Any:
-    async with db.execute(sql, params) as cur:
-        return await cur.fetchone()
+_INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
 
-def _group(batch: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """Consecutive statements with the same SQL, so each run is one executemany."""
-    groups: list[tuple[str, list[tuple[Any, ...]]]] = []
-    for sql, params in batch:
-        if groups and groups[-1][0] == sql:
-            groups[-1][1].append(params)
-        else:
-            groups.append((sql, [params]))
-    return groups
+def _insert_many(conn: sqlite3.Connection, entries: list[SessionEntry]
+                 ) -> dict[str, SessionEntry]:
+    """Insert sessions unless their key is live already; the live row per key."""
+    conn.executemany(_INSERT_SESSION.replace("INSERT", "INSERT OR IGNORE", 1),
+                     [_row(e) for e in entries])
+    live: dict[str, SessionEntry] = {}
+    keys = [e.session_key for e in entries]
+    for start in range(0, len(keys), 500):
+        chunk = keys[start:start + 500]
+        rows = conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions "
+            f"WHERE ended_at IS NULL AND session_key IN ({','.join('?' * len(chunk))})",
+            chunk).fetchall()
+        for row in rows:
+            entry = _entry(row)
+            live[entry.session_key] = entry
+    return live
+
+
+def _end(conn: sqlite3.Connection, session_id: str, reason: str) -> SessionEntry:
+    conn.execute("UPDATE sessions SET ended_at = ?, end_reason = ? "
+                 "WHERE id = ? AND ended_at IS NULL", (time.time(), reason, session_id))
+    row = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
+                       (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    return _entry(row)

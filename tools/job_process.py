@@ -16,10 +16,11 @@ import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-# $1 command, $2 exit-code file, $3 log file
+# $1 command, $2 exit-code file, $3 log file. Only shell builtins run after the
+# command ends (a subshell, not another exec), so its end reaches the daemon fast.
 _WRAPPER = (
-    '{ /bin/sh -c "$1" </dev/null 2>&1; echo $? > "$2.tmp"; } | tee -p -a "$3"; '
-    'mv -f "$2.tmp" "$2"; read code < "$2"; exit "$code"'
+    '( c=$1; e=$2; set --; ( eval "$c" ) </dev/null 2>&1; echo $? > "$e" ) '
+    '| tee -p -a "$3"; read code < "$2"; exit "$code"'
 )
 _LINE_LIMIT = 1024 * 1024
 _FOLLOW_INTERVAL = 0.2

@@ -275,7 +275,8 @@ class JobManager:
         await self.db.write([("UPDATE jobs SET killed = 1 WHERE id = ?", (job_id,))])
         job_process.signal_group(record.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(live.ended.wait(), self.settings.kill_grace_seconds)
+            async with asyncio.timeout(self.settings.kill_grace_seconds):
+                await live.ended.wait()
         except TimeoutError:
             job_process.signal_group(record.pid, signal.SIGKILL)
         log.info("job_killed", job_id=job_id)

@@ -47,8 +47,8 @@ class Terminal:
 
         assert proc.stdout is not None
         try:
-            await asyncio.wait_for(job_process.read_lines(proc.stdout, keep),
-                                   timeout or self.foreground_timeout)
+            async with asyncio.timeout(timeout or self.foreground_timeout):
+                await job_process.read_lines(proc.stdout, keep)
             return ForegroundResult(await proc.wait(), list(output), timed_out=False)
         except TimeoutError:
             job_process.signal_group(proc.pid, signal.SIGKILL)

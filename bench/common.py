@@ -1,0 +1,47 @@
+"""Shared bits for the benchmarks: a quiet gateway on a temp dir and percentiles."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gateway.config import Config, LoggingConfig, parse_config  # noqa: E402
+from gateway.events import MessageKind, SendResult  # noqa: E402
+from gateway.logs import configure_logging  # noqa: E402
+from gateway.platforms.memory import MemoryAdapter  # noqa: E402
+from gateway.route import Route  # noqa: E402
+
+
+def quiet() -> None:
+    configure_logging(LoggingConfig(level="warning"))
+
+
+def bench_config(home: str, **sections: dict) -> Config:
+    return parse_config({"home": home, "platforms": {"web": {"enabled": False}}, **sections}, {})
+
+
+class TimedAdapter(MemoryAdapter):
+    """Records the wall-clock time of every send, in nanoseconds."""
+
+    def __init__(self) -> None:
+        super().__init__("memory")
+        self.sent_ns: list[tuple[Route, str, int]] = []
+
+    @property
+    def connected(self) -> bool:
+        return True
+
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None) -> SendResult:
+        self.sent_ns.append((route, text, time.time_ns()))
+        return SendResult.sent(str(len(self.sent_ns)))
+
+
+def percentiles(values_ms: list[float]) -> tuple[float, float]:
+    ordered = sorted(values_ms)
+    p99 = ordered[max(0, int(len(ordered) * 0.99) - 1)]
+    return statistics.median(ordered), p99

@@ -1,0 +1,85 @@
+"""Job exit → adapter send, with 1, 100 and 1,000 concurrent jobs.
+
+Each job runs in its own conversation, sleeps, prints the wall-clock time in
+nanoseconds as its very last act, and exits. Jobs end all at once (the worst
+case: every exit competes for the two cores) or spread over a few seconds. The latency is the time from
+that print to the memory adapter's send of the completion notice — it
+includes the shell's exit, the daemon noticing it, the durable outbox commit,
+the router, the owner's turn and the send.
+
+    python -m bench.notify_latency [--levels 1,100,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import tempfile
+import time
+
+from bench.common import TimedAdapter, bench_config, percentiles, quiet
+from gateway.daemon import running_gateway
+from gateway.notifications import ReturnAddress
+from gateway.route import Route
+
+
+async def measure(jobs: int, spread: float) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as home:
+        adapter = TimedAdapter()
+        async with running_gateway(bench_config(home), [adapter]) as gw:
+            addresses = []
+            for n in range(jobs):
+                route = Route("memory", "group", "-1001", thread_id=str(n), user_id="1")
+                key = gw.runner.session_key_for(route)
+                session = await gw.store.get_or_create(key, route)
+                addresses.append(ReturnAddress(key, session.id, route))
+            # every job sleeps until the same moment, so they end together
+            # all jobs run at once; they end together, or spread over ``spread`` seconds
+            first_end = time.time_ns() + int((2.0 + jobs * 0.006) * 1e9)
+            for n, address in enumerate(addresses):
+                end_ns = first_end + int(spread * 1e9 * n / max(1, jobs))
+                command = (f"d=$(( ({end_ns} - $(date +%s%N)) / 1000000 )); [ $d -gt 0 ] && "
+                           f"sleep $((d / 1000)).$(printf %03d $((d % 1000))); date +%s%N")
+                await gw.jobs.start(command, address)
+            await _wait_for(lambda: len(adapter.sent_ns) >= jobs, 60 + jobs * 0.05)
+            latencies = []
+            for route, text, sent_ns in adapter.sent_ns:
+                printed = int([w for w in text.split() if w.isdigit() and len(w) >= 18][-1])
+                latencies.append((sent_ns - printed) / 1e6)
+            expected = {a.route.thread_id for a in addresses}
+            misrouted = len(expected) - len({route.thread_id for route, _, _ in adapter.sent_ns})
+        p50, p99 = percentiles(latencies)
+        return {"jobs": jobs, "p50": p50, "p99": p99, "max": max(latencies),
+                "misrouted": misrouted}
+
+
+async def _wait_for(check, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("not every notice arrived")
+        await asyncio.sleep(0.01)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--levels", default="1,100,1000")
+    parser.add_argument("--spreads", default="0,2",
+                        help="seconds over which the jobs' ends are spread (0: all at once)")
+    args = parser.parse_args()
+    quiet()
+    print(f"{'jobs':>6}  {'ends over':>9}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  misrouted")
+    for level in (int(x) for x in args.levels.split(",")):
+        for spread in (float(x) for x in args.spreads.split(",")):
+            if level == 1 and spread:
+                continue
+            r = await measure(level, spread)
+            print(f"{r['jobs']:>6}  {spread:>7.1f} s  {r['p50']:>7.2f}  {r['p99']:>7.2f}  "
+                  f"{r['max']:>7.2f}  {r['misrouted']}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of the daemon process: {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,70 @@
+"""Durable notifications through the router: notifications/s and misroutes.
+
+10,000 notifications addressed to 10, 1,000 and 10,000 sessions (forum
+topics of one group) are committed to the outbox by concurrent producers and
+routed through the real router, lanes, command agent and a memory adapter.
+The clock runs from the first produce to the last row marked delivered.
+A misroute is a notice sent anywhere but its own topic.
+
+    python -m bench.route_throughput [--notifications 10000] [--sessions 10,1000,10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import tempfile
+import time
+
+from bench.common import TimedAdapter, bench_config, quiet
+from gateway.daemon import running_gateway
+from gateway.notifications import NewNotification, ReturnAddress
+from gateway.route import Route
+
+
+async def measure(total: int, sessions: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as home:
+        adapter = TimedAdapter()
+        async with running_gateway(bench_config(home), [adapter]) as gw:
+            addresses = []
+            for n in range(sessions):
+                route = Route("memory", "group", "-1001", thread_id=str(n), user_id="1")
+                key = gw.runner.session_key_for(route)
+                session = await gw.store.get_or_create(key, route)
+                addresses.append(ReturnAddress(key, session.id, route))
+            notices = [NewNotification(f"b{i}:completion:0", "completion",
+                                       addresses[i % sessions], f"notice {i} for {i % sessions}",
+                                       job_id=f"b{i}") for i in range(total)]
+            begin = time.perf_counter()
+            await asyncio.gather(*(gw.outbox.produce([n]) for n in notices))
+            produced = time.perf_counter()
+            while len(adapter.sent_ns) < total:
+                await asyncio.sleep(0.005)
+            await gw.router.settle()
+            elapsed = time.perf_counter() - begin
+            delivered = len(await gw.outbox.list("delivered", limit=total + 1))
+            misroutes = sum(1 for route, text, _ in adapter.sent_ns
+                            if route.thread_id != text.split()[3])
+    return {"per_second": total / elapsed, "produce_per_second": total / (produced - begin),
+            "misroutes": misroutes, "delivered": delivered, "sent": len(adapter.sent_ns)}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--notifications", type=int, default=10_000)
+    parser.add_argument("--sessions", default="10,1000,10000")
+    args = parser.parse_args()
+    quiet()
+    print(f"{'sessions':>8}  {'notices':>7}  {'routed/s':>8}  {'committed/s':>11}  "
+          f"{'delivered':>9}  misroutes")
+    for sessions in (int(x) for x in args.sessions.split(",")):
+        r = await measure(args.notifications, sessions)
+        print(f"{sessions:>8}  {r['sent']:>7}  {r['per_second']:>8.0f}  "
+              f"{r['produce_per_second']:>11.0f}  {r['delivered']:>9}  {r['misroutes']}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS: {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

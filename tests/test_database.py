@@ -1,0 +1,95 @@
+"""Group commit under failure: nothing lost, one bad write sinks only itself."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gateway.database import Database, StoreClosed
+from gateway.migrations import MIGRATIONS
+
+INSERT = ("INSERT INTO sessions (id, session_key, platform, route, created_at, last_active_at) "
+          "VALUES (?, ?, 'web', '{}', 0, 0)")
+
+
+async def test_a_bad_write_fails_alone_and_the_rest_commit(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+    await db.open()
+    try:
+        good = [db.write([(INSERT, (f"s{i}", f"k{i}"))]) for i in range(5)]
+        bad = db.write([(INSERT, ("s0", "duplicate id"))])  # primary key clash
+        results = await asyncio.gather(*good, bad, return_exceptions=True)
+        assert all(r is None for r in results[:5])
+        assert isinstance(results[5], sqlite3.IntegrityError)
+        assert len(await db.fetchall("SELECT id FROM sessions")) == 5
+    finally:
+        await db.close()
+
+
+async def test_a_locked_database_delays_writes_but_loses_none(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    db = Database(path)
+    await db.open()
+    blocker = sqlite3.connect(path, timeout=0, isolation_level=None)
+    blocker.execute("PRAGMA busy_timeout=0")
+    try:
+        await db.conn.execute("PRAGMA busy_timeout=50")  # make contention show quickly
+        blocker.execute("BEGIN IMMEDIATE")
+        db.write_behind([(INSERT, ("s1", "k1"))])
+        pending = asyncio.ensure_future(db.write([(INSERT, ("s2", "k2"))]))
+        await asyncio.sleep(0.3)
+        assert not pending.done()  # waiting, not failed
+        blocker.execute("COMMIT")
+        await asyncio.wait_for(pending, 10)
+        await db.flush()
+        assert sorted(r[0] for r in await db.fetchall("SELECT id FROM sessions")) == ["s1", "s2"]
+    finally:
+        blocker.close()
+        await db.close()
+
+
+async def test_flush_waits_only_for_what_came_before_it(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+    await db.open()
+    stop = asyncio.Event()
+
+    async def keep_writing() -> None:
+        i = 0
+        while not stop.is_set():
+            db.write_behind([(INSERT, (f"s{i}", f"k{i}"))])
+            i += 1
+            await asyncio.sleep(0)
+
+    writer = asyncio.ensure_future(keep_writing())
+    try:
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(db.flush(), 5)  # returns although writes keep coming
+    finally:
+        stop.set()
+        await writer
+        await db.close()
+
+
+async def test_a_closed_database_refuses_writes(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+    await db.open()
+    await db.close()
+    with pytest.raises(StoreClosed):
+        await db.write([(INSERT, ("s1", "k1"))])
+    with pytest.raises(StoreClosed):
+        db.write_behind([(INSERT, ("s1", "k1"))])
+
+
+async def test_two_processes_migrating_a_new_database_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    dbs = [Database(path) for _ in range(4)]
+    await asyncio.gather(*(d.open() for d in dbs))
+    try:
+        row = await dbs[0].fetchone("PRAGMA user_version")
+        assert row[0] == len(MIGRATIONS)
+    finally:
+        for d in dbs:
+            await d.close()
