@@ -81,3 +81,33 @@ async def test_an_unavailable_platform_is_refused_by_name(tmp_path: Path) -> Non
     (home / "config.yaml").write_text("platforms: {discord: {enabled: true}}\n")
     code, _, err = await run_cli("check-config", env=_env(home))
     assert code == 2 and "platforms.discord.enabled" in err
+
+
+async def test_parked_notifications_are_listed_with_their_reason(tmp_path: Path) -> None:
+    from gateway.daemon import running_gateway
+    from gateway.notifications import NewNotification, ReturnAddress
+    from gateway.route import Route
+
+    from .conftest import make_config
+    from .helpers import eventually_async
+
+    home = tmp_path / "home"
+    async with running_gateway(make_config(home)) as gw:
+        await gw.outbox.produce([NewNotification(
+            "stray:completion:0", "completion",
+            ReturnAddress("agent:main:matrix:dm:1", "s-gone", Route("matrix", "dm", "1")),
+            "a notice for a platform this gateway does not run", job_id="jstray")])
+
+        async def parked() -> list:
+            return await gw.outbox.list("parked")
+
+        await eventually_async(parked, what="the parked notice")
+    env = _env(home)
+    code, out, _ = await run_cli("notifications", "--state", "parked", "--json", env=env)
+    assert code == 0
+    (row,) = json.loads(out)
+    assert (row["reason"], row["job_id"], row["state"]) == ("unknown_platform", "jstray", "parked")
+    code, out, _ = await run_cli("notifications", "--state", "parked", env=env)
+    assert code == 0 and "unknown_platform" in out
+    code, out, _ = await run_cli("notifications", "--state", "delivered", "--json", env=env)
+    assert json.loads(out) == []

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.daemon import Gateway, running_gateway
+from gateway.events import SendResult
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.platforms.memory import MemoryAdapter, SentMessage
 from gateway.route import Route
@@ -244,3 +245,31 @@ async def test_whoami_still_reports_its_context_as_json(gateway) -> None:
     chat = Route("memory", "dm", "1", user_id="1")
     await adapter.receive("/whoami", chat)
     assert json.loads(adapter.sent_to(chat)[-1].text)["tool"]["route"]["chat_id"] == "1"
+
+
+async def test_a_thread_that_is_gone_parks_the_notice_as_route_gone(gateway) -> None:
+    gw, adapter = gateway
+    topic = Route("memory", "group", FORUM, thread_id="404", user_id="1")
+    await adapter.receive("/bg echo into-the-void", topic)
+    adapter.scripted_failures[FORUM] = [
+        SendResult.failed("message thread not found", permanent=True)]
+
+    async def parked() -> list:
+        return await gw.outbox.list("parked")
+
+    rows = await eventually_async(parked, what="the parked notice")
+    assert rows[0].reason == "route_gone" and "thread not found" in rows[0].last_error
+    assert notices(adapter) == []
+
+
+async def test_a_failed_send_is_retried_not_dropped(gateway) -> None:
+    gw, adapter = gateway
+    chat = Route("memory", "dm", "8", user_id="8")
+    await adapter.receive("/bg sleep 0.3; echo eventually-sent", chat)
+    adapter.scripted_failures["8"] = [SendResult.failed("flood control", retry_after=0.2),
+                                      SendResult.failed("502 bad gateway")]
+    await eventually(lambda: notices(adapter), timeout=15, what="the notice after retries")
+    await gw.router.settle()
+    (row,) = await gw.outbox.list("delivered")
+    assert row.attempts == 3 and "eventually-sent" in row.text
+    assert len(notices(adapter)) == 1

@@ -34,6 +34,9 @@ class MemoryAdapter(Adapter):
     def __init__(self, platform: str = "memory", *, message_limit: int = 4096,
                  send_delay: float = 0.0, authenticates_users: bool = True) -> None:
         self.platform = platform
+        #: answers chosen by a test for the next sends to a chat, in order:
+        #: chat_id → list of SendResults (a failure is returned instead of sending)
+        self.scripted_failures: dict[str, list[SendResult]] = {}
         self.authenticates_users = authenticates_users
         self.message_limit = message_limit
         self.send_delay = send_delay
@@ -57,6 +60,9 @@ class MemoryAdapter(Adapter):
                    session_id: str | None = None) -> SendResult:
         if self.send_delay:
             await asyncio.sleep(self.send_delay)
+        scripted = self.scripted_failures.get(route.chat_id)
+        if scripted:
+            return scripted.pop(0)
         for part in split_message(text, self.message_limit):
             self.sent.append(SentMessage(route=route, text=part, kind=kind))
         return SendResult.sent(str(len(self.sent)))
