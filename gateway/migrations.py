@@ -87,6 +87,25 @@ MIGRATIONS: list[str] = [
     CREATE INDEX notifications_state ON notifications(state, id);
     CREATE INDEX notifications_session ON notifications(session_id);
     """,
+    # 3: sub-agent delegations
+    """
+    CREATE TABLE delegations (
+        id             TEXT PRIMARY KEY,
+        task           TEXT NOT NULL,
+        state          TEXT NOT NULL,      -- dispatched, running, finished, interrupted, lost
+        session_key    TEXT NOT NULL,
+        session_id     TEXT NOT NULL,      -- the spawning session
+        tab_id         TEXT,
+        return_address TEXT NOT NULL,
+        result         TEXT,
+        exit_code      INTEGER,
+        created_at     REAL NOT NULL,
+        started_at     REAL,
+        finished_at    REAL
+    );
+    CREATE INDEX delegations_session ON delegations(session_id, state);
+    CREATE INDEX delegations_state ON delegations(state);
+    """,
 ]
 
 

@@ -1,20 +1,27 @@
-"""The ownership rule: where a notification may go. One function, every consumer.
+"""The ownership rule: where a notification may go. One rule, every consumer.
 
-A notification is delivered only where it can be proven to belong; anything
-that cannot be proven is parked with a reason. Nothing here looks at the
-message currently being handled: the answer depends only on the
-notification's own return address and the persisted session store.
+A notification belongs to a session when (a) its session id is that live
+session's, (b) its session was compressed and the compression lineage leads
+to that live session, or (c) its session cannot be found but the web tab it
+was started from is still open on that session's conversation. Anything that
+cannot be proven is parked with a reason. Nothing here looks at the message
+currently being handled: only the notification's own return address and the
+persisted session store count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from .notifications import Notification
 from .route import Route
 from .session_key import SessionKeyError, key_parts_for, parse_session_key
-from .store import SessionEntry
+from .store import SessionEntry, SessionStore
+
+#: notices of background jobs: for an ended owner they still reach the chat as a
+#: labelled plain message; every other kind (delegation results) is parked
+JOB_KINDS = frozenset({"completion", "watch_match", "watch_disabled"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +49,17 @@ class Park:
 Decision = DeliverTurn | DeliverNotice | Park
 
 
-def resolve_owner(n: Notification, session: SessionEntry | None,
-                  platforms: Collection[str]) -> Decision:
-    """Decide where ``n`` goes.
+@dataclass(frozen=True, slots=True)
+class OwnerFacts:
+    """What the store and the web chat say about a notification's owner."""
 
-    ``session`` is the store's record for ``n.session_id`` (None when the
-    lookup found nothing); ``platforms`` are the platforms this gateway runs.
-    """
+    session: SessionEntry | None  # the record of the notification's session id
+    tip: SessionEntry | None = None  # the end of its compression lineage
+    tab_session: SessionEntry | None = None  # live session of a conversation its tab is open on
+
+
+def resolve_owner(n: Notification, facts: OwnerFacts, platforms: Collection[str]) -> Decision:
+    """Decide where ``n`` goes, from facts alone (no I/O: every branch is unit-tested)."""
     try:
         parts = parse_session_key(n.session_key)
     except SessionKeyError as exc:
@@ -58,19 +69,63 @@ def resolve_owner(n: Notification, session: SessionEntry | None,
     address = n.address
     if address is None:
         return Park("no_route", "the return address cannot be read")
-    if session is None:
-        return Park("no_route", f"session {n.session_id} is not in the store")
-    if session.session_key != n.session_key:
-        return Park("no_route", f"session {session.id} belongs to {session.session_key}")
-    stored = session.route
+    owner = facts.session
+    if owner is None:
+        if facts.tab_session is not None and facts.tab_session.session_key == n.session_key:
+            owner = facts.tab_session  # (c) the tab that started it is still open here
+        else:
+            return Park("no_route", f"session {n.session_id} is not in the store")
+    if owner.session_key != n.session_key:
+        return Park("no_route", f"session {owner.id} belongs to {owner.session_key}")
+    if not owner.is_live and owner.end_reason == "compression" and facts.tip is not None:
+        owner = facts.tip  # (b) the live tip of the compression lineage
     # the stored route must be the conversation the key names; chat and thread
     # come from the store, the reply anchor from the address captured at start
-    if _key_fields(stored) != (parts.platform, parts.chat_type, parts.chat_id, parts.thread_id):
+    if _key_fields(owner.route) != (parts.platform, parts.chat_type, parts.chat_id,
+                                    parts.thread_id):
         return Park("no_route", "the stored route does not match the session key")
-    route = stored.with_anchor(address.route.message_id)
-    if session.is_live:
-        return DeliverTurn(session, route)
-    return DeliverNotice(session, route)
+    route = owner.route.with_anchor(address.route.message_id)
+    if owner.is_live:
+        return DeliverTurn(owner, route)  # (a), or (b)/(c) resolved above
+    # ended by /new or closed: never reopened, never handed to the chat's new session
+    if n.kind in JOB_KINDS:
+        return DeliverNotice(owner, route)
+    return Park("owner_ended", f"session {owner.id} ended ({owner.end_reason})")
+
+
+async def find_owners(notifications: Sequence[Notification], store: SessionStore,
+                      open_tabs: Callable[[str, str], set[str]],
+                      platforms: Collection[str]) -> list[Decision]:
+    """Gather the facts for a batch with few lookups, then apply the rule to each.
+
+    ``open_tabs(platform, chat_id)`` names the tabs open on a conversation.
+    """
+    sessions = await store.get_many({n.session_id for n in notifications})
+    tips: dict[str, SessionEntry | None] = {}
+    for session in sessions.values():
+        if not session.is_live and session.end_reason == "compression":
+            tips[session.id] = await store.lineage_tip(session.id)
+    decisions = []
+    for n in notifications:
+        session = sessions.get(n.session_id)
+        tab_session = None
+        if session is None and n.tab_id:
+            tab_session = await _session_of_open_tab(n, store, open_tabs)
+        facts = OwnerFacts(session, tips.get(n.session_id), tab_session)
+        decisions.append(resolve_owner(n, facts, platforms))
+    return decisions
+
+
+async def _session_of_open_tab(n: Notification, store: SessionStore,
+                               open_tabs: Callable[[str, str], set[str]]
+                               ) -> SessionEntry | None:
+    try:
+        parts = parse_session_key(n.session_key)
+    except SessionKeyError:
+        return None
+    if n.tab_id not in open_tabs(parts.platform, parts.chat_id):
+        return None
+    return await store.live_session(n.session_key)
 
 
 def _key_fields(route: Route) -> tuple[str, str, str, str | None]:

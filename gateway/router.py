@@ -19,7 +19,7 @@ import structlog
 from .events import SendResult
 from .notifications import Notification
 from .outbox import Outbox
-from .ownership import DeliverNotice, DeliverTurn, Park, resolve_owner
+from .ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from .runner import GatewayRunner
 from .store import SessionStore
 
@@ -107,11 +107,12 @@ class Router:
             return IDLE_POLL_SECONDS
         return min(IDLE_POLL_SECONDS, max(0.0, due - time.time()))
 
+    async def _decide(self, batch: list[Notification]) -> list[Decision]:
+        return await find_owners(batch, self.store, self.runner.open_tabs, self.runner.adapters)
+
     async def _dispatch(self, batch: list[Notification]) -> None:
         """Decide every row of a batch, then queue deliveries in outbox order."""
-        sessions = await self.store.get_many({n.session_id for n in batch})
-        for n in batch:
-            decision = resolve_owner(n, sessions.get(n.session_id), self.runner.adapters)
+        for n, decision in zip(batch, await self._decide(batch), strict=True):
             if isinstance(decision, DeliverTurn):
                 pending = self.runner.run_in_lane(decision.session.session_key,
                                                   lambda n=n: self._deliver_in_lane(n))
@@ -140,8 +141,7 @@ class Router:
 
         The owner may have been reset while this waited behind its turn.
         """
-        sessions = await self.store.get_many([n.session_id])
-        decision = resolve_owner(n, sessions.get(n.session_id), self.runner.adapters)
+        (decision,) = await self._decide([n])
         if isinstance(decision, Park):
             return await _parked(decision)
         if isinstance(decision, DeliverNotice):

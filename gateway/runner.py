@@ -223,6 +223,11 @@ class GatewayRunner:
 
     # introspection and shutdown ----------------------------------------------
 
+    def open_tabs(self, platform: str, chat_id: str) -> set[str]:
+        """Tabs open on a conversation, for platforms that have tabs (the web chat)."""
+        adapter = self.adapters.get(platform)
+        return adapter.open_tabs(chat_id) if adapter is not None else set()
+
     def status_lines(self, turn: Turn) -> list[str]:
         lane = self._lanes.get(turn.session.session_key)
         waiting = len(lane.queue) if lane else 0

@@ -171,6 +171,32 @@ class SessionStore:
                 found[entry.id] = entry
         return found
 
+    async def lineage_tip(self, session_id: str) -> SessionEntry | None:
+        """The newest session of ``session_id``'s compression chain (itself if none).
+
+        Only compression continues a chain: a session ended by ``/new`` has
+        no successor here, so its tip is the ended session itself.
+        """
+        row = await self.db.fetchone(
+            f"WITH RECURSIVE chain(id, depth) AS ("
+            f"  SELECT id, 0 FROM sessions WHERE id = ? "
+            f"  UNION ALL SELECT s.id, chain.depth + 1 FROM sessions s "
+            f"  JOIN chain ON s.parent_session_id = chain.id "
+            f"  WHERE chain.depth < 10000) "
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = "
+            f"(SELECT id FROM chain ORDER BY depth DESC LIMIT 1)", (session_id,))
+        return _entry(row) if row else None
+
+    async def lineage(self, session_id: str) -> list[str]:
+        """``session_id`` and every session compressed into it, oldest first."""
+        rows = await self.db.fetchall(
+            "WITH RECURSIVE chain(id, parent, depth) AS ("
+            "  SELECT id, parent_session_id, 0 FROM sessions WHERE id = ? "
+            "  UNION ALL SELECT s.id, s.parent_session_id, chain.depth + 1 FROM sessions s "
+            "  JOIN chain ON s.id = chain.parent WHERE chain.depth < 10000) "
+            "SELECT id FROM chain ORDER BY depth DESC", (session_id,))
+        return [r[0] for r in rows]
+
     async def end_session(self, session_id: str, reason: str) -> SessionEntry:
         """End one lifetime of a conversation; ending twice keeps the first reason."""
         ended = await self.db.write(lambda conn: _end(conn, session_id, reason))

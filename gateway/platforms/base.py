@@ -45,3 +45,7 @@ class Adapter(ABC):
     @property
     def connected(self) -> bool:
         return True
+
+    def open_tabs(self, chat_id: str) -> set[str]:
+        """Ids of the client tabs open on a conversation; only the web chat has tabs."""
+        return set()
