@@ -11,12 +11,14 @@ import asyncio
 import json
 import shlex
 import time
+from collections.abc import Awaitable, Callable
 
 from gateway.commands import parse_command
 from gateway.notifications import Notification
 from gateway.turn import Turn
 from tools.job_notices import describe_exit
 from tools.jobs import JobError, JobRecord
+from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.session_info import session_info
 from tools.terminal import Terminal
 
@@ -31,11 +33,14 @@ class CommandAgent:
         "jobs": "list this conversation's jobs",
         "log": "show a job's latest output: /log <job>",
         "kill": "stop a job: /kill <job>",
+        "delegate": "hand a command to a background sub-agent: /delegate <command>",
         "whoami": "show the conversation this turn runs in, as a tool sees it",
     }
 
-    def __init__(self, terminal: Terminal | None = None) -> None:
+    def __init__(self, terminal: Terminal | None = None,
+                 delegations: DelegationManager | None = None) -> None:
         self.terminal = terminal
+        self.delegations = delegations
 
     async def run_turn(self, turn: Turn) -> None:
         command = parse_command(turn.event.text)
@@ -52,19 +57,24 @@ class CommandAgent:
             return
         try:
             await handler(turn, args)
-        except JobError as exc:
+        except (JobError, DelegationRefused) as exc:
             await turn.reply(str(exc), kind="system")
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         await turn.reply(notification.text, kind="notification")
 
     def status_lines(self, turn: Turn) -> list[str]:
-        if self.terminal is None:
-            return []
-        running = self.terminal.jobs.running_in(turn.session.session_key)
-        if not running:
-            return ["background jobs running here: none"]
-        return ["background jobs running here:"] + [f"  {_job_line(j)}" for j in running]
+        lines: list[str] = []
+        key = turn.session.session_key
+        if self.terminal is not None:
+            running = self.terminal.jobs.running_in(key)
+            lines.append(f"background jobs running here: {len(running) or 'none'}")
+            lines += [f"  {_job_line(j)}" for j in running]
+        if self.delegations is not None:
+            delegated = self.delegations.running_in(key)
+            lines.append(f"delegations running here: {len(delegated) or 'none'}")
+            lines += [f"  {d.id}  {d.state}  {d.task[:80]}" for d in delegated]
+        return lines
 
     # commands ----------------------------------------------------------------
 
@@ -110,6 +120,13 @@ class CommandAgent:
         body = "\n".join(lines) or "(no output yet)"
         await turn.reply(f"{_job_line(job)}\n```\n{body}\n```")
 
+    async def _cmd_delegate(self, turn: Turn, args: str) -> None:
+        _require(args, "/delegate <command>")
+        if self.delegations is None:
+            raise JobError("Delegations are not available in this gateway.")
+        record = await delegate_task(self.delegations, args)
+        await turn.reply(f"Delegated as {record.id}; its result will come back here.")
+
     async def _cmd_kill(self, turn: Turn, args: str) -> None:
         job = await self._own_job(turn, args, "/kill <job>")
         await self._terminal.jobs.kill(job.id)
@@ -130,6 +147,20 @@ class CommandAgent:
         if job is None or job.session_key != turn.session.session_key:
             raise JobError(f"No job {job_id} in this conversation; /jobs lists them.")
         return job
+
+
+def command_subagent(terminal: Terminal) -> Callable[[str], Awaitable[str]]:
+    """The command agent's sub-agent: runs the command; its summary is the exit code
+    and the last lines of output."""
+
+    async def run(command: str) -> str:
+        result = await terminal.run(command)
+        status = ("timed out and was killed" if result.timed_out
+                  else describe_exit(result.exit_code))
+        tail = "\n".join(result.output[-10:]) or "(no output)"
+        return f"$ {' '.join(command.split())[:200]}\n{status}\nlast lines:\n```\n{tail}\n```"
+
+    return run
 
 
 def _require(value: object, usage: str) -> None:

@@ -10,6 +10,7 @@ GATEWAY_COMMANDS: dict[str, str] = {
     "help": "list the commands",
     "status": "this conversation's session key, session id and what is running",
     "new": "end this session and start a fresh one (alias /reset)",
+    "compress": "compress the context: continue in a new session linked to this one",
 }
 _ALIASES = {"reset": "new"}
 
@@ -30,6 +31,8 @@ async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
     """Answer a gateway command; False when ``name`` is not one of ours."""
     if name == "new":
         await _new(turn)
+    elif name == "compress":
+        await _compress(turn)
     elif name == "status":
         await _status(turn)
     elif name == "help":
@@ -41,11 +44,19 @@ async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
 
 async def _new(turn: Turn) -> None:
     old = turn.session
-    turn.session = await turn.runner.store.rotate(old.id, "new", route=turn.route)
+    turn.session = await turn.runner.rotate_session(old, "new", route=turn.route)
     await turn.reply(
         f"Started a new session ({turn.session.id}). The previous one ({old.id}) is closed.",
         kind="system",
     )
+
+
+async def _compress(turn: Turn) -> None:
+    old = turn.session
+    turn.session = await turn.runner.rotate_session(old, "compression", route=turn.route)
+    await turn.reply(
+        f"Context compressed: continuing in session {turn.session.id} (follows {old.id}). "
+        f"Work started earlier still reports here.", kind="system")
 
 
 async def _status(turn: Turn) -> None:

@@ -92,6 +92,10 @@ class JobsConfig(_Strict):
     watch: WatchConfig = Field(default_factory=WatchConfig)
 
 
+class DelegationsConfig(_Strict):
+    max_running_per_session: int = Field(3, ge=1)
+
+
 class NotificationsConfig(_Strict):
     background: Literal["all", "result", "error", "off"] = "all"
 
@@ -107,6 +111,7 @@ class Config(_Strict):
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     jobs: JobsConfig = Field(default_factory=JobsConfig)
+    delegations: DelegationsConfig = Field(default_factory=DelegationsConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 

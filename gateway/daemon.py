@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from agent.command import CommandAgent
+from agent.command import CommandAgent, command_subagent
+from tools.delegation import DelegationManager
 from tools.jobs import JobManager
 from tools.terminal import Terminal
 
@@ -39,6 +40,7 @@ class Gateway:
     store: SessionStore
     outbox: Outbox
     jobs: JobManager
+    delegations: DelegationManager
     runner: GatewayRunner
     router: Router
 
@@ -70,7 +72,11 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         outbox = Outbox(store.db)
         jobs = JobManager(store.db, outbox, config)
         terminal = Terminal(jobs, foreground_timeout=config.jobs.foreground_timeout_seconds)
-        runner = GatewayRunner(config, store, CommandAgent(terminal))
+        delegations = DelegationManager(
+            store.db, outbox, store, command_subagent(terminal),
+            max_running_per_session=config.delegations.max_running_per_session)
+        runner = GatewayRunner(config, store, CommandAgent(terminal, delegations))
+        runner.session_end_listeners.append(delegations.interrupt_session)
         router = Router(outbox, store, runner)
         await outbox.reconcile_claimed()
         connected: list[Adapter] = []
@@ -80,13 +86,16 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 await adapter.connect(runner)
                 connected.append(adapter)
             recovered = await jobs.recover()
+            lost = await delegations.recover()
             await router.start()
             log.info("gateway_started", platforms=[a.platform for a in connected],
-                     state_db=str(config.state_db), jobs_reattached=recovered)
-            yield Gateway(config, store, outbox, jobs, runner, router)
+                     state_db=str(config.state_db), jobs_reattached=recovered,
+                     delegations_lost=lost)
+            yield Gateway(config, store, outbox, jobs, delegations, runner, router)
         finally:
             await router.stop()
             await runner.drain(DRAIN_TIMEOUT)
+            await delegations.shutdown()
             await router.settle()
             await jobs.detach()
             for adapter in reversed(connected):

@@ -59,6 +59,9 @@ class GatewayRunner:
         self.adapters: dict[str, Adapter] = {}
         self._lanes: dict[str, _Lane] = {}
         self._accepting = True
+        #: called with the ended session when a session ends for good (not
+        #: when it is compressed, which continues it)
+        self.session_end_listeners: list[Callable[[SessionEntry], Awaitable[None]]] = []
 
     # wiring ------------------------------------------------------------------
 
@@ -204,6 +207,21 @@ class GatewayRunner:
                                "the error is in the gateway log.", kind="system")
         except Exception:
             log.exception("apology_failed")
+
+    async def rotate_session(self, session: SessionEntry, reason: str, *,
+                             route: Route | None = None) -> SessionEntry:
+        """End ``session`` and start its successor under the same key.
+
+        ``compression`` continues the conversation (the successor records the
+        lineage); any other reason ends it, and whatever it had running is
+        told (delegations are interrupted).
+        """
+        lineage = reason == "compression"
+        successor = await self.store.rotate(session.id, reason, lineage=lineage, route=route)
+        if not lineage:
+            for listener in self.session_end_listeners:
+                await listener(session)
+        return successor
 
     # output ------------------------------------------------------------------
 

@@ -1,0 +1,177 @@
+"""Delegations: a sub-agent works in the background and its result comes home.
+
+A delegation is recorded (dispatched → running → finished, or interrupted,
+or lost) with the return address of the turn that started it. Its result is
+an ``async_delegation`` notification, committed in the same transaction that
+marks it finished, and routed by the one ownership rule like every notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from gateway.database import Database, Op
+from gateway.notifications import NewNotification, ReturnAddress
+from gateway.outbox import Outbox
+from gateway.store import SessionEntry, SessionStore
+
+log = structlog.get_logger(__name__)
+
+#: runs one delegated task and returns the summary the owner will read
+SubAgent = Callable[[str], Awaitable[str]]
+
+_COLUMNS = ("id, task, state, session_key, session_id, tab_id, return_address, result, "
+            "created_at, started_at, finished_at")
+_RUNNING = ("dispatched", "running")
+
+
+@dataclass(slots=True)
+class DelegationRecord:
+    id: str
+    task: str
+    state: str
+    session_key: str
+    session_id: str
+    tab_id: str | None
+    address: ReturnAddress
+    result: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> DelegationRecord:
+        (did, task, state, key, sid, tab, address, result, created, started, finished) = row
+        return cls(did, task, state, key, sid, tab, ReturnAddress.from_json(address), result,
+                   created, started, finished)
+
+
+class DelegationRefused(Exception):
+    """The conversation has as many delegations running as it may."""
+
+
+class DelegationManager:
+    def __init__(self, db: Database, outbox: Outbox, store: SessionStore, subagent: SubAgent,
+                 *, max_running_per_session: int = 3) -> None:
+        self.db = db
+        self.outbox = outbox
+        self.store = store
+        self.subagent = subagent
+        self.max_running = max_running_per_session
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._records: dict[str, DelegationRecord] = {}
+        self._closing = False
+
+    async def delegate(self, task: str, address: ReturnAddress) -> DelegationRecord:
+        """Start ``task`` in the background, reporting to ``address``; refuse past the limit."""
+        running = self.running_in(address.session_key)
+        if len(running) >= self.max_running:
+            ids = ", ".join(r.id for r in running)
+            raise DelegationRefused(
+                f"{len(running)} delegations are already running in this conversation "
+                f"({ids}); the limit is {self.max_running}. Wait for one to finish.")
+        record = DelegationRecord(
+            id="d" + uuid.uuid4().hex[:7], task=task, state="dispatched",
+            session_key=address.session_key, session_id=address.session_id,
+            tab_id=address.tab_id, address=address, result=None, created_at=time.time(),
+            started_at=None, finished_at=None)
+        await self.db.write([(
+            f"INSERT INTO delegations ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (record.id, record.task, record.state, record.session_key, record.session_id,
+             record.tab_id, address.to_json(), None, record.created_at, None, None))])
+        self._records[record.id] = record
+        self._tasks[record.id] = asyncio.create_task(self._run(record),
+                                                     name=f"delegation:{record.id}")
+        log.info("delegation_dispatched", delegation_id=record.id,
+                 session_key=record.session_key, session_id=record.session_id)
+        return record
+
+    def running_in(self, session_key: str) -> list[DelegationRecord]:
+        return [r for r in self._records.values() if r.session_key == session_key]
+
+    async def _run(self, record: DelegationRecord) -> None:
+        try:
+            record.state, record.started_at = "running", time.time()
+            await self.db.write([("UPDATE delegations SET state = 'running', started_at = ? "
+                                  "WHERE id = ?", (record.started_at, record.id))])
+            summary = await self.subagent(record.task)
+            await self._finish(record, "finished", f"Delegation {record.id} finished.\n{summary}",
+                               notify=True)
+        except asyncio.CancelledError:
+            if not self._closing:  # interrupted; on shutdown it stays running → reported lost
+                await self._finish(record, "interrupted", None, notify=False)
+        except Exception as exc:
+            log.exception("delegation_failed", delegation_id=record.id)
+            await self._finish(record, "finished",
+                               f"Delegation {record.id} failed: {exc!r}", notify=True)
+        finally:
+            self._tasks.pop(record.id, None)
+            self._records.pop(record.id, None)
+
+    async def _finish(self, record: DelegationRecord, state: str, result: str | None, *,
+                      notify: bool) -> None:
+        record.state, record.result, record.finished_at = state, result, time.time()
+        ops: list[Op] = [("UPDATE delegations SET state = ?, result = ?, finished_at = ? "
+                          "WHERE id = ? AND state IN ('dispatched', 'running')",
+                          (state, result, record.finished_at, record.id))]
+        if notify and result is not None:
+            await self.outbox.produce([_result_notice(record, result, "result")], with_ops=ops)
+        else:
+            await self.db.write(ops)
+        log.info("delegation_ended", delegation_id=record.id, state=state)
+
+    async def interrupt_session(self, session: SessionEntry) -> int:
+        """Interrupt what ``session`` (or any session compressed into it) delegated."""
+        lineage = set(await self.store.lineage(session.id))
+        doomed = [self._tasks[r.id] for r in list(self._records.values())
+                  if r.session_id in lineage and r.id in self._tasks]
+        for task in doomed:
+            task.cancel()
+        await asyncio.gather(*doomed, return_exceptions=True)
+        if doomed:
+            log.info("delegations_interrupted", session_id=session.id, count=len(doomed))
+        return len(doomed)
+
+    async def recover(self) -> int:
+        """Delegations that were running when the daemon died are lost; tell each owner once."""
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM delegations WHERE state IN ('dispatched', 'running')")
+        for row in rows:
+            record = DelegationRecord.from_row(row)
+            text = (f"Delegation {record.id} was lost: the gateway stopped while it ran, so "
+                    f"its result never came back.\nTask: {record.task}")
+            await self.outbox.produce([_result_notice(record, text, "lost")], with_ops=[(
+                "UPDATE delegations SET state = 'lost', finished_at = ? WHERE id = ? "
+                "AND state IN ('dispatched', 'running')", (time.time(), record.id))])
+        return len(rows)
+
+    async def shutdown(self) -> None:
+        """Stop the sub-agents; their records stay running and are reported lost on restart."""
+        self._closing = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def get(self, delegation_id: str) -> DelegationRecord | None:
+        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM delegations WHERE id = ?",
+                                     (delegation_id,))
+        return DelegationRecord.from_row(row) if row else None
+
+
+def _result_notice(record: DelegationRecord, text: str, sequence: str) -> NewNotification:
+    return NewNotification(idempotency_key=f"{record.id}:async_delegation:{sequence}",
+                           kind="async_delegation", address=record.address, text=text,
+                           job_id=record.id)
+
+
+async def delegate_task(manager: DelegationManager, task: str) -> DelegationRecord:
+    """The ``delegate_task`` tool: a background sub-agent reporting to this conversation."""
+    return await manager.delegate(task, ReturnAddress.capture())
