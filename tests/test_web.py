@@ -17,6 +17,7 @@ from gateway.platforms.web import WebAdapter
 from gateway.runner import GatewayRunner
 
 from .conftest import make_config
+from .helpers import eventually_async
 
 
 class Tab:
@@ -278,3 +279,39 @@ async def test_a_plain_get_of_the_socket_creates_nothing(web, http) -> None:
     async with http.get(f"{base}/ws") as resp:
         assert resp.status == 400
     assert await runner.store.list_sessions("include") == []
+
+
+async def test_archiving_hides_a_session_but_its_notices_still_arrive(web, http) -> None:
+    runner, base = web
+    tab = await open_tab(http, base)
+    async with http.patch(f"{base}/api/sessions/{tab.ready['session_id']}",
+                          json={"archived": True}) as resp:
+        assert resp.status == 200
+    await tab.say("/bg sleep 0.3; echo archived-but-alive")
+    assert "Started job" in (await tab.frame())["text"]
+    notice = await tab.frame()
+    assert notice["kind"] == "notification" and "archived-but-alive" in notice["text"]
+    entry = await runner.store.get(tab.ready["session_id"])
+    assert entry is not None and entry.archived and entry.is_live
+
+
+async def test_closing_a_tab_ends_nothing(web, http) -> None:
+    runner, base = web
+    tab = await open_tab(http, base)
+    await tab.say("/bg sleep 0.5; echo done-while-closed")
+    assert "Started job" in (await tab.frame())["text"]
+    await tab.ws.close()
+
+    async def delivered() -> list:
+        return await runner.store.messages(tab.ready["session_id"])
+
+    lines = await eventually_async(
+        lambda: _with_notice(delivered), what="the notice in the transcript")
+    assert any("done-while-closed" in line.text for line in lines)
+    again = await open_tab(http, base, tab.ready["conversation"])
+    assert again.ready["session_id"] == tab.ready["session_id"]
+
+
+async def _with_notice(fetch) -> list:
+    lines = await fetch()
+    return lines if any(line.role == "notification" for line in lines) else []
