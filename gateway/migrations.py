@@ -106,6 +106,10 @@ MIGRATIONS: list[str] = [
     CREATE INDEX delegations_session ON delegations(session_id, state);
     CREATE INDEX delegations_state ON delegations(state);
     """,
+    # 4: finding a conversation's earlier notices quickly (delivery order)
+    """
+    CREATE INDEX notifications_key_order ON notifications(session_key, id);
+    """,
 ]
 
 

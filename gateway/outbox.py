@@ -7,16 +7,36 @@ process or two — never both get the same row.
 
 from __future__ import annotations
 
+import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 
 import sqlite3
 import structlog
 
 from .database import Database, Op
+from .processes import is_same_process, process_start_time
 from .notifications import NOTIFICATION_COLUMNS, STATES, NewNotification, Notification
 
 log = structlog.get_logger(__name__)
+
+
+def claimer_name() -> str:
+    """A router's name carries its process id and start time, so a later start
+    can tell its claims from those of a gateway process that still runs."""
+    pid = os.getpid()
+    return f"router-{pid}-{process_start_time(pid) or 0}-{uuid.uuid4().hex[:6]}"
+
+
+def claimer_alive(claimer: str | None) -> bool:
+    """Whether the process that made a claim still runs (not counting this one:
+    at start-up this process has no router yet)."""
+    parts = (claimer or "").split("-")
+    if len(parts) != 4 or parts[0] != "router" or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    return pid != os.getpid() and is_same_process(pid, parts[2])
 
 
 class Outbox:
@@ -60,16 +80,31 @@ class Outbox:
         """Atomically take up to ``limit`` due pending notifications, oldest first."""
         now = time.time()
 
+        # a row waits while an earlier one of its conversation waits for a retry,
+        # so a conversation's notices arrive in the order they were made
         def take(conn: sqlite3.Connection) -> list[Notification]:
             rows = conn.execute(
                 f"UPDATE notifications SET state = 'claimed', claimed_by = ?, claimed_at = ? "
-                f"WHERE id IN (SELECT id FROM notifications WHERE state = 'pending' "
-                f"AND (not_before IS NULL OR not_before <= ?) ORDER BY id LIMIT ?) "
-                f"RETURNING {NOTIFICATION_COLUMNS}", (claimer, now, now, limit),
+                f"WHERE id IN (SELECT n.id FROM notifications n WHERE n.state = 'pending' "
+                f"AND (n.not_before IS NULL OR n.not_before <= ?) AND NOT EXISTS ("
+                f"  SELECT 1 FROM notifications e WHERE e.session_key = n.session_key "
+                f"  AND e.id < n.id AND e.state = 'pending' AND e.not_before > ?) "
+                f"ORDER BY n.id LIMIT ?) "
+                f"RETURNING {NOTIFICATION_COLUMNS}", (claimer, now, now, now, limit),
             ).fetchall()
             return sorted((Notification(*row) for row in rows), key=lambda n: n.id)
 
         return await self.db.write(take)
+
+    async def record_sent(self, notification_id: int, claimer: str,
+                          message_id: str | None) -> None:
+        """Note at once that a claimed notification went out, so a crash before
+        :meth:`mark_delivered` is not followed by a second send."""
+        await self.db.write([(
+            "UPDATE notifications SET sent_message_id = ? "
+            "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+            (message_id or "sent", notification_id, claimer),
+        )])
 
     async def mark_delivered(self, notification_id: int, claimer: str,
                              message_id: str | None) -> None:
@@ -101,21 +136,29 @@ class Outbox:
                     detail=detail)
 
     async def reconcile_claimed(self) -> tuple[int, int]:
-        """After a restart: settle notifications a stopped gateway had claimed.
+        """At start-up: settle notifications that a stopped router had claimed.
 
-        One with a recorded sent message id was sent: it is marked delivered
-        and not sent again. One without goes back to pending; if the crash
-        fell between the send and its record, the user may see it twice —
-        the one window the platforms give us no way to check.
+        Only claims of routers that are gone count: another running gateway
+        process keeps its own. One with a recorded sent message id was sent:
+        it is marked delivered and not sent again. One without goes back to
+        pending; if the crash fell between the send and its record, the user
+        may see it twice — the one window no platform lets us check.
         """
         def settle(conn: sqlite3.Connection) -> tuple[int, int]:
+            claimers = [r[0] for r in conn.execute(
+                "SELECT DISTINCT claimed_by FROM notifications WHERE state = 'claimed'")]
+            dead = [c for c in claimers if not claimer_alive(c)]
+            marks = ",".join("?" * len(dead))
+            if not dead:
+                return 0, 0
             sent = conn.execute(
-                "UPDATE notifications SET state = 'delivered', delivered_at = claimed_at "
-                "WHERE state = 'claimed' AND sent_message_id IS NOT NULL")
+                f"UPDATE notifications SET state = 'delivered', delivered_at = claimed_at "
+                f"WHERE state = 'claimed' AND sent_message_id IS NOT NULL "
+                f"AND claimed_by IN ({marks})", dead)
             requeued = conn.execute(
-                "UPDATE notifications SET state = 'pending', claimed_by = NULL, "
-                "claimed_at = NULL, last_error = 'claimed when the gateway stopped' "
-                "WHERE state = 'claimed'")
+                f"UPDATE notifications SET state = 'pending', claimed_by = NULL, "
+                f"claimed_at = NULL, last_error = 'claimed when its gateway stopped' "
+                f"WHERE state = 'claimed' AND claimed_by IN ({marks})", dead)
             return sent.rowcount, requeued.rowcount
 
         delivered, requeued = await self.db.write(settle)

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
 
 from .events import SendResult
 from .notifications import Notification
-from .outbox import Outbox
+from .outbox import Outbox, claimer_name
 from .ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from .runner import GatewayRunner
 from .store import SessionStore
@@ -47,7 +47,7 @@ class Router:
         self.outbox = outbox
         self.store = store
         self.runner = runner
-        self.name = name or f"router-{uuid.uuid4().hex[:8]}"
+        self.name = name or claimer_name()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
@@ -60,11 +60,14 @@ class Router:
         self._loop_task = asyncio.create_task(self._run(), name=self.name)
 
     async def stop(self) -> None:
-        """Claim nothing more; deliveries under way finish (see :meth:`settle`)."""
+        """Claim nothing more; deliveries under way finish (see :meth:`settle`).
+
+        The loop is asked to stop rather than cancelled: a cancel landing
+        mid-claim would leave the claimed rows with nobody to deliver them.
+        """
         self._stopping = True
         self.wake()
         if self._loop_task is not None:
-            self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
 
@@ -79,22 +82,20 @@ class Router:
     # the loop --------------------------------------------------------------
 
     async def _run(self) -> None:
-        # the flag, not only cancellation, ends the loop: a cancel that lands
-        # just as the wait finishes can be lost on Python 3.11
         while not self._stopping:
             self._wake.clear()
             try:
                 batch = await self.outbox.claim(self.name, CLAIM_BATCH)
                 if batch:
-                    await self._dispatch(batch)
+                    await self._dispatch_or_release(batch)
                     if len(batch) == CLAIM_BATCH:
                         continue
                 timeout = await self._idle_timeout()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 log.exception("router_cycle_failed", router=self.name)
                 timeout = DISCONNECTED_RETRY_SECONDS
+            if self._stopping:
+                return
             try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
@@ -110,17 +111,29 @@ class Router:
     async def _decide(self, batch: list[Notification]) -> list[Decision]:
         return await find_owners(batch, self.store, self.runner.open_tabs, self.runner.adapters)
 
-    async def _dispatch(self, batch: list[Notification]) -> None:
-        """Decide every row of a batch, then queue deliveries in outbox order."""
-        for n, decision in zip(batch, await self._decide(batch), strict=True):
-            if isinstance(decision, DeliverTurn):
-                pending = self.runner.run_in_lane(decision.session.session_key,
-                                                  lambda n=n: self._deliver_in_lane(n))
-                self._track(n, self._await_lane(pending))
-            elif isinstance(decision, DeliverNotice):
-                self._track(n, self._deliver_notice(n, decision))
-            else:
+    async def _dispatch_or_release(self, batch: list[Notification]) -> None:
+        """Decide every row of a batch, then queue deliveries in outbox order.
+
+        If deciding fails, the rows go back to pending rather than staying
+        claimed with nobody to deliver them.
+        """
+        try:
+            decisions = await self._decide(batch)
+        except Exception as exc:
+            log.exception("router_decide_failed", rows=len(batch))
+            for n in batch:
+                await self.outbox.release(n.id, self.name, f"routing failed: {exc!r}",
+                                          DISCONNECTED_RETRY_SECONDS)
+            return
+        for n, decision in zip(batch, decisions, strict=True):
+            if isinstance(decision, Park):
                 self._track(n, _parked(decision))
+                continue
+            # turns and labelled notices alike go through the conversation's
+            # lane, so its notices keep their order
+            pending = self.runner.run_in_lane(n.session_key,
+                                              lambda n=n: self._deliver_in_lane(n))
+            self._track(n, self._await_lane(pending))
 
     def _track(self, n: Notification, outcome: object) -> None:
         task = asyncio.create_task(self._finish(n, outcome))  # type: ignore[arg-type]
@@ -149,7 +162,8 @@ class Router:
         if not self._connected(decision.route.platform):
             return _DISCONNECTED
         try:
-            turn = await self.runner.notification_turn(decision.session, decision.route, n)
+            turn = await self.runner.notification_turn(
+                decision.session, decision.route, n, on_sent=self._recorder(n))
         except Exception as exc:
             log.exception("notification_turn_failed", notification_id=n.id)
             if n.attempts + 1 >= MAX_TURN_FAILURES:
@@ -165,7 +179,15 @@ class Router:
                  f"it was not reopened]")
         result = await self.runner.send(ended, decision.route, f"{label}\n{n.text}",
                                         kind="notification")
+        if result.ok:
+            await self._recorder(n)(result)
         return _from_sends(n, [result])
+
+    def _recorder(self, n: Notification) -> Callable[[SendResult], Awaitable[None]]:
+        async def record(result: SendResult) -> None:
+            if result.ok:
+                await self.outbox.record_sent(n.id, self.name, result.message_id)
+        return record
 
     async def _finish(self, n: Notification, outcome_source: object) -> None:
         bound = log.bind(notification_id=n.id, kind=n.kind, session_key=n.session_key,

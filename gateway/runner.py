@@ -165,8 +165,9 @@ class GatewayRunner:
                     return "failed"
         return "handled"
 
-    async def notification_turn(self, session: SessionEntry, route: Route,
-                                notification: Notification) -> Turn:
+    async def notification_turn(
+            self, session: SessionEntry, route: Route, notification: Notification,
+            on_sent: Callable[[SendResult], Awaitable[None]] | None = None) -> Turn:
         """Give ``session`` a turn for a notification: an internal event, never user text.
 
         Call it from the session's lane (see :meth:`run_in_lane`).
@@ -175,7 +176,7 @@ class GatewayRunner:
             text=notification.text, route=route, message_id=route.message_id, internal=True,
             metadata={"notification_id": notification.id, "kind": notification.kind,
                       "job_id": notification.job_id})
-        turn = Turn(event=event, session=session, runner=self)
+        turn = Turn(event=event, session=session, runner=self, on_sent=on_sent)
         ctx = SessionContext(route=route, session_key=session.session_key,
                              session_id=session.id, tab_id=notification.tab_id)
         with session_context(ctx), structlog.contextvars.bound_contextvars(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ class Turn:
     runner: GatewayRunner
     #: what each reply of this turn came to, in order
     sent: list[SendResult] = field(default_factory=list)
+    #: told of each send as soon as it returns (a notification records that it went out)
+    on_sent: Callable[[SendResult], Awaitable[None]] | None = None
 
     @property
     def route(self) -> Route:
@@ -29,4 +32,6 @@ class Turn:
     async def reply(self, text: str, *, kind: MessageKind = "reply") -> SendResult:
         result = await self.runner.send(self.session, self.route, text, kind=kind)
         self.sent.append(result)
+        if self.on_sent is not None:
+            await self.on_sent(result)
         return result

@@ -89,7 +89,7 @@ async def test_a_watch_reports_while_running_then_disables_then_completes_once(g
         kinds.append("completion" if "finished" in m.text else
                      "disabled" if "watch turned off" in m.text else "match")
     assert kinds == ["match", "match", "match", "disabled", "completion"]
-    assert "more matching lines since the last notice" in notices(adapter)[1].text
+    assert "matching lines were held back since the last notice" in notices(adapter)[1].text
     assert all(m.route.chat_id == "7" for m in notices(adapter))
 
 
@@ -152,7 +152,8 @@ async def test_a_busy_owner_keeps_its_notice_until_its_turn_ends(gateway) -> Non
 
 @pytest.mark.parametrize(("mode", "expected"), [
     ("all", ["match", "completion-ok", "completion-fail"]),
-    ("result", ["completion-ok", "completion-fail"]),
+    # without watch notices, a watch job reports its completion instead
+    ("result", ["completion-ok", "completion-fail", "match"]),
     ("error", ["completion-fail"]),
     ("off", []),
 ])
@@ -273,3 +274,17 @@ async def test_a_failed_send_is_retried_not_dropped(gateway) -> None:
     (row,) = await gw.outbox.list("delivered")
     assert row.attempts == 3 and "eventually-sent" in row.text
     assert len(notices(adapter)) == 1
+
+
+async def test_matches_held_back_by_the_cooldown_are_reported_when_the_job_ends(
+        gateway) -> None:
+    gw, adapter = gateway
+    chat = Route("memory", "dm", "9", user_id="9")
+    await adapter.receive("/watch ERROR echo 'ERROR one'; echo 'ERROR two: deploy failed'; "
+                          "exit 1", chat)
+    job_id = job_id_from(adapter.sent_to(chat)[-1])
+    await gw.jobs.wait(job_id)
+    await eventually(lambda: len(notices(adapter)) == 2, what="both watch notices")
+    first, final = notices(adapter)
+    assert "ERROR one" in first.text and "ERROR two" not in first.text
+    assert "ERROR two: deploy failed" in final.text  # not lost with the job's end

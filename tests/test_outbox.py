@@ -47,10 +47,9 @@ async def test_restart_settles_claimed_rows_without_resending_sent_ones(store: S
                                                                         ) -> None:
     outbox = Outbox(store.db)
     await outbox.produce([notice(KEY, "s1", ROUTE, i) for i in range(3)])
-    claimed = await outbox.claim("dead-router")
-    # the dead router had sent the first one (its message id is on record)
-    await store.db.write([("UPDATE notifications SET sent_message_id = 'm1' WHERE id = ?",
-                           (claimed[0].id,))])
+    claimed = await outbox.claim("router-999999999-0-dead00")
+    # the router had sent the first one when it died: the send was recorded at once
+    await outbox.record_sent(claimed[0].id, "router-999999999-0-dead00", "m1")
     assert await outbox.reconcile_claimed() == (1, 2)
     states = {n.id: n.state for n in await outbox.list()}
     assert states[claimed[0].id] == "delivered"
@@ -94,3 +93,34 @@ async def test_two_routers_racing_over_one_outbox_deliver_each_once(
             assert message.route.chat_id == str(n % 40)
         assert all(a.sent for a in adapters), "both routers should have taken part"
         assert {n.state for n in await Outbox(store_a.db).list()} == {"delivered"}
+
+
+async def test_claims_of_a_gateway_process_that_still_runs_are_left_alone(
+        store: SessionStore) -> None:
+    from gateway.processes import process_start_time
+
+    other = await asyncio.create_subprocess_exec("sleep", "30")
+    try:
+        outbox = Outbox(store.db)
+        await outbox.produce([notice(KEY, "s1", ROUTE, i) for i in range(2)])
+        live_claimer = f"router-{other.pid}-{process_start_time(other.pid)}-abc123"
+        await outbox.claim(live_claimer, limit=1)
+        await outbox.claim("router-999999999-0-dead00", limit=1)
+        assert await outbox.reconcile_claimed() == (0, 1)
+        states = sorted(n.state for n in await outbox.list())
+        assert states == ["claimed", "pending"]
+    finally:
+        other.kill()
+        await other.wait()
+
+
+async def test_a_notice_waiting_for_a_retry_holds_back_later_ones_of_its_conversation(
+        store: SessionStore) -> None:
+    outbox = Outbox(store.db)
+    other_route = Route("memory", "dm", "2", user_id="2")
+    await outbox.produce([notice(KEY, "s1", ROUTE, 1), notice(KEY, "s1", ROUTE, 2),
+                          notice("agent:main:memory:dm:2", "s2", other_route, 3)])
+    first = await outbox.claim("r", limit=1)
+    await outbox.release(first[0].id, "r", "flood control", retry_in=60)
+    taken = await outbox.claim("r")
+    assert [n.text for n in taken] == ["notice 3"]  # notice 2 waits behind notice 1

@@ -69,3 +69,13 @@ def test_a_bad_pattern_is_named() -> None:
         assert "(unclosed" in str(exc)
     else:
         raise AssertionError("bad pattern accepted")
+
+
+def test_what_the_cooldown_holds_is_handed_over_at_the_end() -> None:
+    clock = Clock()
+    w = watch(clock, cooldown_seconds=10, max_notices=10)
+    assert w.feed("ERROR one") is not None
+    assert w.feed("ERROR two") is None
+    held = w.held()
+    assert held is not None and held.lines == ("ERROR two",)
+    assert w.held() is None  # handed over once

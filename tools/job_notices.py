@@ -29,12 +29,14 @@ def completion_text(record: JobRecord, tail: list[str]) -> str:
 def watch_text(record: JobRecord, notice: WatchNotice, limits: WatchLimits) -> str:
     if notice.kind == "watch_disabled":
         return (f"Job {record.id}: watch turned off after {limits.max_notices} notices; "
-                f"you will get a notice when the job ends.\n$ {_short(record.command)}")
+                f"you will get a notice when the job ends.\n$ {_short(record.command)}\n"
+                f"{_output_block(list(notice.lines), 'latest matching lines')}")
     lines = notice.lines[-limits.max_lines:]
     text = f"Job {record.id} output matched:\n{_output_block(list(lines), None)}"
     if notice.suppressed:
-        text += (f"\n({notice.suppressed} more matching line"
-                 f"{'s' if notice.suppressed != 1 else ''} since the last notice)")
+        text += (f"\n({notice.suppressed} matching line"
+                 f"{'s were' if notice.suppressed != 1 else ' was'} held back since the last "
+                 f"notice; the latest are shown)")
     return text
 
 

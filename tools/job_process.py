@@ -16,6 +16,8 @@ import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from gateway.processes import is_same_process
+
 # $1 command, $2 exit-code file, $3 log file. Only shell builtins run after the
 # command ends (a subshell, not another exec), so its end reaches the daemon fast.
 _WRAPPER = (
@@ -55,22 +57,6 @@ def decode_line(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
-def process_start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid``, to tell it from a later process that reuses the id."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) may contain spaces and parentheses
-    fields = stat[stat.rfind(")") + 2:].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def is_same_process(pid: int, start_time: str | None) -> bool:
-    current = process_start_time(pid)
-    return current is not None and (start_time is None or current == start_time)
-
-
 async def wait_for_exit(pid: int) -> None:
     """Wait for a process that is not our child (one started before a restart).
 
@@ -80,7 +66,7 @@ async def wait_for_exit(pid: int) -> None:
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        while _exists(pid):
+        while is_same_process(pid, None):
             await asyncio.sleep(0.5)
         return
     loop = asyncio.get_running_loop()
@@ -91,16 +77,6 @@ async def wait_for_exit(pid: int) -> None:
     finally:
         loop.remove_reader(fd)
         os.close(fd)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def follow_file(path: Path, offset: int, on_line: LineHandler,

@@ -24,6 +24,7 @@ from gateway.config import Config
 from gateway.database import Database, Op
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
+from gateway.processes import is_same_process, process_start_time
 
 from . import job_process
 from .job_notices import completion_text, watch_text
@@ -121,26 +122,32 @@ class JobManager:
             compiled = compile_patterns(patterns)
         except ValueError as exc:
             raise JobError(str(exc)) from None
-        job_id = "j" + uuid.uuid4().hex[:7]
+        job_id = "j" + uuid.uuid4().hex[:10]
         folder = self.jobs_dir / job_id
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True)
         workdir = (cwd or Path.cwd()).resolve()
         record = JobRecord(
             id=job_id, command=command, cwd=str(workdir), state="running", pid=None,
             proc_start=None, started_at=time.time(), ended_at=None, exit_code=None,
-            killed=False, notify_on_complete=notify_on_complete, watch_patterns=patterns,
+            killed=False, watch_patterns=patterns,
+            notify_on_complete=self._completion_wanted(notify_on_complete, patterns),
             watch_notices=0, watch_disabled=False, session_key=address.session_key,
             session_id=address.session_id, address=address,
             log_path=folder / "output.log", exit_path=folder / "exit_code")
-        proc = await job_process.spawn(command, cwd=workdir, log_path=record.log_path,
-                                       exit_path=record.exit_path)
-        record.pid = proc.pid
-        record.proc_start = job_process.process_start_time(proc.pid)
+        # registered (with its return address) before it runs: no crash can
+        # leave a job running that nobody knows how to report
+        await self.db.write([_insert_op(record)])
         try:
-            await self.db.write([_insert_op(record)])
-        except BaseException:
-            job_process.signal_group(proc.pid, signal.SIGKILL)
-            raise
+            proc = await job_process.spawn(command, cwd=workdir, log_path=record.log_path,
+                                           exit_path=record.exit_path)
+        except OSError as exc:
+            await self.db.write([("UPDATE jobs SET state = 'lost', ended_at = ? WHERE id = ?",
+                                  (time.time(), job_id))])
+            raise JobError(f"could not start the job: {exc}") from None
+        record.pid = proc.pid
+        record.proc_start = process_start_time(proc.pid)
+        await self.db.write([("UPDATE jobs SET pid = ?, proc_start = ? WHERE id = ?",
+                              (record.pid, record.proc_start, job_id))])
         live = self._track(record, compiled)
         live.proc = proc
         live.task = asyncio.create_task(self._follow_child(live, proc), name=f"job:{job_id}")
@@ -156,11 +163,21 @@ class JobManager:
         self._live[record.id] = live
         return live
 
+    def _completion_wanted(self, notify_on_complete: bool, patterns: list[str]) -> bool:
+        """Watch notices are sent only in ``all`` mode; elsewhere a watch job
+        reports its completion instead, or it would never be heard from."""
+        return notify_on_complete or (bool(patterns) and self.notify_mode != "all")
+
     # following -------------------------------------------------------------
 
     async def _follow_child(self, live: _Live, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        await job_process.read_lines(proc.stdout, lambda line: self._on_line(live, line))
+        try:
+            await job_process.read_lines(proc.stdout, lambda line: self._on_line(live, line))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("job_output_failed", job_id=live.record.id)
         returncode = await proc.wait()
         code = job_process.read_exit_code(live.record.exit_path)
         await self._complete(live, code if code is not None else returncode,
@@ -175,18 +192,22 @@ class JobManager:
                                       lambda line: self._on_line(live, line), exited)
         code = job_process.read_exit_code(record.exit_path)
         tail = job_process.tail_file(record.log_path, self.settings.tail_lines)
-        if code is None:
-            await self._complete(live, None, tail, state="lost")
-        else:
-            await self._complete(live, code, tail)
+        # no exit code: killed (by /kill, whose notice says so, or from outside)
+        await self._complete(live, code, tail,
+                             state="exited" if code is not None or record.killed else "lost")
 
     async def _on_line(self, live: _Live, line: str) -> None:
         live.tail.append(line)
         if live.watch is None:
             return
         notice = live.watch.feed(line)
-        if notice is not None:
+        if notice is None:
+            return
+        try:
             await self._watch_notice(live, notice)
+        except Exception:
+            # keep reading: a job whose output nobody reads blocks once the pipe fills
+            log.exception("watch_notice_failed", job_id=live.record.id)
 
     async def _watch_notice(self, live: _Live, notice: WatchNotice) -> None:
         record = live.record
@@ -198,31 +219,42 @@ class JobManager:
             ops.append(("UPDATE jobs SET watch_disabled = 1, notify_on_complete = 1 "
                         "WHERE id = ?", (record.id,)))
         sequence = record.watch_notices if notice.kind == "watch_match" else 0
-        new = NewNotification(
+        new = self._watch_new_notification(record, notice, sequence)
+        await self.outbox.produce([new] if self.notify_mode == "all" else [], with_ops=ops)
+
+    def _watch_new_notification(self, record: JobRecord, notice: WatchNotice,
+                                sequence: int | str) -> NewNotification:
+        return NewNotification(
             idempotency_key=f"{record.id}:{notice.kind}:{sequence}", kind=notice.kind,
             address=record.address, job_id=record.id,
             text=watch_text(record, notice, self.limits))
-        if self.notify_mode == "all":
-            await self.outbox.produce([new], with_ops=ops)
-        else:
-            await self.db.write(ops)
 
     async def _complete(self, live: _Live, exit_code: int | None, tail: list[str],
                         state: str = "exited") -> None:
         record = live.record
-        record.state, record.exit_code, record.ended_at = state, exit_code, time.time()
+        record.state, record.exit_code = state, exit_code
+        record.ended_at = _ended_at(record.exit_path)
         ops: list[Op] = [(
             "UPDATE jobs SET state = ?, exit_code = ?, ended_at = ? WHERE id = ? "
             "AND state = 'running'", (state, exit_code, record.ended_at, record.id))]
+        notices = []
+        held = live.watch.held() if live.watch is not None else None
+        if held is not None and self.notify_mode == "all":
+            # matches the cooldown held back are reported, not dropped with the job
+            notices.append(self._watch_new_notification(record, held, "final"))
+        if self._should_notify_completion(record):
+            notices.append(NewNotification(
+                idempotency_key=f"{record.id}:completion:0", kind="completion",
+                address=record.address, job_id=record.id,
+                text=completion_text(record, tail[-self.settings.tail_lines:])))
         try:
-            if self._should_notify_completion(record):
-                notice = NewNotification(
-                    idempotency_key=f"{record.id}:completion:0", kind="completion",
-                    address=record.address, job_id=record.id,
-                    text=completion_text(record, tail[-self.settings.tail_lines:]))
-                await self.outbox.produce([notice], with_ops=ops)
-            else:
-                await self.db.write(ops)
+            for attempt in range(5):  # the job is over; its end must still be told
+                try:
+                    await self.outbox.produce(notices, with_ops=ops)
+                    break
+                except Exception:
+                    log.exception("job_end_not_recorded", job_id=record.id, attempt=attempt)
+                    await asyncio.sleep(0.5 * 2 ** attempt)
         finally:
             live.ended.set()
             self._live.pop(record.id, None)
@@ -251,17 +283,17 @@ class JobManager:
             if record.id in self._live:
                 continue
             live = self._track(record, compile_patterns(record.watch_patterns))
+            # alive first, then the exit file: a job ending between the two
+            # checks is then found by the second, not reported lost
+            alive = bool(record.pid) and is_same_process(record.pid or 0, record.proc_start)
             code = job_process.read_exit_code(record.exit_path)
-            if code is not None:
-                tail = job_process.tail_file(record.log_path, self.settings.tail_lines)
-                await self._complete(live, code, tail)
-            elif record.pid and job_process.is_same_process(record.pid, record.proc_start):
+            if code is None and alive:
                 live.task = asyncio.create_task(self._follow_detached(live),
                                                 name=f"job:{record.id}")
                 log.info("job_reattached", job_id=record.id, pid=record.pid)
-            else:
-                tail = job_process.tail_file(record.log_path, self.settings.tail_lines)
-                await self._complete(live, None, tail, state="lost")
+                continue
+            tail = job_process.tail_file(record.log_path, self.settings.tail_lines)
+            await self._complete(live, code, tail, state="exited" if code is not None else "lost")
         return len(rows)
 
     # control and queries -----------------------------------------------------
@@ -329,6 +361,14 @@ class JobManager:
                 if pipe is not None:
                     pipe.close()
         self._live.clear()
+
+
+def _ended_at(exit_path: Path) -> float:
+    """When the job ended: its exit file's time (it may have ended while we were down)."""
+    try:
+        return exit_path.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def _insert_op(r: JobRecord) -> Op:

@@ -64,6 +64,15 @@ class JobWatch:
     _last_notice: float | None = None
     _held: deque[str] = field(default_factory=deque)
 
+    def held(self) -> WatchNotice | None:
+        """Matches still held back by the cooldown or the breaker, as one last notice."""
+        if not self._held or self.disabled:
+            return None
+        notice = WatchNotice("watch_match", tuple(self._held), self._suppressed)
+        self._held.clear()
+        self._suppressed = 0
+        return notice
+
     def feed(self, line: str) -> WatchNotice | None:
         """A notice to send for this line, or None."""
         if self.disabled or not any(p.search(line) for p in self.patterns):
@@ -72,7 +81,8 @@ class JobWatch:
         now = self.clock()
         if self.notices >= self.limits.max_notices:
             self.disabled = True
-            return WatchNotice("watch_disabled", (line,), self._suppressed)
+            held = (*self._held, line)[-self.limits.max_lines:]
+            return WatchNotice("watch_disabled", held, self._suppressed)
         cooling = self._last_notice is not None and (
             now - self._last_notice < self.limits.cooldown_seconds)
         if cooling or not self.breaker.allow():
