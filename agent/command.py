@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from gateway.commands import parse_command
 from gateway.notifications import Notification
 from gateway.turn import Turn
+from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.job_notices import describe_exit
 from tools.jobs import JobError, JobRecord
-from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.session_info import session_info
 from tools.terminal import Terminal
 

@@ -10,8 +10,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.config import Config, LoggingConfig, parse_config  # noqa: E402
+from gateway.daemon import Gateway  # noqa: E402
 from gateway.events import MessageKind, SendResult  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
+from gateway.notifications import ReturnAddress  # noqa: E402
 from gateway.platforms.memory import MemoryAdapter  # noqa: E402
 from gateway.route import Route  # noqa: E402
 
@@ -39,6 +41,17 @@ class TimedAdapter(MemoryAdapter):
                    session_id: str | None = None) -> SendResult:
         self.sent_ns.append((route, text, time.time_ns()))
         return SendResult.sent(str(len(self.sent_ns)))
+
+
+async def forum_topic_addresses(gw: Gateway, count: int) -> list[ReturnAddress]:
+    """Return addresses of ``count`` live sessions, one per topic of a forum group."""
+    addresses = []
+    for n in range(count):
+        route = Route("memory", "group", "-1001", thread_id=str(n), user_id="1")
+        key = gw.runner.session_key_for(route)
+        session = await gw.store.get_or_create(key, route)
+        addresses.append(ReturnAddress(key, session.id, route))
+    return addresses
 
 
 def percentiles(values_ms: list[float]) -> tuple[float, float]:

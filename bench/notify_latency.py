@@ -2,8 +2,9 @@
 
 Each job runs in its own conversation, sleeps, prints the wall-clock time in
 nanoseconds as its very last act, and exits. Jobs end all at once (the worst
-case: every exit competes for the two cores) or spread over a few seconds. The latency is the time from
-that print to the memory adapter's send of the completion notice — it
+case: every exit competes for the two cores) or spread over a few seconds.
+The latency is the time from that print to the memory adapter's send of the
+completion notice — it
 includes the shell's exit, the daemon noticing it, the durable outbox commit,
 the router, the owner's turn and the send.
 
@@ -18,37 +19,32 @@ import resource
 import tempfile
 import time
 
-from bench.common import TimedAdapter, bench_config, percentiles, quiet
+from bench.common import TimedAdapter, bench_config, forum_topic_addresses, percentiles, quiet
 from gateway.daemon import running_gateway
-from gateway.notifications import ReturnAddress
-from gateway.route import Route
 
 
 async def measure(jobs: int, spread: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as home:
         adapter = TimedAdapter()
         async with running_gateway(bench_config(home), [adapter]) as gw:
-            addresses = []
-            for n in range(jobs):
-                route = Route("memory", "group", "-1001", thread_id=str(n), user_id="1")
-                key = gw.runner.session_key_for(route)
-                session = await gw.store.get_or_create(key, route)
-                addresses.append(ReturnAddress(key, session.id, route))
-            # every job sleeps until the same moment, so they end together
+            addresses = await forum_topic_addresses(gw, jobs)
             # all jobs run at once; they end together, or spread over ``spread`` seconds
             first_end = time.time_ns() + int((2.0 + jobs * 0.006) * 1e9)
+            topic_of_job = {}
             for n, address in enumerate(addresses):
                 end_ns = first_end + int(spread * 1e9 * n / max(1, jobs))
                 command = (f"d=$(( ({end_ns} - $(date +%s%N)) / 1000000 )); [ $d -gt 0 ] && "
                            f"sleep $((d / 1000)).$(printf %03d $((d % 1000))); date +%s%N")
-                await gw.jobs.start(command, address)
+                job = await gw.jobs.start(command, address)
+                topic_of_job[job.id] = address.route.thread_id
             await _wait_for(lambda: len(adapter.sent_ns) >= jobs, 60 + jobs * 0.05)
             latencies = []
-            for route, text, sent_ns in adapter.sent_ns:
+            for _route, text, sent_ns in adapter.sent_ns:
                 printed = int([w for w in text.split() if w.isdigit() and len(w) >= 18][-1])
                 latencies.append((sent_ns - printed) / 1e6)
-            expected = {a.route.thread_id for a in addresses}
-            misrouted = len(expected) - len({route.thread_id for route, _, _ in adapter.sent_ns})
+            # each notice names its job; it must have gone to that job's own topic
+            misrouted = sum(1 for route, text, _ in adapter.sent_ns
+                            if topic_of_job.get(text.split()[1].rstrip(":")) != route.thread_id)
         p50, p99 = percentiles(latencies)
         return {"jobs": jobs, "p50": p50, "p99": p99, "max": max(latencies),
                 "misrouted": misrouted}

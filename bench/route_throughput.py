@@ -17,22 +17,16 @@ import resource
 import tempfile
 import time
 
-from bench.common import TimedAdapter, bench_config, quiet
+from bench.common import TimedAdapter, bench_config, forum_topic_addresses, quiet
 from gateway.daemon import running_gateway
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.route import Route
+from gateway.notifications import NewNotification
 
 
 async def measure(total: int, sessions: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as home:
         adapter = TimedAdapter()
         async with running_gateway(bench_config(home), [adapter]) as gw:
-            addresses = []
-            for n in range(sessions):
-                route = Route("memory", "group", "-1001", thread_id=str(n), user_id="1")
-                key = gw.runner.session_key_for(route)
-                session = await gw.store.get_or_create(key, route)
-                addresses.append(ReturnAddress(key, session.id, route))
+            addresses = await forum_topic_addresses(gw, sessions)
             notices = [NewNotification(f"b{i}:completion:0", "completion",
                                        addresses[i % sessions], f"notice {i} for {i % sessions}",
                                        job_id=f"b{i}") for i in range(total)]

@@ -120,7 +120,8 @@ def _sessions(config: Config, args: argparse.Namespace) -> int:
     print(f"{'SESSION ID':32}  {'STATE':9}  {'LAST ACTIVE':19}  {'TITLE':20}  SESSION KEY")
     for row in rows:
         state = "archived" if row["archived"] else ("ended" if row["ended_at"] else "live")
-        print(f"{row['id']:32}  {state:9}  {_when(row['last_active_at']):19}  {(row['title'] or '-')[:20]:20}  "
+        title = (row["title"] or "-")[:20]
+        print(f"{row['id']:32}  {state:9}  {_when(row['last_active_at']):19}  {title:20}  "
               f"{row['session_key']}")
     return 0
 

@@ -37,30 +37,27 @@ class WebConfig(_Strict):
             return False
 
 
-class TelegramConfig(_Strict):
+class _ChatPlatformConfig(_Strict):
+    """What every bot platform has: a switch, a token and who may talk to it."""
+
     enabled: bool = False
     token: str | None = None
+    allowed_users: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_users", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        return [str(v) for v in value] if isinstance(value, list) else value
+
+
+class TelegramConfig(_ChatPlatformConfig):
     base_url: str = "https://api.telegram.org/bot"
     base_file_url: str = "https://api.telegram.org/file/bot"
-    allowed_users: list[str] = Field(default_factory=list)
-
-    @field_validator("allowed_users", mode="before")
-    @classmethod
-    def _ids_as_strings(cls, value: Any) -> Any:
-        return [str(v) for v in value] if isinstance(value, list) else value
 
 
-class DiscordConfig(_Strict):
-    enabled: bool = False
-    token: str | None = None
+class DiscordConfig(_ChatPlatformConfig):
     api_base: str = "https://discord.com/api/v10"
     gateway_url: str = "wss://gateway.discord.gg"
-    allowed_users: list[str] = Field(default_factory=list)
-
-    @field_validator("allowed_users", mode="before")
-    @classmethod
-    def _ids_as_strings(cls, value: Any) -> Any:
-        return [str(v) for v in value] if isinstance(value, list) else value
 
 
 class PlatformsConfig(_Strict):

@@ -40,4 +40,5 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None) -> 
     )
     # libraries that log through the standard library (aiohttp, httpx) go
     # to the same stream at warning level and above
-    logging.basicConfig(stream=stream, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(stream=stream, level=logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")

@@ -106,9 +106,10 @@ MIGRATIONS: list[str] = [
     CREATE INDEX delegations_session ON delegations(session_id, state);
     CREATE INDEX delegations_state ON delegations(state);
     """,
-    # 4: finding a conversation's earlier notices quickly (delivery order)
+    # 4: notices waiting for a retry, by conversation (they hold back later ones)
     """
-    CREATE INDEX notifications_key_order ON notifications(session_key, id);
+    CREATE INDEX notifications_waiting ON notifications(session_key, id)
+        WHERE state = 'pending' AND not_before IS NOT NULL;
     """,
 ]
 

@@ -8,16 +8,16 @@ process or two — never both get the same row.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Sequence
 
-import sqlite3
 import structlog
 
 from .database import Database, Op
-from .processes import is_same_process, process_start_time
 from .notifications import NOTIFICATION_COLUMNS, STATES, NewNotification, Notification
+from .processes import is_same_process, process_start_time
 
 log = structlog.get_logger(__name__)
 
@@ -88,7 +88,8 @@ class Outbox:
                 f"WHERE id IN (SELECT n.id FROM notifications n WHERE n.state = 'pending' "
                 f"AND (n.not_before IS NULL OR n.not_before <= ?) AND NOT EXISTS ("
                 f"  SELECT 1 FROM notifications e WHERE e.session_key = n.session_key "
-                f"  AND e.id < n.id AND e.state = 'pending' AND e.not_before > ?) "
+                f"  AND e.id < n.id AND e.state = 'pending' AND e.not_before IS NOT NULL "
+                f"  AND e.not_before > ?) "
                 f"ORDER BY n.id LIMIT ?) "
                 f"RETURNING {NOTIFICATION_COLUMNS}", (claimer, now, now, now, limit),
             ).fetchall()
@@ -96,11 +97,12 @@ class Outbox:
 
         return await self.db.write(take)
 
-    async def record_sent(self, notification_id: int, claimer: str,
-                          message_id: str | None) -> None:
-        """Note at once that a claimed notification went out, so a crash before
-        :meth:`mark_delivered` is not followed by a second send."""
-        await self.db.write([(
+    def record_sent(self, notification_id: int, claimer: str, message_id: str | None) -> None:
+        """Note that a claimed notification went out, so a crash before
+        :meth:`mark_delivered` is not followed by a second send. Written behind:
+        it lands in the next group commit, milliseconds later, without making
+        the conversation's next notice wait for the disk."""
+        self.db.write_behind([(
             "UPDATE notifications SET sent_message_id = ? "
             "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
             (message_id or "sent", notification_id, claimer),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 CHAT_TYPES = ("dm", "group", "channel", "thread")
@@ -39,9 +39,12 @@ class Route:
         return replace(self, message_id=message_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {name: value for name in _FIELDS if (value := getattr(self, name)) is not None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Route:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: (None if v is None else str(v)) for k, v in data.items() if k in known})
+        return cls(**{k: (None if v is None else str(v)) for k, v in data.items()
+                      if k in _FIELDS})
+
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Route))

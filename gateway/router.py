@@ -131,8 +131,8 @@ class Router:
                 continue
             # turns and labelled notices alike go through the conversation's
             # lane, so its notices keep their order
-            pending = self.runner.run_in_lane(n.session_key,
-                                              lambda n=n: self._deliver_in_lane(n))
+            pending = self.runner.run_in_lane(
+                n.session_key, lambda n=n, d=decision: self._deliver_in_lane(n, d))
             self._track(n, self._await_lane(pending))
 
     def _track(self, n: Notification, outcome: object) -> None:
@@ -149,12 +149,16 @@ class Router:
         # the lane was shut down before this delivery ran
         return _Outcome("retry", reason="gateway stopping", retry_in=0.0)
 
-    async def _deliver_in_lane(self, n: Notification) -> _Outcome:
+    async def _deliver_in_lane(self, n: Notification, decision: Decision) -> _Outcome:
         """Runs in the owner's lane: check ownership again, then give the owner its turn.
 
-        The owner may have been reset while this waited behind its turn.
+        The owner may have been reset while this waited behind its turn; an
+        owner that is still the live session needs no second look.
         """
-        (decision,) = await self._decide([n])
+        still_live = (isinstance(decision, DeliverTurn)
+                      and self.store.is_live_session(decision.session.id))
+        if not still_live:
+            (decision,) = await self._decide([n])
         if isinstance(decision, Park):
             return await _parked(decision)
         if isinstance(decision, DeliverNotice):
@@ -186,7 +190,7 @@ class Router:
     def _recorder(self, n: Notification) -> Callable[[SendResult], Awaitable[None]]:
         async def record(result: SendResult) -> None:
             if result.ok:
-                await self.outbox.record_sent(n.id, self.name, result.message_id)
+                self.outbox.record_sent(n.id, self.name, result.message_id)
         return record
 
     async def _finish(self, n: Notification, outcome_source: object) -> None:

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,6 +147,11 @@ class SessionStore:
             f"SELECT {_SESSION_COLUMNS} FROM sessions "
             "WHERE session_key = ? AND ended_at IS NULL", (session_key,))
         return _entry(row) if row else None
+
+    def is_live_session(self, session_id: str) -> bool:
+        """True when ``session_id`` is known to be its key's live session (cache only:
+        False means "not known", and the caller should look properly)."""
+        return self._live.by_id(session_id) is not None
 
     async def get(self, session_id: str) -> SessionEntry | None:
         row = await self.db.fetchone(
@@ -309,7 +315,7 @@ class SessionStore:
             creations, self._creations = self._creations, {}
             entries = [entry for entry, _ in creations.values()]
             try:
-                created = await self.db.write(lambda conn: _insert_many(conn, entries))
+                created = await self.db.write(partial(_insert_many, entries=entries))
             except Exception as exc:
                 log.exception("session_create_failed", sessions=len(entries))
                 for _, future in creations.values():
@@ -360,7 +366,7 @@ def _entry(row: Iterable[Any]) -> SessionEntry:
 _INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
 
-def _insert_many(conn: sqlite3.Connection, entries: list[SessionEntry]
+def _insert_many(conn: sqlite3.Connection, *, entries: list[SessionEntry]
                  ) -> dict[str, SessionEntry]:
     """Insert sessions unless their key is live already; the live row per key."""
     conn.executemany(_INSERT_SESSION.replace("INSERT", "INSERT OR IGNORE", 1),

@@ -134,8 +134,11 @@ async def test_restored_results_obey_the_same_rule_after_a_restart(tmp_path: Pat
             newcomer = Route("memory", "dm", "300", user_id="300")
             await adapter.receive("hi, I am new here", newcomer)
             if attempt == 0:
-                await eventually(lambda: len(results(adapter)) == 1, what="the lost notice")
-                await eventually(lambda: any("result for A" in m.text for m in adapter.sent),
+                sent = adapter.sent
+                await eventually(
+                    lambda sent=sent: len([m for m in sent if "Delegation" in m.text]) == 1,
+                    what="the lost notice")
+                await eventually(lambda sent=sent: any("result for A" in m.text for m in sent),
                                  what="A's restored result")
             await asyncio.sleep(0.3)
             await gw.router.settle()

@@ -49,7 +49,7 @@ async def test_restart_settles_claimed_rows_without_resending_sent_ones(store: S
     await outbox.produce([notice(KEY, "s1", ROUTE, i) for i in range(3)])
     claimed = await outbox.claim("router-999999999-0-dead00")
     # the router had sent the first one when it died: the send was recorded at once
-    await outbox.record_sent(claimed[0].id, "router-999999999-0-dead00", "m1")
+    outbox.record_sent(claimed[0].id, "router-999999999-0-dead00", "m1")
     assert await outbox.reconcile_claimed() == (1, 2)
     states = {n.id: n.state for n in await outbox.list()}
     assert states[claimed[0].id] == "delivered"
