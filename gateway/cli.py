@@ -58,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
     notes.add_argument("--state", choices=STATES, help="only notifications in this state")
     notes.add_argument("--json", action="store_true", help="one JSON array on stdout")
     notes.set_defaults(func=_notifications)
+
+    pairing = sub.add_parser("pairing", parents=[common],
+                             help="let unknown users in: list and approve pairing codes")
+    pairing_sub = pairing.add_subparsers(dest="pairing_command", required=True, metavar="ACTION")
+    approve = pairing_sub.add_parser("approve", parents=[common], help="approve a pairing code")
+    approve.add_argument("platform", choices=["telegram", "discord"])
+    approve.add_argument("code")
+    approve.set_defaults(func=_pairing_approve)
+    pending = pairing_sub.add_parser("list", parents=[common], help="pending pairing codes")
+    pending.set_defaults(func=_pairing_list)
     return parser
 
 
@@ -174,6 +184,45 @@ def _notifications(config: Config, args: argparse.Namespace) -> int:
             why = r["reason"] or r["last_error"] or ""
             print(f"{r['id']:>6}  {r['kind']:14}  {r['state']:9}  {why[:24]:24}  "
                   f"{_when(r['created_at']):19}  {r['session_key']}")
+    return 0
+
+
+def _pairing_approve(config: Config, args: argparse.Namespace) -> int:
+    from .pairing import Pairing, PairingError
+
+    if not _existing_store(config):
+        return 1
+
+    async def approve() -> str:
+        async with SessionStore(config.state_db) as store:
+            request = await Pairing(store.db).approve(args.platform, args.code)
+        who = f"@{request.user_name}" if request.user_name else "the user"
+        return f"approved {who} (id {request.user_id}) on {request.platform}"
+
+    try:
+        print(asyncio.run(approve()))
+    except PairingError as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _pairing_list(config: Config, args: argparse.Namespace) -> int:
+    from .pairing import Pairing
+
+    if not _existing_store(config):
+        return 1
+
+    async def fetch() -> list:
+        async with SessionStore(config.state_db) as store:
+            return await Pairing(store.db).pending()
+
+    rows = asyncio.run(fetch())
+    if not rows:
+        print("no pending pairing codes")
+    for r in rows:
+        print(f"{r.code}  {r.platform:9}  {r.user_id:>14}  @{r.user_name or '-':20}  "
+              f"expires {_when(r.expires_at)}")
     return 0
 
 

@@ -53,6 +53,16 @@ class _ChatPlatformConfig(_Strict):
 class TelegramConfig(_ChatPlatformConfig):
     base_url: str = "https://api.telegram.org/bot"
     base_file_url: str = "https://api.telegram.org/file/bot"
+    allowed_chats: list[str] = Field(default_factory=list)
+    require_mention: bool = False
+    thread_fallback_to_chat: bool = False
+    messages_per_second: float = Field(30.0, gt=0)
+    group_messages_per_minute: float = Field(20.0, gt=0)
+
+    @field_validator("allowed_chats", mode="before")
+    @classmethod
+    def _chats_as_strings(cls, value: Any) -> Any:
+        return [str(v) for v in value] if isinstance(value, list) else value
 
 
 class DiscordConfig(_ChatPlatformConfig):
@@ -186,11 +196,17 @@ def parse_config(raw: Any, environ: dict[str, str], source: str = "<config>") ->
 
 
 def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
+    problems = []
     web = config.platforms.web
     if web.enabled and not web.is_loopback() and not web.token:
-        return [("platforms.web.token",
-                 f"required when platforms.web.host ({web.host}) is not a loopback address")]
-    return []
+        problems.append(("platforms.web.token",
+                         f"required when platforms.web.host ({web.host}) is not a loopback "
+                         f"address"))
+    for name in ("telegram", "discord"):
+        platform = getattr(config.platforms, name)
+        if platform.enabled and not platform.token:
+            problems.append((f"platforms.{name}.token", f"required when {name} is enabled"))
+    return problems
 
 
 def _parse_yaml(text: str, source: str) -> Any:

@@ -17,7 +17,9 @@ from tools.terminal import Terminal
 
 from .config import Config
 from .outbox import Outbox
+from .pairing import Pairing
 from .platforms.base import Adapter
+from .platforms.telegram import TelegramAdapter
 from .platforms.web import WebAdapter
 from .router import Router
 from .runner import GatewayRunner
@@ -49,11 +51,12 @@ def build_adapters(config: Config) -> list[Adapter]:
     adapters: list[Adapter] = []
     if config.platforms.web.enabled:
         adapters.append(WebAdapter(config.platforms.web))
-    for name in ("telegram", "discord"):
-        if getattr(config.platforms, name).enabled:
-            raise StartupError(
-                f"platforms.{name}.enabled: the {name} adapter is not part of this "
-                f"version of homing yet; set it to false")
+    if config.platforms.telegram.enabled:
+        adapters.append(TelegramAdapter(config.platforms.telegram))
+    if config.platforms.discord.enabled:
+        raise StartupError(
+            "platforms.discord.enabled: the discord adapter is not part of this "
+            "version of homing yet; set it to false")
     return adapters
 
 
@@ -75,7 +78,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         delegations = DelegationManager(
             store.db, outbox, store, command_subagent(terminal),
             max_running_per_session=config.delegations.max_running_per_session)
-        runner = GatewayRunner(config, store, CommandAgent(terminal, delegations))
+        runner = GatewayRunner(config, store, CommandAgent(terminal, delegations),
+                               pairing=Pairing(store.db))
         runner.session_end_listeners.append(delegations.interrupt_session)
         router = Router(outbox, store, runner)
         await outbox.reconcile_claimed()

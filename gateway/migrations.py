@@ -111,6 +111,27 @@ MIGRATIONS: list[str] = [
     CREATE INDEX notifications_waiting ON notifications(session_key, id)
         WHERE state = 'pending' AND not_before IS NOT NULL;
     """,
+    # 5: pairing unknown users, and the users the operator approved
+    """
+    CREATE TABLE pairing_codes (
+        code         TEXT PRIMARY KEY,
+        platform     TEXT NOT NULL,
+        user_id      TEXT NOT NULL,
+        user_name    TEXT,
+        created_at   REAL NOT NULL,
+        last_sent_at REAL NOT NULL,
+        expires_at   REAL NOT NULL,
+        approved_at  REAL
+    );
+    CREATE INDEX pairing_codes_user ON pairing_codes(platform, user_id);
+    CREATE TABLE approved_users (
+        platform    TEXT NOT NULL,
+        user_id     TEXT NOT NULL,
+        user_name   TEXT,
+        approved_at REAL NOT NULL,
+        PRIMARY KEY (platform, user_id)
+    );
+    """,
 ]
 
 

@@ -22,6 +22,7 @@ from .config import Config
 from .context import SessionContext, session_context
 from .events import MessageEvent, MessageKind, SendResult
 from .notifications import Notification
+from .pairing import Pairing, pairing_message
 from .route import Route
 from .session_key import build_session_key
 from .store import SessionEntry, SessionStore
@@ -52,10 +53,12 @@ class _Lane:
 
 
 class GatewayRunner:
-    def __init__(self, config: Config, store: SessionStore, agent: Agent) -> None:
+    def __init__(self, config: Config, store: SessionStore, agent: Agent,
+                 pairing: Pairing | None = None) -> None:
         self.config = config
         self.store = store
         self.agent = agent
+        self.pairing = pairing
         self.adapters: dict[str, Adapter] = {}
         self._lanes: dict[str, _Lane] = {}
         self._accepting = True
@@ -135,11 +138,10 @@ class GatewayRunner:
                 del self._lanes[key]
 
     async def _handle(self, key: str, event: MessageEvent) -> Outcome:
-        adapter = self.adapters.get(event.route.platform)
-        vouched = adapter is not None and adapter.authenticates_users
-        if not is_authorized(event, self.config, vouched=vouched):
+        if not await self._authorized(event):
             log.info("message_unauthorized", platform=event.route.platform,
                      chat_id=event.route.chat_id, user_id=event.route.user_id)
+            await self._offer_pairing(event)
             return "unauthorized"
         with structlog.contextvars.bound_contextvars(session_key=key):
             try:
@@ -164,6 +166,25 @@ class GatewayRunner:
                     await self._apologise(turn)
                     return "failed"
         return "handled"
+
+    async def _authorized(self, event: MessageEvent) -> bool:
+        adapter = self.adapters.get(event.route.platform)
+        vouched = adapter is not None and adapter.authenticates_users
+        if is_authorized(event, self.config, vouched=vouched):
+            return True
+        return self.pairing is not None and await self.pairing.is_approved(
+            event.route.platform, event.route.user_id)
+
+    async def _offer_pairing(self, event: MessageEvent) -> None:
+        """An unknown user in a direct message may ask to be let in; in groups: silence."""
+        adapter = self.adapters.get(event.route.platform)
+        route = event.route
+        if (self.pairing is None or adapter is None or not adapter.supports_pairing
+                or route.chat_type != "dm" or route.user_id is None):
+            return
+        request = await self.pairing.request(route.platform, route.user_id, route.user_name)
+        if request is not None:
+            await adapter.send(route, pairing_message(request), kind="system")
 
     async def notification_turn(
             self, session: SessionEntry, route: Route, notification: Notification,

@@ -78,7 +78,7 @@ async def test_run_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
 async def test_an_unavailable_platform_is_refused_by_name(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    (home / "config.yaml").write_text("platforms: {discord: {enabled: true}}\n")
+    (home / "config.yaml").write_text("platforms: {discord: {enabled: true, token: x}}\n")
     code, _, err = await run_cli("check-config", env=_env(home))
     assert code == 2 and "platforms.discord.enabled" in err
 

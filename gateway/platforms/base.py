@@ -26,6 +26,8 @@ class Adapter(ABC):
     #: True when the adapter authenticates users itself, so the runner skips
     #: the ``allowed_users`` check (the web chat: loopback or its token)
     authenticates_users: bool = False
+    #: True when an unknown user in a direct message is offered a pairing code
+    supports_pairing: bool = False
 
     @abstractmethod
     async def connect(self, runner: GatewayRunner) -> None: ...

@@ -1,0 +1,132 @@
+"""Pairing: how an unknown user in a direct message asks to be let in.
+
+The user gets a one-time code; the operator approves it on the machine with
+``homing pairing approve <platform> <code>``. Codes expire, a user is sent at
+most one reminder per interval, and only a few codes may be pending at once,
+so a stranger cannot make the bot spam or fill the database.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+import structlog
+
+from .database import Database
+
+log = structlog.get_logger(__name__)
+
+_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I to misread
+CODE_LENGTH = 8
+
+
+class PairingError(Exception):
+    """An approval that cannot be carried out; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PairingRequest:
+    code: str
+    platform: str
+    user_id: str
+    user_name: str | None
+    expires_at: float
+
+
+class Pairing:
+    def __init__(self, db: Database, *, ttl_seconds: float = 3600.0, max_pending: int = 5,
+                 reminder_seconds: float = 600.0) -> None:
+        self.db = db
+        self.ttl = ttl_seconds
+        self.max_pending = max_pending
+        self.reminder = reminder_seconds
+        self._approved: set[tuple[str, str]] = set()
+
+    async def is_approved(self, platform: str, user_id: str | None) -> bool:
+        if user_id is None:
+            return False
+        if (platform, user_id) in self._approved:
+            return True
+        # approvals are made by the CLI, in another process: look it up
+        row = await self.db.fetchone(
+            "SELECT 1 FROM approved_users WHERE platform = ? AND user_id = ?",
+            (platform, user_id))
+        if row:
+            self._approved.add((platform, user_id))
+        return bool(row)
+
+    async def request(self, platform: str, user_id: str, user_name: str | None
+                      ) -> PairingRequest | None:
+        """The code to send this user now, or None when nothing should be sent."""
+        now = time.time()
+
+        def issue(conn) -> PairingRequest | None:
+            mine = conn.execute(
+                "SELECT code, last_sent_at, expires_at FROM pairing_codes WHERE platform = ? "
+                "AND user_id = ? AND approved_at IS NULL AND expires_at > ?",
+                (platform, user_id, now)).fetchone()
+            if mine is not None:
+                code, last_sent, expires = mine
+                if now - last_sent < self.reminder:
+                    return None  # rate limited: they have the code already
+                conn.execute("UPDATE pairing_codes SET last_sent_at = ? WHERE code = ?",
+                             (now, code))
+                return PairingRequest(code, platform, user_id, user_name, expires)
+            (pending,) = conn.execute(
+                "SELECT COUNT(*) FROM pairing_codes WHERE approved_at IS NULL "
+                "AND expires_at > ?", (now,)).fetchone()
+            if pending >= self.max_pending:
+                return None
+            code = "".join(secrets.choice(_ALPHABET) for _ in range(CODE_LENGTH))
+            conn.execute(
+                "INSERT INTO pairing_codes (code, platform, user_id, user_name, created_at, "
+                "last_sent_at, expires_at) VALUES (?,?,?,?,?,?,?)",
+                (code, platform, user_id, user_name, now, now, now + self.ttl))
+            return PairingRequest(code, platform, user_id, user_name, now + self.ttl)
+
+        request = await self.db.write(issue)
+        if request is None:
+            log.info("pairing_not_sent", platform=platform, user_id=user_id,
+                     reason="rate limited or too many pending codes")
+        else:
+            log.warning("pairing_requested", platform=platform, user_id=user_id,
+                        user_name=user_name, code=request.code,
+                        approve=f"homing pairing approve {platform} {request.code}")
+        return request
+
+    async def approve(self, platform: str, code: str) -> PairingRequest:
+        now = time.time()
+        wanted = code.strip().upper()
+
+        def approve(conn) -> PairingRequest:
+            row = conn.execute(
+                "SELECT code, platform, user_id, user_name, expires_at, approved_at "
+                "FROM pairing_codes WHERE code = ?", (wanted,)).fetchone()
+            if row is None or row[1] != platform:
+                raise PairingError(f"no pairing code {wanted} for {platform}")
+            if row[5] is not None:
+                raise PairingError(f"code {wanted} was already approved")
+            if row[4] <= now:
+                raise PairingError(f"code {wanted} has expired; ask the user to message the "
+                                   f"bot again for a new one")
+            conn.execute("UPDATE pairing_codes SET approved_at = ? WHERE code = ?", (now, wanted))
+            conn.execute("INSERT OR REPLACE INTO approved_users (platform, user_id, user_name, "
+                         "approved_at) VALUES (?,?,?,?)", (platform, row[2], row[3], now))
+            return PairingRequest(row[0], row[1], row[2], row[3], row[4])
+
+        return await self.db.write(approve)
+
+    async def pending(self) -> list[PairingRequest]:
+        rows = await self.db.fetchall(
+            "SELECT code, platform, user_id, user_name, expires_at FROM pairing_codes "
+            "WHERE approved_at IS NULL AND expires_at > ? ORDER BY created_at", (time.time(),))
+        return [PairingRequest(*row) for row in rows]
+
+
+def pairing_message(request: PairingRequest) -> str:
+    minutes = max(1, int((request.expires_at - time.time()) // 60))
+    return (f"Hello! I don't know you yet. To be let in, ask the operator of this bot to "
+            f"run:\n\nhoming pairing approve {request.platform} {request.code}\n\n"
+            f"The code is valid for {minutes} minutes.")

@@ -1,0 +1,288 @@
+"""Telegram, through python-telegram-bot: long polling in, ordered and
+rate-limited sends out.
+
+The adapter never owns the event loop (no ``run_polling``): it initializes,
+starts and stops the Application itself, so the daemon's signal handling and
+other platforms are untouched. A Telegram outage or a 409 Conflict leaves the
+adapter retrying with backoff while the rest of the gateway carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from telegram import BotCommand, Update
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Conflict,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
+from telegram.ext import Application, ApplicationBuilder, TypeHandler
+from telegram.request import HTTPXRequest
+
+from ..config import TelegramConfig
+from ..events import MessageEvent, MessageKind, SendResult
+from ..route import Route
+from ..runner import GatewayClosed
+from ..splitter import split_message, utf16_len
+from .base import Adapter
+from .flow import FlowControl, RateLimits
+from .telegram_routes import route_of, send_arguments
+
+if TYPE_CHECKING:
+    from ..runner import GatewayRunner
+
+log = structlog.get_logger(__name__)
+
+MESSAGE_LIMIT = 4096
+_SEND_ATTEMPTS = 5
+_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
+_MAX_INLINE_WAIT = 30.0  # longer flood waits go back to the outbox instead
+_CONNECT_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+
+class TelegramAdapter(Adapter):
+    platform = "telegram"
+    message_limit = MESSAGE_LIMIT
+    supports_pairing = True
+
+    def __init__(self, config: TelegramConfig) -> None:
+        if not config.token:
+            raise ValueError("platforms.telegram.token is required when Telegram is enabled")
+        self.config = config
+        self.flow = FlowControl(RateLimits(config.messages_per_second,
+                                           config.group_messages_per_minute))
+        self.bot_username: str | None = None
+        self._runner: GatewayRunner | None = None
+        self._app: Application | None = None
+        self._connected = False
+        self._starter: asyncio.Task[None] | None = None
+
+    # lifecycle ---------------------------------------------------------------
+
+    async def connect(self, runner: GatewayRunner) -> None:
+        """Start in the background: a Telegram outage must not hold up the daemon."""
+        self._runner = runner
+        self._app = (ApplicationBuilder().token(self.config.token or "")
+                     .base_url(self.config.base_url).base_file_url(self.config.base_file_url)
+                     .get_updates_request(SkippingMalformedUpdates(read_timeout=15.0))
+                     .build())
+        self._app.add_handler(TypeHandler(Update, self._on_update))
+        self._app.add_error_handler(self._on_handler_error)
+        self._starter = asyncio.create_task(self._start_with_retries(), name="telegram-start")
+
+    async def wait_connected(self) -> None:
+        if self._starter is not None:
+            await asyncio.shield(self._starter)
+
+    async def _start_with_retries(self) -> None:
+        assert self._app is not None
+        attempt = 0
+        while True:
+            try:
+                await self._app.initialize()
+                break
+            except InvalidToken:
+                log.error("telegram_invalid_token",
+                          hint="check platforms.telegram.token; Telegram stays offline")
+                return
+            except TelegramError as exc:
+                delay = _CONNECT_BACKOFF[min(attempt, len(_CONNECT_BACKOFF) - 1)]
+                log.warning("telegram_connect_failed", error=str(exc), retry_in=delay)
+                attempt += 1
+                await asyncio.sleep(delay)
+        self.bot_username = self._app.bot.username
+        await self._register_commands()
+        await self._app.start()
+        assert self._app.updater is not None
+        await self._app.updater.start_polling(
+            poll_interval=0.0, timeout=10, bootstrap_retries=-1,
+            allowed_updates=["message"], error_callback=self._on_polling_error)
+        self._connected = True
+        log.info("telegram_connected", bot=self.bot_username)
+
+    async def disconnect(self) -> None:
+        if self._starter is not None and not self._starter.done():
+            self._starter.cancel()
+            await asyncio.gather(self._starter, return_exceptions=True)
+        app = self._app
+        if app is None:
+            return
+        self._connected = False
+        if app.updater is not None and app.updater.running:
+            await app.updater.stop()
+        if app.running:
+            await app.stop()
+        await app.shutdown()
+        self._app = None
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    async def _register_commands(self) -> None:
+        assert self._app is not None and self._runner is not None
+        from ..commands import GATEWAY_COMMANDS
+
+        commands = {**GATEWAY_COMMANDS, **self._runner.agent.commands}
+        try:
+            await self._app.bot.set_my_commands(
+                [BotCommand(name, what[:256]) for name, what in commands.items()])
+        except TelegramError as exc:
+            log.warning("telegram_commands_not_registered", error=str(exc))
+
+    def _on_polling_error(self, exc: TelegramError) -> None:
+        # PTB keeps polling with its own backoff; say what is happening
+        if isinstance(exc, Conflict):
+            log.error("telegram_conflict", error=str(exc),
+                      hint="another process polls with this bot token")
+        else:
+            log.warning("telegram_polling_error", error=str(exc))
+
+    async def _on_handler_error(self, update: object, context: Any) -> None:
+        log.error("telegram_update_failed", error=repr(context.error))
+
+    # inbound -------------------------------------------------------------------
+
+    async def _on_update(self, update: Update, context: Any) -> None:
+        message = update.message
+        if message is None or message.text is None:
+            return
+        if message.from_user is None or message.from_user.is_bot:
+            return  # bots (ourselves included) are never served
+        route = route_of(message)
+        if route is None:
+            return
+        if route.chat_type == "group" and not self._wanted_in_group(message):
+            return
+        text = self._without_mention(message.text)
+        if text is None:
+            return
+        assert self._runner is not None
+        try:
+            self._runner.submit(MessageEvent(text=text, route=route,
+                                             message_id=str(message.message_id)))
+        except GatewayClosed:
+            log.info("telegram_message_refused_while_stopping", chat_id=route.chat_id)
+
+    def _wanted_in_group(self, message: Any) -> bool:
+        chat_id = str(message.chat.id)
+        if self.config.allowed_chats and chat_id not in self.config.allowed_chats:
+            return False
+        if not self.config.require_mention:
+            return True
+        text: str = message.text or ""
+        mentioned = bool(self.bot_username) and f"@{self.bot_username}".lower() in text.lower()
+        replied = (message.reply_to_message is not None
+                   and message.reply_to_message.from_user is not None
+                   and message.reply_to_message.from_user.username == self.bot_username)
+        return mentioned or replied or text.startswith("/")
+
+    def _without_mention(self, text: str) -> str | None:
+        """Commands addressed to another bot (``/new@otherbot``) are not ours."""
+        head = text.split(maxsplit=1)[0] if text.strip() else ""
+        if head.startswith("/") and "@" in head:
+            target = head.split("@", 1)[1]
+            if self.bot_username and target.lower() != self.bot_username.lower():
+                return None
+        return text
+
+    # outbound ------------------------------------------------------------------
+
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None) -> SendResult:
+        """Send every part, in order, or say why not (permanent when the route is gone)."""
+        if self._app is None or not self._connected:
+            return SendResult.failed("telegram is not connected")
+        parts = split_message(text, MESSAGE_LIMIT, utf16_len)
+        last: str | None = None
+        async with self.flow.turn(route.chat_id, group=route.chat_type == "group"):
+            for part in parts:
+                result = await self._send_part(route, part)
+                if not result.ok:
+                    return result
+                last = result.message_id
+        return SendResult.sent(last)
+
+    async def _send_part(self, route: Route, text: str) -> SendResult:
+        assert self._app is not None
+        with_thread = True
+        for attempt in range(_SEND_ATTEMPTS):
+            try:
+                message = await self._app.bot.send_message(
+                    text=text, **send_arguments(route, with_thread=with_thread))
+                return SendResult.sent(str(message.message_id))
+            except RetryAfter as exc:
+                wait = _seconds(exc.retry_after)
+                log.warning("telegram_flood_control", chat_id=route.chat_id, retry_after=wait)
+                if wait > _MAX_INLINE_WAIT:
+                    return SendResult.failed(f"flood control: retry after {wait:.0f} s",
+                                             retry_after=wait)
+                self.flow.pause(route.chat_id, wait)
+                await asyncio.sleep(wait)
+            except BadRequest as exc:
+                if "thread not found" in exc.message.lower():
+                    if self.config.thread_fallback_to_chat and with_thread:
+                        log.warning("telegram_thread_gone_fallback", chat_id=route.chat_id,
+                                    thread_id=route.thread_id)
+                        with_thread = False
+                        continue
+                    return SendResult.failed(f"route gone: {exc.message}", permanent=True)
+                return SendResult.failed(f"rejected by Telegram: {exc.message}", permanent=True)
+            except (Forbidden, ChatMigrated) as exc:
+                return SendResult.failed(f"route gone: {exc.message}", permanent=True)
+            except NetworkError as exc:  # timeouts, connection errors, 5xx
+                delay = _BACKOFF[attempt]
+                log.warning("telegram_send_retry", chat_id=route.chat_id, error=str(exc),
+                            retry_in=delay)
+                await asyncio.sleep(delay)
+        return SendResult.failed(f"telegram did not accept the message after "
+                                 f"{_SEND_ATTEMPTS} attempts")
+
+
+class SkippingMalformedUpdates(HTTPXRequest):
+    """The getUpdates transport, minus updates that cannot be parsed.
+
+    The library parses a whole batch at once, so one malformed update would
+    fail every poll and stall the bot on it for good. Each bad update is
+    logged and reduced to its bare ``update_id``, so it is acknowledged and
+    skipped while the rest of the batch is served.
+    """
+
+    async def do_request(self, url: str, method: str, request_data: Any = None,
+                         **kwargs: Any) -> tuple[int, bytes]:
+        code, payload = await super().do_request(url, method, request_data, **kwargs)
+        if code != 200 or not url.endswith("/getUpdates"):
+            return code, payload
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            return code, payload
+        results = body.get("result") if isinstance(body, dict) else None
+        if not isinstance(results, list):
+            return code, payload
+        kept = []
+        for raw in results:
+            try:
+                Update.de_json(raw, None)
+                kept.append(raw)
+            except Exception as exc:  # anything the library cannot read
+                update_id = raw.get("update_id") if isinstance(raw, dict) else None
+                log.warning("telegram_malformed_update_skipped", update_id=update_id,
+                            error=repr(exc))
+                if isinstance(update_id, int):
+                    kept.append({"update_id": update_id})
+        body["result"] = kept
+        return code, json.dumps(body).encode()
+
+
+def _seconds(value: Any) -> float:
+    return float(value.total_seconds()) if hasattr(value, "total_seconds") else float(value)

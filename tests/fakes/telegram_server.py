@@ -1,0 +1,463 @@
+"""A small fake Telegram Bot API server for tests with the real python-telegram-bot.
+
+It speaks just enough of the Bot API for PTB 22.x to long-poll and send
+messages (see ``/work/shared/notes/platform-fakes.md``)::
+
+    fake = FakeTelegram()
+    await fake.start()
+    app = (ApplicationBuilder().token(fake.token)
+           .base_url(fake.base_url).base_file_url(fake.base_file_url).build())
+    fake.user_message(chat_id=7, text="hi")          # next getUpdates returns it
+    await app.bot.send_message(7, "hello")            # recorded in fake.sent
+    await fake.stop()
+
+Protocol as on Telegram: ``POST /bot<TOKEN>/<method>`` with a form-encoded
+(strings raw, everything else JSON text), multipart or JSON body, or none at
+all; answers ``{"ok": true, "result": ...}`` with HTTP 200, errors carry the
+real HTTP status, ``error_code``, ``description`` and ``parameters`` when
+relevant (``retry_after``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["FakeTelegram", "SentRecord", "utf16_len"]
+
+JSON = dict[str, Any]
+
+THREAD_NOT_FOUND = "Bad Request: message thread not found"
+MAX_MESSAGE_LENGTH = 4096
+
+
+def utf16_len(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units, the unit Telegram counts in."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+@dataclass
+class SentRecord:
+    """One successful ``sendMessage`` call, as the fake received it."""
+
+    chat_id: int
+    text: str
+    message_thread_id: int | None
+    reply_to_message_id: int | None
+    parse_mode: str | None
+    message_id: int
+    params: dict[str, Any] = field(repr=False)  # the request parameters, values as sent
+
+
+@dataclass
+class _Failure:
+    """A scripted error answer, consumed by the next matching call."""
+
+    chat_id: int | None
+    status: int
+    description: str
+    retry_after: int | None
+    remaining: int
+
+
+class _ApiError(Exception):
+    """Raised inside a handler to answer with a Bot API error."""
+
+    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.retry_after = retry_after
+
+
+class FakeTelegram:
+    """An in-process Bot API server on ``127.0.0.1`` (a free port, picked on start)."""
+
+    max_poll_hold: float = 5.0
+    """Upper bound (seconds) for holding a getUpdates call, whatever ``timeout`` asks."""
+
+    def __init__(self, token: str = "123:TEST", bot_username: str = "homing_bot") -> None:
+        self.token = token
+        self.bot_username = bot_username
+        self.bot_id = int(token.split(":", 1)[0])
+        self.bot_user: JSON = {"id": self.bot_id, "is_bot": True, "first_name": "Homing",
+                               "username": bot_username}
+        self.sent: list[SentRecord] = []
+        self.commands: list[JSON] = []
+        self.deleted_threads: set[tuple[int, int]] = set()
+        self.calls: list[tuple[str, dict[str, Any]]] = []  # every API call: (method, params)
+        self.port: int = 0
+        self._pending: list[tuple[int, JSON]] = []  # (ack id, update) not yet acknowledged
+        self._next_update_id = 10_000
+        self._message_ids: dict[int, int] = {}  # chat id -> last message id in that chat
+        self._chats: dict[int, JSON] = {}  # chats seen in inbound messages
+        self._send_failures: list[_Failure] = []
+        self._poll_failures: list[_Failure] = []
+        self._updates_changed = asyncio.Event()
+        self._sent_changed = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """Value for ``ApplicationBuilder.base_url`` (PTB appends the token)."""
+        return f"http://127.0.0.1:{self.port}/bot"
+
+    @property
+    def base_file_url(self) -> str:
+        """Value for ``ApplicationBuilder.base_file_url``."""
+        return f"http://127.0.0.1:{self.port}/file/bot"
+
+    async def start(self) -> None:
+        """Bind 127.0.0.1 on a free port and start serving."""
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        self._closing.clear()
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        """Release held long polls and shut the server down."""
+        self._closing.set()
+        self._wake("updates")
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeTelegram:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ inbound
+
+    def user_message(self, *, chat_id: int, text: str, user_id: int = 1,
+                     username: str | None = "alice", first_name: str = "Alice",
+                     chat_type: str = "private", is_forum: bool = False,
+                     thread_id: int | None = None, is_topic_message: bool = False,
+                     reply_to_message_id: int | None = None, is_bot: bool = False,
+                     chat_title: str | None = None) -> JSON:
+        """Queue a text message from a user; the next getUpdates returns it.
+
+        Returns the Message dict. ``update_id``, ``message_id`` (per chat) and
+        ``date`` are assigned here. A text starting with ``/`` gets a
+        ``bot_command`` entity, every ``@name`` a ``mention`` entity (offsets in
+        UTF-16 units). As on Telegram, a topic message (``is_topic_message``)
+        without an explicit reply is a reply to the topic's service message
+        (message id == thread id, with ``forum_topic_created``).
+        """
+        chat: JSON = {"id": chat_id, "type": chat_type}
+        if chat_type == "private":
+            chat["first_name"] = first_name
+            if username is not None:
+                chat["username"] = username
+        else:
+            chat["title"] = chat_title or f"Group {chat_id}"
+        if is_forum:
+            chat["is_forum"] = True
+        self._chats[chat_id] = chat
+
+        sender: JSON = {"id": user_id, "is_bot": is_bot, "first_name": first_name}
+        if username is not None:
+            sender["username"] = username
+        message: JSON = {"message_id": self._next_message_id(chat_id), "date": int(time.time()),
+                         "chat": chat, "from": sender, "text": text}
+        entities = _entities(text)
+        if entities:
+            message["entities"] = entities
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+        if is_topic_message:
+            message["is_topic_message"] = True
+        if reply_to_message_id is not None:
+            message["reply_to_message"] = {"message_id": reply_to_message_id,
+                                           "date": message["date"], "chat": chat}
+        elif is_topic_message and thread_id is not None:
+            message["reply_to_message"] = {
+                "message_id": thread_id, "date": message["date"], "chat": chat,
+                "from": sender, "message_thread_id": thread_id, "is_topic_message": True,
+                "forum_topic_created": {"name": f"Topic {thread_id}", "icon_color": 7322096}}
+        self.raw_update({"message": message})
+        return message
+
+    def raw_update(self, update: JSON) -> None:
+        """Queue any update dict as-is (an ``update_id`` is added only when missing)."""
+        if "update_id" not in update:
+            update = {"update_id": self._next_update_id, **update}
+        uid = update["update_id"]
+        ack_id = uid if isinstance(uid, int) else self._next_update_id
+        self._next_update_id = max(self._next_update_id, ack_id) + 1
+        self._pending.append((ack_id, update))
+        self._wake("updates")
+
+    @property
+    def pending_updates(self) -> list[JSON]:
+        """Queued updates the bot has not acknowledged yet (via ``offset``)."""
+        return [u for _, u in self._pending]
+
+    # ------------------------------------------------------------------ outbound
+
+    def fail_next_send(self, *, chat_id: int | None = None, status: int = 429,
+                       retry_after: int | None = None,
+                       description: str = "Too Many Requests: retry after 1",
+                       count: int = 1) -> None:
+        """Make the next ``count`` sendMessage calls (to ``chat_id``, or any chat) fail.
+
+        Failures are consumed in the order scripted. A 429 without
+        ``retry_after`` gets ``retry_after=1`` like Telegram's own answer.
+        Note PTB raises RetryAfter only for a non-zero ``retry_after``.
+        """
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        self._send_failures.append(_Failure(chat_id, status, description, retry_after, count))
+
+    def fail_next_poll(self, *, status: int = 409,
+                       description: str = ("Conflict: terminated by other getUpdates request; "
+                                           "make sure that only one bot instance is running"),
+                       count: int = 1) -> None:
+        """Make the next ``count`` getUpdates calls fail (default: 409 Conflict)."""
+        self._poll_failures.append(_Failure(None, status, description, None, count))
+
+    async def wait_for_sent(self, count: int, timeout: float = 10) -> list[SentRecord]:
+        """Wait until at least ``count`` messages were sent; return all of them."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(self.sent) < count:
+            remaining = deadline - asyncio.get_running_loop().time()
+            event = self._sent_changed
+            try:
+                await asyncio.wait_for(event.wait(), max(remaining, 0))
+            except TimeoutError:
+                raise TimeoutError(f"expected {count} sent messages within {timeout}s, "
+                                   f"got {len(self.sent)}: {self.sent!r}") from None
+        return list(self.sent)
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return _error(404, "Not Found")
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        token, method = request.match_info["token"], request.match_info["method"]
+        if token != self.token:
+            return _error(404, "Not Found")
+        params = await _read_params(request)
+        self.calls.append((method, params))
+        handler = self._methods.get(method.lower())
+        if handler is None:
+            return _error(404, "Not Found")
+        try:
+            result = await handler(self, params)
+        except _ApiError as exc:
+            return _error(exc.status, exc.description, exc.retry_after)
+        except (TypeError, ValueError) as exc:
+            return _error(400, f"Bad Request: {exc}")
+        return web.json_response({"ok": True, "result": result})
+
+    # ------------------------------------------------------------------ methods
+
+    async def _get_me(self, params: dict[str, Any]) -> JSON:
+        return {**self.bot_user, "can_join_groups": True, "can_read_all_group_messages": False,
+                "supports_inline_queries": False}
+
+    async def _true(self, params: dict[str, Any]) -> bool:
+        return True
+
+    async def _delete_webhook(self, params: dict[str, Any]) -> bool:
+        if _as_bool(params.get("drop_pending_updates")):
+            self._pending.clear()
+        return True
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[JSON]:
+        _consume(self._poll_failures, None)
+        offset = _as_int(params.get("offset"))
+        limit = _as_int(params.get("limit")) or 100
+        timeout = float(params.get("timeout") or 0)
+        if offset is not None and offset < 0:
+            self._pending = self._pending[offset:]
+        elif offset is not None:
+            self._pending = [(i, u) for i, u in self._pending if i >= offset]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(timeout, self.max_poll_hold)
+        while not self._pending and not self._closing.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._updates_changed.wait(), remaining)
+            except TimeoutError:
+                break
+        return [u for _, u in self._pending[:limit]]
+
+    async def _send_message(self, params: dict[str, Any]) -> JSON:
+        try:
+            chat_id = int(params.get("chat_id", ""))
+        except (TypeError, ValueError):
+            raise _ApiError(400, "Bad Request: chat not found") from None
+        text = params.get("text") or ""
+        thread_id = _as_int(params.get("message_thread_id"))
+        reply_params = _as_json(params.get("reply_parameters"))
+        reply_to = _as_int(reply_params.get("message_id")) if isinstance(reply_params, dict) \
+            else _as_int(params.get("reply_to_message_id"))
+        parse_mode = params.get("parse_mode")
+
+        _consume(self._send_failures, chat_id)
+        if not text.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if thread_id == 1 or (thread_id is not None
+                              and (chat_id, thread_id) in self.deleted_threads):
+            raise _ApiError(400, THREAD_NOT_FOUND)
+        if utf16_len(_visible_text(text, parse_mode)) > MAX_MESSAGE_LENGTH:
+            raise _ApiError(400, "Bad Request: message is too long")
+
+        chat = self._chats.get(chat_id) or _guess_chat(chat_id)
+        message: JSON = {"message_id": self._next_message_id(chat_id),
+                         "date": int(time.time()), "chat": chat, "from": self.bot_user,
+                         "text": text}
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            if chat.get("is_forum"):
+                message["is_topic_message"] = True
+        if reply_to is not None:
+            message["reply_to_message"] = {"message_id": reply_to, "date": message["date"],
+                                           "chat": chat}
+        self.sent.append(SentRecord(chat_id=chat_id, text=text, message_thread_id=thread_id,
+                                    reply_to_message_id=reply_to, parse_mode=parse_mode,
+                                    message_id=message["message_id"], params=params))
+        self._wake("sent")
+        return message
+
+    async def _set_my_commands(self, params: dict[str, Any]) -> bool:
+        commands = _as_json(params.get("commands"))
+        if not isinstance(commands, list):
+            raise _ApiError(400, "Bad Request: can't parse commands JSON object")
+        self.commands = commands
+        return True
+
+    async def _get_my_commands(self, params: dict[str, Any]) -> list[JSON]:
+        return list(self.commands)
+
+    async def _delete_my_commands(self, params: dict[str, Any]) -> bool:
+        self.commands = []
+        return True
+
+    _methods = {
+        "getme": _get_me,
+        "deletewebhook": _delete_webhook,
+        "getupdates": _get_updates,
+        "sendmessage": _send_message,
+        "setmycommands": _set_my_commands,
+        "getmycommands": _get_my_commands,
+        "deletemycommands": _delete_my_commands,
+        "sendchataction": _true,
+        "logout": _true,
+        "close": _true,
+    }
+
+    # ------------------------------------------------------------------ helpers
+
+    def _next_message_id(self, chat_id: int) -> int:
+        self._message_ids[chat_id] = self._message_ids.get(chat_id, 0) + 1
+        return self._message_ids[chat_id]
+
+    def _wake(self, what: str) -> None:
+        """Wake everyone waiting on ``what`` ("updates" or "sent")."""
+        attr = f"_{what}_changed"
+        event: asyncio.Event = getattr(self, attr)
+        setattr(self, attr, asyncio.Event())
+        event.set()
+
+
+# ---------------------------------------------------------------------- module helpers
+
+def _error(status: int, description: str, retry_after: int | None = None) -> web.Response:
+    body: JSON = {"ok": False, "error_code": status, "description": description}
+    if retry_after is not None:
+        body["parameters"] = {"retry_after": retry_after}
+    return web.json_response(body, status=status)
+
+
+def _consume(failures: list[_Failure], chat_id: int | None) -> None:
+    """Raise the first scripted failure matching ``chat_id`` (or any chat), if any."""
+    for failure in failures:
+        if failure.chat_id is None or failure.chat_id == chat_id:
+            failure.remaining -= 1
+            if failure.remaining <= 0:
+                failures.remove(failure)
+            raise _ApiError(failure.status, failure.description, failure.retry_after)
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    """Query string plus body: form-encoded, multipart (files as FileField) or JSON."""
+    params: dict[str, Any] = dict(request.query)
+    if not request.body_exists:
+        return params
+    if request.content_type == "application/json":
+        body = await request.json()
+        params.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in body.items()})
+    else:
+        params.update(await request.post())
+    return params
+
+
+def _as_int(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    return int(value)
+
+
+def _as_bool(value: Any) -> bool:
+    return str(value).lower() in ("true", "1")
+
+
+def _as_json(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def _guess_chat(chat_id: int) -> JSON:
+    """A chat never seen inbound: private for positive ids, else a (super)group."""
+    if chat_id > 0:
+        return {"id": chat_id, "type": "private", "first_name": "User"}
+    kind = "supergroup" if str(chat_id).startswith("-100") else "group"
+    return {"id": chat_id, "type": kind, "title": f"Group {chat_id}"}
+
+
+def _visible_text(text: str, parse_mode: str | None) -> str:
+    """The text Telegram counts against the limit (HTML markup removed; Markdown as-is)."""
+    if parse_mode and parse_mode.upper() == "HTML":
+        return html.unescape(re.sub(r"<[^>]*>", "", text))
+    return text
+
+
+def _entities(text: str) -> list[JSON]:
+    """bot_command for a leading ``/cmd[@bot]``, mention for each ``@name``."""
+    entities: list[JSON] = []
+    command = re.match(r"/\w+(@\w+)?", text)
+    if command:
+        entities.append({"type": "bot_command", "offset": 0,
+                         "length": utf16_len(command.group())})
+    for mention in re.finditer(r"(?<![\w/@])@\w{3,}", text):
+        if command and mention.start() < command.end():
+            continue
+        entities.append({"type": "mention", "offset": utf16_len(text[:mention.start()]),
+                         "length": utf16_len(mention.group())})
+    return entities

@@ -1,0 +1,202 @@
+"""The Telegram adapter: the real python-telegram-bot against a local fake Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.config import Config
+from gateway.daemon import Gateway, running_gateway
+from gateway.platforms.telegram import TelegramAdapter
+
+from .conftest import make_config
+from .fakes.telegram_server import FakeTelegram, SentRecord
+from .helpers import eventually, eventually_async
+from .test_cli import _env, run_cli
+
+FORUM, OTHER_FORUM, GROUP = -1001, -1002, -1003
+ALICE = 1
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+def telegram_config(home: Path, fake: FakeTelegram, **overrides: object) -> Config:
+    return make_config(
+        home, platforms__telegram__enabled=True, platforms__telegram__token=fake.token,
+        platforms__telegram__base_url=fake.base_url,
+        platforms__telegram__base_file_url=fake.base_file_url,
+        platforms__telegram__allowed_users=[str(ALICE)],
+        platforms__telegram__messages_per_second=1000,
+        platforms__telegram__group_messages_per_minute=1000, **overrides)
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, fake: FakeTelegram) -> AsyncIterator[Gateway]:
+    async with running_gateway(telegram_config(tmp_path / "home", fake)) as gw:
+        adapter = gw.runner.adapters["telegram"]
+        assert isinstance(adapter, TelegramAdapter)
+        await adapter.wait_connected()
+        yield gw
+
+
+def to(fake: FakeTelegram, chat_id: int, thread: int | None = None) -> list[SentRecord]:
+    return [s for s in fake.sent if s.chat_id == chat_id and s.message_thread_id == thread]
+
+
+def notices(fake: FakeTelegram) -> list[SentRecord]:
+    return [s for s in fake.sent if s.text.startswith("Job ")]
+
+
+async def test_notices_reach_their_own_chat_and_topic(gateway, fake) -> None:
+    starts = {
+        "t42": dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,
+                    is_topic_message=True),
+        "t17": dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=17,
+                    is_topic_message=True),
+        "general": dict(chat_id=FORUM, chat_type="supergroup", is_forum=True),
+        "other42": dict(chat_id=OTHER_FORUM, chat_type="supergroup", is_forum=True,
+                        thread_id=42, is_topic_message=True),
+        "dm": dict(chat_id=ALICE),
+    }
+    anchors = {}
+    for name, where in starts.items():
+        sent = fake.user_message(text=f"/bg sleep 0.5; echo marker-{name}", **where)
+        anchors[name] = sent["message_id"]
+    for i in range(6):  # chatter in other topics meanwhile
+        fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True,
+                          thread_id=5 + i % 2, is_topic_message=True, text=f"chatter {i}")
+    await eventually(lambda: len(notices(fake)) == len(starts), timeout=15,
+                     what="every notice")
+    expected = {"t42": (FORUM, 42), "t17": (FORUM, 17), "general": (FORUM, None),
+                "other42": (OTHER_FORUM, 42), "dm": (ALICE, None)}
+    for name, (chat, thread) in expected.items():
+        (notice,) = [n for n in notices(fake) if f"marker-{name}" in n.text]
+        assert (notice.chat_id, notice.message_thread_id) == (chat, thread), name
+        assert notice.reply_to_message_id == anchors[name], name
+
+
+async def test_flood_control_and_bad_gateways_lose_nothing_and_keep_order(gateway, fake) -> None:
+    fake.fail_next_send(chat_id=ALICE, status=429, retry_after=1, count=2)
+    fake.fail_next_send(chat_id=ALICE, status=502, description="Bad Gateway")
+    fake.fail_next_send(chat_id=FORUM, status=429, retry_after=1)
+    for i in range(6):
+        fake.user_message(chat_id=ALICE, text=f"dm {i}")
+        fake.user_message(chat_id=FORUM, chat_type="supergroup", text=f"group {i}")
+    await eventually(lambda: len(fake.sent) >= 12, timeout=20, what="twelve replies")
+    await asyncio.sleep(0.3)
+    for chat, label in ((ALICE, "dm"), (FORUM, "group")):
+        firsts = [s.text.split("\n")[0] for s in to(fake, chat)]
+        assert firsts == [f"Received: {label} {i}" for i in range(6)]  # once each, in order
+
+
+async def test_a_long_output_arrives_in_parts_with_code_blocks_intact(gateway, fake) -> None:
+    fake.user_message(chat_id=ALICE, text="/run for i in $(seq 1 30); do "
+                                          "printf 'line %03d %0330d\\n' $i 0; done")
+    await eventually(lambda: len(to(fake, ALICE)) >= 3, timeout=15, what="the parts")
+    await asyncio.sleep(0.3)
+    parts = [s.text for s in to(fake, ALICE)]
+    assert sum(len(p) for p in parts) > 10_000
+    assert all(len(p.encode("utf-16-le")) // 2 <= 4096 for p in parts)
+    for part in parts:
+        fences = [line for line in part.splitlines() if line.startswith("```")]
+        assert len(fences) % 2 == 0, part[:80]
+    assert "line 001" in parts[0] and "line 030" in parts[-1]
+
+
+async def test_unknown_users_pair_in_a_dm_and_are_ignored_in_groups(
+        gateway, fake, tmp_path: Path) -> None:
+    stranger = 99
+    fake.user_message(chat_id=GROUP, chat_type="group", user_id=stranger, text="hi all")
+    fake.user_message(chat_id=stranger, user_id=stranger, username="bob", text="hello?")
+    (offer,) = await fake.wait_for_sent(1)
+    assert offer.chat_id == stranger and "homing pairing approve telegram" in offer.text
+    code = offer.text.split("homing pairing approve telegram ")[1].split()[0]
+    fake.user_message(chat_id=stranger, user_id=stranger, username="bob", text="still there?")
+    await asyncio.sleep(0.5)
+    assert len(fake.sent) == 1  # one code, not one per message; nothing in the group
+
+    exit_code, out, err = await run_cli("pairing", "approve", "telegram", code,
+                                        env=_env(tmp_path / "home"))
+    assert exit_code == 0, err
+    assert "@bob" in out
+    fake.user_message(chat_id=stranger, user_id=stranger, username="bob", text="let me in")
+    await eventually(lambda: len(fake.sent) == 2, what="the reply to the approved user")
+    assert fake.sent[-1].text.startswith("Received: let me in")
+    assert to(fake, GROUP) == []
+
+
+async def test_a_deleted_topic_parks_the_notice_as_route_gone(gateway, fake, tmp_path) -> None:
+    fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=77,
+                      is_topic_message=True, text="/bg sleep 0.5; echo into-the-void")
+    await fake.wait_for_sent(1)
+    fake.deleted_threads.add((FORUM, 77))
+
+    async def parked() -> list:
+        return await gateway.outbox.list("parked")
+
+    (row,) = await eventually_async(parked, timeout=15, what="the parked notice")
+    assert row.reason == "route_gone" and "thread not found" in (row.last_error or "")
+    assert notices(fake) == []  # no silent fallback to the chat root
+    code, out, _ = await run_cli("notifications", "--state", "parked",
+                                 env=_env(tmp_path / "home"))
+    assert code == 0 and "route_gone" in out
+
+
+async def test_commands_for_us_work_in_groups_and_others_bots_are_ignored(gateway, fake) -> None:
+    assert "bg" in {c["command"] for c in fake.commands}  # registered on start
+    group = dict(chat_id=GROUP, chat_type="group")
+    fake.user_message(text="/status@homing_bot", **group)
+    fake.user_message(text="/new@some_other_bot", **group)
+    fake.user_message(text="beep", is_bot=True, user_id=555, **group)
+    await fake.wait_for_sent(1)
+    await asyncio.sleep(0.5)
+    assert len(fake.sent) == 1 and "session key" in fake.sent[0].text
+
+
+async def test_a_malformed_update_is_skipped_and_the_next_one_served(gateway, fake) -> None:
+    fake.raw_update({"message": {"message_id": "not-a-number", "chat": "nope"}})
+    fake.user_message(chat_id=ALICE, text="after the junk")
+    (reply,) = await fake.wait_for_sent(1)
+    assert reply.text.startswith("Received: after the junk")
+
+
+async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
+        fake: FakeTelegram, tmp_path: Path) -> None:
+    from .test_crash_recovery import start_daemon
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "platforms:\n  web: {port: 0}\n"
+        f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
+        f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}']}}\n")
+    env = _env(home)
+    first, _ = await start_daemon(env)
+    second = None
+    try:
+        fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,
+                          is_topic_message=True, text="/bg sleep 3; echo topic-marker; exit 3")
+        (started,) = await fake.wait_for_sent(1, timeout=20)
+        assert started.text.startswith("Started job")
+        # the update is acknowledged before the crash, as Telegram would have it
+        await eventually(lambda: not fake.pending_updates, timeout=20, what="the ack")
+        first.kill()
+        await first.wait()
+        second, _ = await start_daemon(env)
+        await eventually(lambda: notices(fake), timeout=30, what="the completion")
+        await asyncio.sleep(1.0)
+        (notice,) = notices(fake)
+        assert (notice.chat_id, notice.message_thread_id) == (FORUM, 42)
+        assert "exit code 3" in notice.text and "topic-marker" in notice.text
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.terminate()
+                await proc.wait()
