@@ -200,3 +200,45 @@ async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
             if proc is not None and proc.returncode is None:
                 proc.terminate()
                 await proc.wait()
+
+
+async def test_409_conflicts_are_retried_and_polling_goes_on(gateway, fake) -> None:
+    fake.fail_next_poll(status=409, count=3)
+    fake.user_message(chat_id=ALICE, text="after the conflicts")
+    (reply,) = await fake.wait_for_sent(1, timeout=30)
+    assert reply.text.startswith("Received: after the conflicts")
+
+
+async def test_telegram_down_at_start_does_not_hold_up_the_gateway(tmp_path: Path) -> None:
+    """The web chat serves while Telegram is unreachable; Telegram joins when it is back."""
+    import aiohttp
+
+    server = FakeTelegram()
+    await server.start()
+    config = telegram_config(tmp_path / "home", server)
+    await server.stop()  # nothing listens at the configured address now
+    async with running_gateway(config) as gw:
+        telegram = gw.runner.adapters["telegram"]
+        assert not telegram.connected
+        web = gw.runner.adapters["web"]
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+                f"http://127.0.0.1:{web.port}/ws") as ws:
+            await ws.receive_json(timeout=5)
+            await ws.send_json({"type": "message", "text": "web still works"})
+            assert "web still works" in (await ws.receive_json(timeout=5))["text"]
+        assert not telegram.connected
+
+
+async def test_require_mention_and_allowed_chats_in_groups(tmp_path: Path, fake) -> None:
+    config = telegram_config(tmp_path / "home", fake,
+                             platforms__telegram__require_mention=True,
+                             platforms__telegram__allowed_chats=[str(GROUP)])
+    async with running_gateway(config) as gw:
+        await gw.runner.adapters["telegram"].wait_connected()
+        group = dict(chat_id=GROUP, chat_type="group")
+        fake.user_message(text="just talking among ourselves", **group)
+        fake.user_message(text="@homing_bot are you there?", **group)
+        fake.user_message(chat_id=FORUM, chat_type="supergroup", text="@homing_bot elsewhere")
+        (reply,) = await fake.wait_for_sent(1)
+        await asyncio.sleep(0.5)
+        assert len(fake.sent) == 1 and "are you there" in reply.text
