@@ -97,6 +97,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                      delegations_lost=lost)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router)
         finally:
+            for adapter in connected:
+                await adapter.stop_receiving()
             await router.stop()
             await runner.drain(DRAIN_TIMEOUT)
             await delegations.shutdown()

@@ -75,8 +75,8 @@ class Pairing:
                              (now, code))
                 return PairingRequest(code, platform, user_id, user_name, expires)
             (pending,) = conn.execute(
-                "SELECT COUNT(*) FROM pairing_codes WHERE approved_at IS NULL "
-                "AND expires_at > ?", (now,)).fetchone()
+                "SELECT COUNT(*) FROM pairing_codes WHERE platform = ? AND approved_at IS NULL "
+                "AND expires_at > ?", (platform, now)).fetchone()
             if pending >= self.max_pending:
                 return None
             code = "".join(secrets.choice(_ALPHABET) for _ in range(CODE_LENGTH))
@@ -88,8 +88,9 @@ class Pairing:
 
         request = await self.db.write(issue)
         if request is None:
-            log.info("pairing_not_sent", platform=platform, user_id=user_id,
-                     reason="rate limited or too many pending codes")
+            log.warning("pairing_not_sent", platform=platform, user_id=user_id,
+                        reason="a code was sent recently, or too many codes are pending",
+                        hint="homing pairing list")
         else:
             log.warning("pairing_requested", platform=platform, user_id=user_id,
                         user_name=user_name, code=request.code,

@@ -242,3 +242,30 @@ async def test_require_mention_and_allowed_chats_in_groups(tmp_path: Path, fake)
         (reply,) = await fake.wait_for_sent(1)
         await asyncio.sleep(0.5)
         assert len(fake.sent) == 1 and "are you there" in reply.text
+
+
+async def test_messages_arriving_during_shutdown_are_left_for_the_next_start(
+        tmp_path: Path, fake) -> None:
+    config = telegram_config(tmp_path / "home", fake)
+    stop = asyncio.Event()
+
+    async def run_until_stopped() -> None:
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            fake.user_message(chat_id=ALICE, text="/run sleep 1.5; echo slow")
+            await eventually(lambda: gw.runner.busy_session_keys, what="the slow turn")
+            await stop.wait()
+
+    runner = asyncio.create_task(run_until_stopped())
+    await eventually(lambda: any(c[0] == "getUpdates" for c in fake.calls), what="polling")
+    await asyncio.sleep(0.5)
+    stop.set()  # shutdown begins; the slow turn is still running
+    await asyncio.sleep(0.3)
+    fake.user_message(chat_id=ALICE, text="sent during shutdown")
+    await runner
+    assert any("slow" in s.text for s in fake.sent)  # the turn in flight finished
+    assert [u["message"]["text"] for u in fake.pending_updates] == ["sent during shutdown"]
+    async with running_gateway(config) as gw:
+        await gw.runner.adapters["telegram"].wait_connected()
+        await eventually(lambda: any("sent during shutdown" in s.text for s in fake.sent),
+                         what="the message served after the restart")

@@ -35,6 +35,9 @@ class Adapter(ABC):
     @abstractmethod
     async def disconnect(self) -> None: ...
 
+    async def stop_receiving(self) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Take no more messages (before the runner drains); sending still works."""
+
     @abstractmethod
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None) -> SendResult:

@@ -1,9 +1,11 @@
 """Flow control for bot platforms: order per chat, rate limits, and waiting out
 the platform's "retry after". One place for these rules; every adapter uses it.
 
-A chat's messages go out one at a time, in the order they were handed over.
-A chat told to wait (HTTP 429 with ``retry_after``) waits — and so does every
-chat when the limit hit was global — while other chats carry on.
+A chat's messages go out one at a time, in the order they were handed over
+(:meth:`FlowControl.chat`); every single request — each part of a long
+message, each retry — is admitted against the limits (:meth:`FlowControl.admit`).
+A chat told to wait (HTTP 429 with ``retry_after``) waits; when several chats
+are told to wait at once the limit hit was the global one, and every chat waits.
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+
+#: two chats told to wait within this many seconds means a global limit
+_GLOBAL_HINT_WINDOW = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class RateLimits:
-    per_second: float = 30.0  # all chats together
-    group_per_minute: float = 20.0  # one group chat
+    per_second: float = 30.0  # all chats together, in any one-second window
+    group_per_minute: float = 20.0  # one group chat, in any one-minute window
 
 
 @dataclass(slots=True)
@@ -31,49 +36,34 @@ class _Chat:
 
 
 class FlowControl:
-    def __init__(self, limits: RateLimits, clock=time.monotonic) -> None:
+    def __init__(self, limits: RateLimits, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.limits = limits
         self._clock = clock
+        self._sleep = sleep
         self._chats: dict[str, _Chat] = {}
         self._global_recent: deque[float] = deque()
         self._global_paused_until = 0.0
-        self._turns = 0
+        self._last_pause: tuple[str, float] | None = None
+        self._uses = 0
 
     @asynccontextmanager
-    async def turn(self, chat: str, *, group: bool) -> AsyncIterator[None]:
-        """Hold ``chat``'s sending slot (in arrival order) once the limits allow a send."""
-        state = self._chats.get(chat)
-        if state is None:
-            state = self._chats[chat] = _Chat()
+    async def chat(self, chat: str) -> AsyncIterator[None]:
+        """Hold ``chat``'s sending slot, in arrival order, for one whole message."""
+        state = self._state(chat)
         state.users += 1
         try:
             async with state.lock:
-                await self._wait_for_room(state, group)
                 yield
         finally:
             state.users -= 1
-            self._turns += 1
-            if self._turns % 1000 == 0:
+            self._uses += 1
+            if self._uses % 1000 == 0:
                 self._forget_idle_chats()
 
-    def _forget_idle_chats(self) -> None:
-        """Chats with nothing queued and no send in the last minute cost nothing."""
-        now = self._clock()
-        for key, state in list(self._chats.items()):
-            if state.users == 0 and (not state.recent or now - state.recent[-1] > 60) \
-                    and state.paused_until < now:
-                del self._chats[key]
-
-    def pause(self, chat: str, seconds: float, *, everywhere: bool = False) -> None:
-        """The platform asked us to wait before sending to ``chat`` (or anywhere) again."""
-        until = self._clock() + seconds
-        state = self._chats.get(chat)
-        if state is not None:
-            state.paused_until = max(state.paused_until, until)
-        if everywhere:
-            self._global_paused_until = max(self._global_paused_until, until)
-
-    async def _wait_for_room(self, state: _Chat, group: bool) -> None:
+    async def admit(self, chat: str, *, group: bool) -> None:
+        """Wait until one more request to ``chat`` fits every limit, and count it."""
+        state = self._state(chat)
         while True:
             now = self._clock()
             wait = max(state.paused_until, self._global_paused_until) - now
@@ -84,7 +74,38 @@ class FlowControl:
                 self._global_recent.append(now)
                 state.recent.append(now)
                 return
-            await asyncio.sleep(wait)
+            await self._sleep(wait)
+
+    def pause(self, chat: str, seconds: float) -> bool:
+        """The platform asked us to wait before sending to ``chat`` again.
+
+        Returns True when the pause was applied to every chat (a second chat
+        was told to wait within a second of the first: the global limit).
+        """
+        now = self._clock()
+        until = now + seconds
+        state = self._state(chat)
+        state.paused_until = max(state.paused_until, until)
+        everywhere = (self._last_pause is not None and self._last_pause[0] != chat
+                      and now - self._last_pause[1] <= _GLOBAL_HINT_WINDOW)
+        if everywhere:
+            self._global_paused_until = max(self._global_paused_until, until)
+        self._last_pause = (chat, now)
+        return everywhere
+
+    def _state(self, chat: str) -> _Chat:
+        state = self._chats.get(chat)
+        if state is None:
+            state = self._chats[chat] = _Chat()
+        return state
+
+    def _forget_idle_chats(self) -> None:
+        """Chats with nothing queued and no send in the last minute cost nothing."""
+        now = self._clock()
+        for key, state in list(self._chats.items()):
+            idle = not state.recent or now - state.recent[-1] > 60
+            if state.users == 0 and idle and state.paused_until < now:
+                del self._chats[key]
 
 
 def _room(recent: deque[float], now: float, window: float, allowed: float) -> float:

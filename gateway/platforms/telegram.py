@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -45,7 +47,7 @@ log = structlog.get_logger(__name__)
 MESSAGE_LIMIT = 4096
 _SEND_ATTEMPTS = 5
 _BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
-_MAX_INLINE_WAIT = 30.0  # longer flood waits go back to the outbox instead
+_MAX_INLINE_WAIT = 30.0  # a first part facing a longer flood wait goes back to the caller
 _CONNECT_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -109,19 +111,24 @@ class TelegramAdapter(Adapter):
         self._connected = True
         log.info("telegram_connected", bot=self.bot_username)
 
-    async def disconnect(self) -> None:
+    async def stop_receiving(self) -> None:
+        """Stop polling, so no update is taken (and acknowledged) that will not be served."""
         if self._starter is not None and not self._starter.done():
             self._starter.cancel()
             await asyncio.gather(self._starter, return_exceptions=True)
         app = self._app
+        if app is not None and app.updater is not None and app.updater.running:
+            await _quietly("stop polling", app.updater.stop())
+
+    async def disconnect(self) -> None:
+        await self.stop_receiving()
+        app = self._app
         if app is None:
             return
         self._connected = False
-        if app.updater is not None and app.updater.running:
-            await app.updater.stop()
         if app.running:
-            await app.stop()
-        await app.shutdown()
+            await _quietly("stop", app.stop())
+        await _quietly("shut down", app.shutdown())
         self._app = None
 
     @property
@@ -141,7 +148,11 @@ class TelegramAdapter(Adapter):
 
     def _on_polling_error(self, exc: TelegramError) -> None:
         # PTB keeps polling with its own backoff; say what is happening
-        if isinstance(exc, Conflict):
+        if isinstance(exc, InvalidToken):
+            self._connected = False  # the library gives up polling on this one
+            log.error("telegram_polling_stopped", error=str(exc),
+                      hint="the token was refused; check platforms.telegram.token and restart")
+        elif isinstance(exc, Conflict):
             log.error("telegram_conflict", error=str(exc),
                       hint="another process polls with this bot token")
         else:
@@ -180,7 +191,8 @@ class TelegramAdapter(Adapter):
         if not self.config.require_mention:
             return True
         text: str = message.text or ""
-        mentioned = bool(self.bot_username) and f"@{self.bot_username}".lower() in text.lower()
+        mentioned = bool(self.bot_username) and re.search(
+            rf"@{re.escape(self.bot_username or '')}\b", text, re.IGNORECASE) is not None
         replied = (message.reply_to_message is not None
                    and message.reply_to_message.from_user is not None
                    and message.reply_to_message.from_user.username == self.bot_username)
@@ -199,53 +211,69 @@ class TelegramAdapter(Adapter):
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None) -> SendResult:
-        """Send every part, in order, or say why not (permanent when the route is gone)."""
+        """Send every part, in order, or say why not (permanent when the route is gone).
+
+        Once the first part is out, the rest are pushed through patiently — a
+        failure then would make the whole message be sent again.
+        """
         if self._app is None or not self._connected:
             return SendResult.failed("telegram is not connected")
         parts = split_message(text, MESSAGE_LIMIT, utf16_len)
         last: str | None = None
-        async with self.flow.turn(route.chat_id, group=route.chat_type == "group"):
-            for part in parts:
-                result = await self._send_part(route, part)
+        async with self.flow.chat(route.chat_id):
+            for index, part in enumerate(parts):
+                result = await self._send_part(route, part, patient=index > 0)
                 if not result.ok:
                     return result
                 last = result.message_id
         return SendResult.sent(last)
 
-    async def _send_part(self, route: Route, text: str) -> SendResult:
+    async def _send_part(self, route: Route, text: str, *, patient: bool) -> SendResult:
         assert self._app is not None
         with_thread = True
-        for attempt in range(_SEND_ATTEMPTS):
+        chat_id = route.chat_id
+        group = route.chat_type == "group"
+        attempts = _SEND_ATTEMPTS * (3 if patient else 1)
+        for attempt in range(attempts):
+            await self.flow.admit(chat_id, group=group)  # every request counts
             try:
                 message = await self._app.bot.send_message(
-                    text=text, **send_arguments(route, with_thread=with_thread))
+                    text=text, **send_arguments(route, with_thread=with_thread,
+                                                chat_id=chat_id))
                 return SendResult.sent(str(message.message_id))
             except RetryAfter as exc:
                 wait = _seconds(exc.retry_after)
-                log.warning("telegram_flood_control", chat_id=route.chat_id, retry_after=wait)
-                if wait > _MAX_INLINE_WAIT:
+                everywhere = self.flow.pause(chat_id, wait)
+                log.warning("telegram_flood_control", chat_id=chat_id, retry_after=wait,
+                            all_chats=everywhere)
+                if wait > _MAX_INLINE_WAIT and not patient:
                     return SendResult.failed(f"flood control: retry after {wait:.0f} s",
                                              retry_after=wait)
-                self.flow.pause(route.chat_id, wait)
-                await asyncio.sleep(wait)
+            except ChatMigrated as exc:
+                # a group became a supergroup (topics turned on): same chat, new id
+                log.warning("telegram_chat_migrated", chat_id=chat_id,
+                            new_chat_id=exc.new_chat_id)
+                chat_id = str(exc.new_chat_id)
             except BadRequest as exc:
                 if "thread not found" in exc.message.lower():
                     if self.config.thread_fallback_to_chat and with_thread:
-                        log.warning("telegram_thread_gone_fallback", chat_id=route.chat_id,
+                        log.warning("telegram_thread_gone_fallback", chat_id=chat_id,
                                     thread_id=route.thread_id)
                         with_thread = False
                         continue
                     return SendResult.failed(f"route gone: {exc.message}", permanent=True)
                 return SendResult.failed(f"rejected by Telegram: {exc.message}", permanent=True)
-            except (Forbidden, ChatMigrated) as exc:
+            except Forbidden as exc:
                 return SendResult.failed(f"route gone: {exc.message}", permanent=True)
             except NetworkError as exc:  # timeouts, connection errors, 5xx
-                delay = _BACKOFF[attempt]
-                log.warning("telegram_send_retry", chat_id=route.chat_id, error=str(exc),
+                if attempt == attempts - 1:
+                    break
+                delay = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+                log.warning("telegram_send_retry", chat_id=chat_id, error=str(exc),
                             retry_in=delay)
                 await asyncio.sleep(delay)
         return SendResult.failed(f"telegram did not accept the message after "
-                                 f"{_SEND_ATTEMPTS} attempts")
+                                 f"{attempts} attempts")
 
 
 class SkippingMalformedUpdates(HTTPXRequest):
@@ -282,6 +310,14 @@ class SkippingMalformedUpdates(HTTPXRequest):
                     kept.append({"update_id": update_id})
         body["result"] = kept
         return code, json.dumps(body).encode()
+
+
+async def _quietly(what: str, step: Awaitable[Any]) -> None:
+    """A shutdown step that fails is logged; the rest of the shutdown goes on."""
+    try:
+        await step
+    except TelegramError as exc:
+        log.warning("telegram_shutdown_step_failed", step=what, error=str(exc))
 
 
 def _seconds(value: Any) -> float:

@@ -40,13 +40,15 @@ def route_of(message: Message) -> Route | None:
     )
 
 
-def send_arguments(route: Route, *, with_thread: bool = True) -> dict[str, Any]:
+def send_arguments(route: Route, *, with_thread: bool = True,
+                   chat_id: str | None = None) -> dict[str, Any]:
     """``send_message`` arguments for a route: its chat, its topic, and its reply anchor.
 
     Always built from the stored route — never from the library's reply helpers,
     which drop the thread unless the original message was a topic message.
+    ``chat_id`` overrides the route's chat (a group that became a supergroup).
     """
-    args: dict[str, Any] = {"chat_id": int(route.chat_id)}
+    args: dict[str, Any] = {"chat_id": int(chat_id or route.chat_id)}
     if with_thread and route.thread_id is not None and route.thread_id != str(GENERAL_TOPIC):
         args["message_thread_id"] = int(route.thread_id)
     if route.message_id is not None:
