@@ -213,8 +213,10 @@ class TelegramAdapter(Adapter):
                    session_id: str | None = None) -> SendResult:
         """Send every part, in order, or say why not (permanent when the route is gone).
 
-        Once the first part is out, the rest are pushed through patiently — a
-        failure then would make the whole message be sent again.
+        Replies are pushed through patiently (nothing would send them again);
+        so is every part after the first, since a failure then would make the
+        whole message be sent again. A notice's first part facing a long flood
+        wait goes back to the outbox, which retries it later.
         """
         if self._app is None or not self._connected:
             return SendResult.failed("telegram is not connected")
@@ -222,7 +224,8 @@ class TelegramAdapter(Adapter):
         last: str | None = None
         async with self.flow.chat(route.chat_id):
             for index, part in enumerate(parts):
-                result = await self._send_part(route, part, patient=index > 0)
+                patient = index > 0 or kind != "notification"
+                result = await self._send_part(route, part, patient=patient)
                 if not result.ok:
                     return result
                 last = result.message_id
