@@ -8,13 +8,15 @@ import json
 import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from .config import Config, ConfigError, load_config
 from .notifications import STATES
 from .store import ARCHIVED_FILTERS, SessionStore
 
 EXIT_CONFIG = 2
+T = TypeVar("T")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,79 +114,78 @@ def _existing_store(config: Config) -> bool:
     return False
 
 
-def _sessions(config: Config, args: argparse.Namespace) -> int:
+def _with_store(config: Config, use: Callable[[SessionStore], Awaitable[T]]) -> T:
+    async def run() -> T:
+        async with SessionStore(config.state_db) as store:
+            return await use(store)
+    return asyncio.run(run())
+
+
+def _listing(config: Config, args: argparse.Namespace, what: str,
+             fetch: Callable[[SessionStore], Awaitable[list[dict]]],
+             header: str, line: Callable[[dict], str]) -> int:
+    """The shape every listing command shares: JSON, or a table, or "no ..."."""
     if not _existing_store(config):
         return 1
-
-    async def fetch() -> list[dict]:
-        async with SessionStore(config.state_db) as store:
-            return [s.to_dict() for s in await store.list_sessions(args.archived)]
-
-    rows = asyncio.run(fetch())
+    rows = _with_store(config, fetch)
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print("no sessions")
-        return 0
-    print(f"{'SESSION ID':32}  {'STATE':9}  {'LAST ACTIVE':19}  {'TITLE':20}  SESSION KEY")
-    for row in rows:
+    elif not rows:
+        print(f"no {what}")
+    else:
+        print(header)
+        for row in rows:
+            print(line(row))
+    return 0
+
+
+def _sessions(config: Config, args: argparse.Namespace) -> int:
+    async def fetch(store: SessionStore) -> list[dict]:
+        return [s.to_dict() for s in await store.list_sessions(args.archived)]
+
+    def line(row: dict) -> str:
         state = "archived" if row["archived"] else ("ended" if row["ended_at"] else "live")
         title = (row["title"] or "-")[:20]
-        print(f"{row['id']:32}  {state:9}  {_when(row['last_active_at']):19}  {title:20}  "
-              f"{row['session_key']}")
-    return 0
+        return (f"{row['id']:32}  {state:9}  {_when(row['last_active_at']):19}  {title:20}  "
+                f"{row['session_key']}")
+
+    return _listing(config, args, "sessions", fetch,
+                    f"{'SESSION ID':32}  {'STATE':9}  {'LAST ACTIVE':19}  {'TITLE':20}  "
+                    "SESSION KEY", line)
 
 
 def _jobs(config: Config, args: argparse.Namespace) -> int:
     from tools.jobs import JOB_COLUMNS, JobRecord
 
-    if not _existing_store(config):
-        return 1
-
-    async def fetch() -> list[dict]:
-        async with SessionStore(config.state_db) as store:
-            rows = await store.db.fetchall(
-                f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY started_at DESC LIMIT 500")
+    async def fetch(store: SessionStore) -> list[dict]:
+        rows = await store.db.fetchall(
+            f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY started_at DESC LIMIT 500")
         return [JobRecord.from_row(r).to_dict() for r in rows]
 
-    rows = asyncio.run(fetch())
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    elif not rows:
-        print("no jobs")
-    else:
-        print(f"{'JOB':9}  {'STATE':8}  {'EXIT':>5}  {'STARTED':19}  {'SESSION KEY':40}  COMMAND")
-        for r in rows:
-            code = "" if r["exit_code"] is None else str(r["exit_code"])
-            print(f"{r['id']:9}  {r['state']:8}  {code:>5}  {_when(r['started_at']):19}  "
-                  f"{r['session_key'][:40]:40}  {' '.join(r['command'].split())[:60]}")
-    return 0
+    def line(r: dict) -> str:
+        code = "" if r["exit_code"] is None else str(r["exit_code"])
+        return (f"{r['id']:11}  {r['state']:8}  {code:>5}  {_when(r['started_at']):19}  "
+                f"{r['session_key'][:40]:40}  {' '.join(r['command'].split())[:60]}")
+
+    return _listing(config, args, "jobs", fetch,
+                    f"{'JOB':11}  {'STATE':8}  {'EXIT':>5}  {'STARTED':19}  "
+                    f"{'SESSION KEY':40}  COMMAND", line)
 
 
 def _notifications(config: Config, args: argparse.Namespace) -> int:
     from .outbox import Outbox
 
-    if not _existing_store(config):
-        return 1
+    async def fetch(store: SessionStore) -> list[dict]:
+        return [n.to_dict() for n in await Outbox(store.db).list(args.state)]
 
-    async def fetch() -> list[dict]:
-        async with SessionStore(config.state_db) as store:
-            return [n.to_dict() for n in await Outbox(store.db).list(args.state)]
+    def line(r: dict) -> str:
+        why = r["reason"] or r["last_error"] or ""
+        return (f"{r['id']:>6}  {r['kind']:16}  {r['state']:9}  {why[:24]:24}  "
+                f"{_when(r['created_at']):19}  {r['session_key']}")
 
-    rows = asyncio.run(fetch())
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    elif not rows:
-        print("no notifications")
-    else:
-        print(f"{'ID':>6}  {'KIND':14}  {'STATE':9}  {'REASON / ERROR':24}  {'CREATED':19}  "
-              "SESSION KEY")
-        for r in rows:
-            why = r["reason"] or r["last_error"] or ""
-            print(f"{r['id']:>6}  {r['kind']:14}  {r['state']:9}  {why[:24]:24}  "
-                  f"{_when(r['created_at']):19}  {r['session_key']}")
-    return 0
+    return _listing(config, args, "notifications", fetch,
+                    f"{'ID':>6}  {'KIND':16}  {'STATE':9}  {'REASON / ERROR':24}  "
+                    f"{'CREATED':19}  SESSION KEY", line)
 
 
 def _pairing_approve(config: Config, args: argparse.Namespace) -> int:
@@ -192,18 +193,14 @@ def _pairing_approve(config: Config, args: argparse.Namespace) -> int:
 
     if not _existing_store(config):
         return 1
-
-    async def approve() -> str:
-        async with SessionStore(config.state_db) as store:
-            request = await Pairing(store.db).approve(args.platform, args.code)
-        who = f"@{request.user_name}" if request.user_name else "the user"
-        return f"approved {who} (id {request.user_id}) on {request.platform}"
-
     try:
-        print(asyncio.run(approve()))
+        request = _with_store(config, lambda store: Pairing(store.db).approve(
+            args.platform, args.code))
     except PairingError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return 1
+    who = f"@{request.user_name}" if request.user_name else "the user"
+    print(f"approved {who} (id {request.user_id}) on {request.platform}")
     return 0
 
 
@@ -212,12 +209,7 @@ def _pairing_list(config: Config, args: argparse.Namespace) -> int:
 
     if not _existing_store(config):
         return 1
-
-    async def fetch() -> list:
-        async with SessionStore(config.state_db) as store:
-            return await Pairing(store.db).pending()
-
-    rows = asyncio.run(fetch())
+    rows = _with_store(config, lambda store: Pairing(store.db).pending())
     if not rows:
         print("no pending pairing codes")
     for r in rows:
