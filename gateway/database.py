@@ -60,7 +60,7 @@ class Database:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._conn = await _connect(self.path)
-            await self._conn.execute("PRAGMA journal_mode=WAL")
+            await _enable_wal(self._conn)
             await self._conn.execute("PRAGMA synchronous=NORMAL")
             await migrate(self._conn)
             self._reader = await _connect(self.path)
@@ -191,6 +191,19 @@ async def _connect(path: Path) -> aiosqlite.Connection:
     await conn.execute("PRAGMA busy_timeout=10000")
     await conn.execute("PRAGMA foreign_keys=ON")
     return conn
+
+
+async def _enable_wal(conn: aiosqlite.Connection) -> None:
+    """Switch a database to WAL. Another process doing the same on a new database
+    can make SQLite answer "locked" at once, without waiting: try again."""
+    for delay in (*_BUSY_RETRY, None):
+        try:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or delay is None:
+                raise
+            await asyncio.sleep(delay)
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
