@@ -68,6 +68,13 @@ class TelegramConfig(_ChatPlatformConfig):
 class DiscordConfig(_ChatPlatformConfig):
     api_base: str = "https://discord.com/api/v10"
     gateway_url: str = "wss://gateway.discord.gg"
+    allowed_roles: list[str] = Field(default_factory=list)
+    require_mention: bool = False
+
+    @field_validator("allowed_roles", mode="before")
+    @classmethod
+    def _roles_as_strings(cls, value: Any) -> Any:
+        return [str(v) for v in value] if isinstance(value, list) else value
 
 
 class PlatformsConfig(_Strict):

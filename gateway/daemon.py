@@ -19,6 +19,7 @@ from .config import Config
 from .outbox import Outbox
 from .pairing import Pairing
 from .platforms.base import Adapter
+from .platforms.discord import DiscordAdapter
 from .platforms.telegram import TelegramAdapter
 from .platforms.web import WebAdapter
 from .router import Router
@@ -54,9 +55,7 @@ def build_adapters(config: Config) -> list[Adapter]:
     if config.platforms.telegram.enabled:
         adapters.append(TelegramAdapter(config.platforms.telegram))
     if config.platforms.discord.enabled:
-        raise StartupError(
-            "platforms.discord.enabled: the discord adapter is not part of this "
-            "version of homing yet; set it to false")
+        adapters.append(DiscordAdapter(config.platforms.discord))
     return adapters
 
 

@@ -137,6 +137,12 @@ class Outbox:
         log.warning("notification_parked", notification_id=notification_id, reason=reason,
                     detail=detail)
 
+    async def make_due(self, session_key_like: str) -> None:
+        """Retry now what waits for a retry, for session keys matching a LIKE pattern."""
+        await self.db.write([(
+            "UPDATE notifications SET not_before = NULL WHERE state = 'pending' "
+            "AND not_before IS NOT NULL AND session_key LIKE ?", (session_key_like,))])
+
     async def reconcile_claimed(self) -> tuple[int, int]:
         """At start-up: settle notifications that a stopped router had claimed.
 

@@ -57,6 +57,7 @@ class Router:
 
     async def start(self) -> None:
         self.outbox.subscribe(self.wake)
+        self.runner.platform_listeners.append(self._platform_back)
         self._loop_task = asyncio.create_task(self._run(), name=self.name)
 
     async def stop(self) -> None:
@@ -73,6 +74,14 @@ class Router:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def _platform_back(self, platform: str) -> None:
+        """Notices held back while a platform was down are due again at once."""
+        asyncio.get_running_loop().create_task(self._release_waiting(platform))
+
+    async def _release_waiting(self, platform: str) -> None:
+        await self.outbox.make_due(f"agent:main:{platform}:%")
+        self.wake()
 
     async def settle(self) -> None:
         """Wait until every claimed notification has an outcome (tests, shutdown)."""

@@ -65,6 +65,8 @@ class GatewayRunner:
         #: called with the ended session when a session ends for good (not
         #: when it is compressed, which continues it)
         self.session_end_listeners: list[Callable[[SessionEntry], Awaitable[None]]] = []
+        #: called with a platform's name when it (re)connects
+        self.platform_listeners: list[Callable[[str], None]] = []
 
     # wiring ------------------------------------------------------------------
 
@@ -262,6 +264,11 @@ class GatewayRunner:
         return result
 
     # introspection and shutdown ----------------------------------------------
+
+    def platform_connected(self, platform: str) -> None:
+        """An adapter is (back) online: whatever waited for it may go now."""
+        for listener in self.platform_listeners:
+            listener(platform)
 
     def open_tabs(self, platform: str, chat_id: str) -> set[str]:
         """Tabs open on a conversation, for platforms that have tabs (the web chat)."""

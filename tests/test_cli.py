@@ -75,12 +75,12 @@ async def test_run_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
     assert code == 2 and "platforms.web.portt" in err
 
 
-async def test_an_unavailable_platform_is_refused_by_name(tmp_path: Path) -> None:
+async def test_an_enabled_platform_without_a_token_is_refused_by_name(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    (home / "config.yaml").write_text("platforms: {discord: {enabled: true, token: x}}\n")
+    (home / "config.yaml").write_text("platforms: {discord: {enabled: true}}\n")
     code, _, err = await run_cli("check-config", env=_env(home))
-    assert code == 2 and "platforms.discord.enabled" in err
+    assert code == 2 and "platforms.discord.token" in err
 
 
 async def test_parked_notifications_are_listed_with_their_reason(tmp_path: Path) -> None:

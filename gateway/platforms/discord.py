@@ -1,0 +1,244 @@
+"""Discord, through discord.py: the gateway in, REST out.
+
+A thread is a channel: it gets its own route (chat id and thread id = the
+thread's id, parent channel recorded) and its own session. Sends go to the
+stored route's channel id through a partial messageable, so the library's
+channel cache — which may not know a thread — never decides where a message
+goes. discord.py resumes dropped gateway sessions itself; while the gateway
+is down the adapter reports itself disconnected, notices wait in the outbox,
+and the router is woken when the session is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import discord
+import structlog
+import yarl
+
+from ..config import DiscordConfig
+from ..events import MessageEvent, MessageKind, SendResult
+from ..route import Route
+from ..runner import GatewayClosed
+from ..splitter import split_message
+from .base import Adapter
+from .flow import FlowControl, RateLimits
+
+if TYPE_CHECKING:
+    from ..runner import GatewayRunner
+
+log = structlog.get_logger(__name__)
+
+MESSAGE_LIMIT = 2000
+LOCKED_THREAD = 50083
+UNKNOWN_CHANNEL = 10003
+_SEND_ATTEMPTS = 4
+_BACKOFF = (0.5, 1.0, 2.0, 4.0)
+_THREAD_TYPES = {discord.ChannelType.public_thread, discord.ChannelType.private_thread,
+                 discord.ChannelType.news_thread}
+
+
+class DiscordAdapter(Adapter):
+    platform = "discord"
+    message_limit = MESSAGE_LIMIT
+
+    def __init__(self, config: DiscordConfig) -> None:
+        if not config.token:
+            raise ValueError("platforms.discord.token is required when Discord is enabled")
+        self.config = config
+        # discord.py rate-limits REST itself; this keeps each channel's order
+        self.flow = FlowControl(RateLimits(per_second=50, group_per_minute=10_000))
+        self._runner: GatewayRunner | None = None
+        self._client: discord.Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._gateway_up = False
+
+    # lifecycle ---------------------------------------------------------------
+
+    async def connect(self, runner: GatewayRunner) -> None:
+        self._runner = runner
+        _point_library_at(self.config)
+        intents = discord.Intents.none()
+        intents.guilds = intents.guild_messages = intents.dm_messages = True
+        intents.message_content = True  # privileged, and needed; member intents stay off
+        client = discord.Client(intents=intents, guild_ready_timeout=0.5,
+                                chunk_guilds_at_startup=False, max_messages=None)
+        client.event(self.on_ready)
+        client.event(self.on_resumed)
+        client.event(self.on_disconnect)
+        client.event(self.on_message)
+        self._client = client
+        self._task = asyncio.create_task(self._run(client), name="discord")
+
+    async def _run(self, client: discord.Client) -> None:
+        try:
+            await client.login(self.config.token or "")
+            await client.connect(reconnect=True)  # resumes and reconnects on its own
+        except discord.LoginFailure:
+            log.error("discord_login_failed", hint="check platforms.discord.token")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("discord_stopped")
+        finally:
+            self._gateway_up = False
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        async with asyncio.timeout(timeout):
+            await self._ready.wait()
+
+    async def stop_receiving(self) -> None:
+        await self.disconnect()
+
+    async def disconnect(self) -> None:
+        self._gateway_up = False
+        if self._client is not None and not self._client.is_closed():
+            await self._client.close()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    @property
+    def connected(self) -> bool:
+        return self._gateway_up
+
+    # gateway events --------------------------------------------------------------
+
+    async def on_ready(self) -> None:
+        self._came_back("discord_ready")
+
+    async def on_resumed(self) -> None:
+        self._came_back("discord_resumed")
+
+    async def on_disconnect(self) -> None:
+        if self._gateway_up:
+            log.warning("discord_disconnected", hint="discord.py reconnects and resumes")
+        self._gateway_up = False
+
+    def _came_back(self, event: str) -> None:
+        self._gateway_up = True
+        self._ready.set()
+        log.info(event)
+        if self._runner is not None:
+            self._runner.platform_connected(self.platform)  # notices that waited go now
+
+    async def on_message(self, message: discord.Message) -> None:
+        client = self._client
+        if client is None or message.author.bot or (client.user and message.author.id
+                                                     == client.user.id):
+            return  # other bots and our own messages are never served
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return
+        if not self._allowed(message):
+            log.info("discord_message_unauthorized", user_id=message.author.id,
+                     channel_id=message.channel.id)
+            return
+        if message.guild is not None and not self._wanted_in_channel(message):
+            return
+        route = route_of(message)
+        assert self._runner is not None
+        try:
+            self._runner.submit(MessageEvent(text=self._without_mention(message.content),
+                                             route=route, message_id=str(message.id)))
+        except GatewayClosed:
+            log.info("discord_message_refused_while_stopping", channel_id=route.chat_id)
+
+    def _allowed(self, message: discord.Message) -> bool:
+        if str(message.author.id) in self.config.allowed_users:
+            return True
+        roles = {str(r.id) for r in getattr(message.author, "roles", [])}
+        return bool(roles & set(self.config.allowed_roles))
+
+    def _wanted_in_channel(self, message: discord.Message) -> bool:
+        if not self.config.require_mention:
+            return True
+        client = self._client
+        mentioned = client is not None and client.user is not None and client.user.mentioned_in(
+            message)
+        return mentioned or message.content.startswith("/")
+
+    def _without_mention(self, content: str) -> str:
+        client = self._client
+        if client is None or client.user is None:
+            return content
+        for form in (f"<@{client.user.id}>", f"<@!{client.user.id}>"):
+            content = content.replace(form, "")
+        return content.strip()
+
+    # outbound ------------------------------------------------------------------
+
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None) -> SendResult:
+        client = self._client
+        if client is None or not self._gateway_up:
+            return SendResult.failed("discord is not connected")
+        channel = client.get_partial_messageable(int(route.chat_id))
+        last: str | None = None
+        async with self.flow.chat(route.chat_id):
+            for index, part in enumerate(split_message(text, MESSAGE_LIMIT)):
+                reference = None
+                if index == 0 and route.message_id is not None:
+                    reference = discord.MessageReference(
+                        message_id=int(route.message_id), channel_id=int(route.chat_id),
+                        fail_if_not_exists=False)
+                result = await self._send_part(channel, route, part, reference)
+                if not result.ok:
+                    return result
+                last = result.message_id
+        return SendResult.sent(last)
+
+    async def _send_part(self, channel: Any, route: Route, text: str,
+                         reference: discord.MessageReference | None) -> SendResult:
+        for attempt in range(_SEND_ATTEMPTS):
+            await self.flow.admit(route.chat_id, group=False)
+            try:
+                kwargs: dict[str, Any] = {"reference": reference} if reference else {}
+                message = await channel.send(text, **kwargs)
+                return SendResult.sent(str(message.id))
+            except discord.Forbidden as exc:
+                if exc.code == LOCKED_THREAD:
+                    return SendResult.failed(f"route gone: thread is locked ({exc.text})",
+                                             permanent=True)
+                return SendResult.failed(f"route gone: {exc.text}", permanent=True)
+            except discord.NotFound as exc:
+                return SendResult.failed(f"route gone: {exc.text}", permanent=True)
+            except discord.DiscordServerError as exc:
+                if attempt == _SEND_ATTEMPTS - 1:
+                    return SendResult.failed(f"discord server error: {exc.text}")
+                await asyncio.sleep(_BACKOFF[attempt])
+            except (discord.HTTPException, OSError, asyncio.TimeoutError) as exc:
+                if attempt == _SEND_ATTEMPTS - 1:
+                    return SendResult.failed(f"discord send failed: {exc}")
+                await asyncio.sleep(_BACKOFF[attempt])
+        return SendResult.failed("discord did not accept the message")
+
+
+def route_of(message: discord.Message) -> Route:
+    """A guild channel is a group, a thread its own conversation, a DM a dm."""
+    channel = message.channel
+    author = message.author
+    user_id, user_name = str(author.id), author.name
+    if message.guild is None:
+        return Route("discord", "dm", str(channel.id), user_id=user_id, user_name=user_name,
+                     message_id=str(message.id))
+    if getattr(channel, "type", None) in _THREAD_TYPES:
+        parent = getattr(channel, "parent_id", None)
+        return Route("discord", "thread", str(channel.id), thread_id=str(channel.id),
+                     user_id=user_id, user_name=user_name,
+                     chat_name=getattr(channel, "name", None),
+                     parent_chat_id=str(parent) if parent else None,
+                     message_id=str(message.id))
+    return Route("discord", "group", str(channel.id), user_id=user_id, user_name=user_name,
+                 chat_name=getattr(channel, "name", None), message_id=str(message.id))
+
+
+def _point_library_at(config: DiscordConfig) -> None:
+    """discord.py reads its endpoints from class attributes: set them from the config.
+
+    These are process-wide by the library's design; one Discord bot per daemon.
+    """
+    discord.http.Route.BASE = config.api_base.rstrip("/")
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)
