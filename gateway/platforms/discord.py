@@ -209,7 +209,7 @@ class DiscordAdapter(Adapter):
                 if attempt == _SEND_ATTEMPTS - 1:
                     return SendResult.failed(f"discord server error: {exc.text}")
                 await asyncio.sleep(_BACKOFF[attempt])
-            except (discord.HTTPException, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, discord.HTTPException, OSError) as exc:
                 if attempt == _SEND_ATTEMPTS - 1:
                     return SendResult.failed(f"discord send failed: {exc}")
                 await asyncio.sleep(_BACKOFF[attempt])
