@@ -42,3 +42,5 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None) -> 
     # to the same stream at warning level and above
     logging.basicConfig(stream=stream, level=logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    # discord.py warns at every start that voice support is not installed; we use no voice
+    logging.getLogger("discord.client").setLevel(logging.ERROR)

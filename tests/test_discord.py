@@ -1,0 +1,156 @@
+"""The Discord adapter: the real discord.py against a local fake REST API and gateway."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import discord
+import pytest
+
+from gateway.config import Config
+from gateway.daemon import Gateway, running_gateway
+from gateway.platforms.discord import DiscordAdapter
+
+from .conftest import make_config
+from .fakes.discord_server import FakeDiscord, SentRecord
+from .helpers import eventually, eventually_async
+
+CHANNEL, THREAD_A, THREAD_B, DM = 500, 601, 602, 700
+ALICE = 1
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
+    # the adapter points discord.py's class-level endpoints at the fake; put them back after
+    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
+    monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY",
+                        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+    async with FakeDiscord() as server:
+        server.add_channel(CHANNEL, "builds")
+        server.add_thread(THREAD_A, CHANNEL)
+        server.add_thread(THREAD_B, CHANNEL)
+        yield server
+
+
+def discord_config(home: Path, fake: FakeDiscord) -> Config:
+    return make_config(home, platforms__discord__enabled=True,
+                       platforms__discord__token=fake.token,
+                       platforms__discord__api_base=fake.api_base,
+                       platforms__discord__gateway_url=fake.gateway_url,
+                       platforms__discord__allowed_users=[str(ALICE)])
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, fake: FakeDiscord) -> AsyncIterator[Gateway]:
+    async with running_gateway(discord_config(tmp_path / "home", fake)) as gw:
+        adapter = gw.runner.adapters["discord"]
+        assert isinstance(adapter, DiscordAdapter)
+        await adapter.wait_connected(timeout=15)
+        yield gw
+
+
+def notices(fake: FakeDiscord) -> list[SentRecord]:
+    return [s for s in fake.sent if s.content.startswith("Job ")]
+
+
+async def test_notices_reach_their_own_thread_channel_or_dm(gateway, fake) -> None:
+    starts = {"channel": dict(channel_id=CHANNEL), "thread-a": dict(channel_id=THREAD_A),
+              "thread-b": dict(channel_id=THREAD_B), "dm": dict(channel_id=DM, guild=False)}
+    anchors = {}
+    for name, where in starts.items():
+        message = await fake.user_message(content=f"/bg sleep 0.5; echo marker-{name}", **where)
+        anchors[name] = int(message["id"])
+    await eventually(lambda: len(notices(fake)) == len(starts), timeout=15, what="every notice")
+    for name, where in starts.items():
+        (notice,) = [n for n in notices(fake) if f"marker-{name}" in n.content]
+        assert notice.channel_id == where["channel_id"], name
+        assert notice.message_reference == anchors[name], name
+    thread_session = await gateway.store.live_session("agent:main:discord:thread:601:601")
+    assert thread_session is not None and thread_session.route.parent_chat_id == str(CHANNEL)
+
+
+async def test_a_notice_due_while_disconnected_is_delivered_after_the_resume_once(
+        gateway, fake) -> None:
+    await fake.user_message(channel_id=CHANNEL, content="/bg sleep 1; echo resumed-marker")
+    await fake.wait_for_sent(1)
+    resumes = fake.resume_count
+    fake.set_gateway_down(True)
+    await fake.drop_connection(reconnect_op=True, close_code=4000)
+    adapter = gateway.runner.adapters["discord"]
+    await eventually(lambda: not adapter.connected, what="the adapter noticing")
+
+    async def due_and_waiting() -> list:
+        rows = await gateway.outbox.list("pending")
+        return [r for r in rows if "resumed-marker" in r.text]
+
+    await eventually_async(due_and_waiting, timeout=10, what="the notice waiting")
+    assert notices(fake) == []
+    fake.set_gateway_down(False)
+    await eventually(lambda: fake.resume_count > resumes, timeout=20, what="the resume")
+    await eventually(lambda: notices(fake), timeout=20, what="the notice after the resume")
+    await asyncio.sleep(0.5)
+    assert len([n for n in notices(fake) if "resumed-marker" in n.content]) == 1
+
+
+async def test_a_long_output_arrives_in_parts_with_code_blocks_intact(gateway, fake) -> None:
+    await fake.user_message(channel_id=CHANNEL, content="/run for i in $(seq 1 25); do "
+                            "printf 'row %02d %0190d\\n' $i 0; done")
+    await eventually(lambda: len(fake.sent) >= 3, timeout=15, what="the parts")
+    await asyncio.sleep(0.3)
+    parts = [s.content for s in fake.sent]
+    assert sum(len(p) for p in parts) > 5000
+    assert all(len(p) <= 2000 for p in parts)
+    for part in parts:
+        assert len([ln for ln in part.splitlines() if ln.startswith("```")]) % 2 == 0
+    assert "row 01" in parts[0] and "row 25" in parts[-1]
+
+
+async def test_a_notice_for_a_locked_thread_is_parked_route_gone(gateway, fake) -> None:
+    await fake.user_message(channel_id=THREAD_A, content="/bg sleep 0.5; echo locked-out")
+    await fake.wait_for_sent(1)
+    fake.lock_thread(THREAD_A)
+
+    async def parked() -> list:
+        return await gateway.outbox.list("parked")
+
+    (row,) = await eventually_async(parked, timeout=15, what="the parked notice")
+    assert row.reason == "route_gone" and "locked" in (row.last_error or "")
+    assert notices(fake) == []
+
+
+async def test_unknown_users_and_other_bots_get_nothing(gateway, fake) -> None:
+    await fake.user_message(channel_id=CHANNEL, content="hello", author_id=77, username="eve")
+    await fake.user_message(channel_id=DM, guild=False, content="hi", author_id=78)
+    await fake.user_message(channel_id=CHANNEL, content="beep", author_id=79, bot=True)
+    await fake.user_message(channel_id=CHANNEL, content="and me?")  # alice, allowed
+    (reply,) = await fake.wait_for_sent(1)
+    await asyncio.sleep(0.5)
+    assert len(fake.sent) == 1 and reply.content.startswith("Received: and me?")
+
+
+async def test_an_archived_thread_reopens_for_its_notice(gateway, fake) -> None:
+    await fake.user_message(channel_id=THREAD_B, content="/bg sleep 0.5; echo reopened")
+    await fake.wait_for_sent(1)
+    fake.archive_thread(THREAD_B)
+    await eventually(lambda: notices(fake), timeout=15, what="the notice")
+    assert notices(fake)[0].channel_id == THREAD_B
+    assert fake.channel(THREAD_B)["thread_metadata"]["archived"] is False
+
+
+async def test_rate_limits_lose_and_reorder_nothing_in_a_channel(gateway, fake) -> None:
+    fake.fail_next_post(channel_id=CHANNEL, status=429, retry_after=0.2, count=2)
+    for i in range(5):
+        await fake.user_message(channel_id=CHANNEL, content=f"msg {i}")
+    await eventually(lambda: len(fake.sent) >= 5, timeout=15, what="five replies")
+    await asyncio.sleep(0.3)
+    assert [s.content.split("\n")[0] for s in fake.sent] == [
+        f"Received: msg {i}" for i in range(5)]
+
+
+async def test_an_invalidated_session_is_taken_up_again(gateway, fake) -> None:
+    await fake.invalidate_session(resumable=True)
+    await fake.user_message(channel_id=CHANNEL, content="still listening?")
+    (reply,) = await fake.wait_for_sent(1, timeout=20)
+    assert reply.content.startswith("Received: still listening?")

@@ -1,0 +1,242 @@
+"""The fake Discord REST API and gateway against the real discord.py library."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import discord
+import discord.gateway
+import discord.http
+import pytest
+import yarl
+
+from tests.fakes.discord_server import FakeDiscord
+from tests.helpers import eventually
+
+CHANNEL = 111
+THREAD = 222
+LOCKED = 333
+GONE = 444
+DM = 555
+ROLE = 900
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
+    """A started fake with a channel, a thread and a role; discord.py pointed at it.
+
+    The two wiring settings are process-global class attributes; monkeypatch
+    restores them after the test.
+    """
+    async with FakeDiscord() as server:
+        server.add_channel(CHANNEL)
+        server.add_channel(GONE, name="gone")
+        server.add_thread(THREAD, parent_id=CHANNEL)
+        server.add_thread(LOCKED, parent_id=CHANNEL)
+        server.add_role(ROLE, "operators")
+        monkeypatch.setattr(discord.http.Route, "BASE", server.api_base)
+        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY",
+                            yarl.URL(server.gateway_url))
+        yield server
+
+
+class Recorder(discord.Client):
+    """A plain client that keeps every message it receives."""
+
+    def __init__(self) -> None:
+        intents = discord.Intents.default()
+        intents.message_content = True
+        super().__init__(intents=intents, guild_ready_timeout=0.1)
+        self.received: list[discord.Message] = []
+        self.resumed = asyncio.Event()
+
+    async def on_message(self, message: discord.Message) -> None:
+        self.received.append(message)
+
+    async def on_resumed(self) -> None:
+        self.resumed.set()
+
+    def by_content(self, content: str) -> list[discord.Message]:
+        return [m for m in self.received if m.content == content]
+
+
+class NoIdentifyDelay(Recorder):
+    """Skips discord.py's 5 s sleep before a repeated IDENTIFY (after op 9)."""
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        return None
+
+
+@asynccontextmanager
+async def running(fake: FakeDiscord, client_cls: type[Recorder] = Recorder
+                  ) -> AsyncIterator[Recorder]:
+    """Log in, connect in a task, wait for on_ready; close cleanly afterwards."""
+    client = client_cls()
+    await client.login(fake.token)
+    task = asyncio.create_task(client.connect())
+    try:
+        async with asyncio.timeout(10):  # hang guard
+            await client.wait_until_ready()
+        yield client
+    finally:
+        async with asyncio.timeout(10):  # hang guard: the client must close cleanly
+            await client.close()
+            await task  # connect() returns without an exception after close()
+    assert client.is_closed()
+
+
+async def test_ready_and_inbound_channel_thread_and_dm(fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        assert fake.identify_count == 1 and fake.resume_count == 0
+        assert client.user is not None and client.user.id == fake.bot_id and client.user.bot
+        guild = client.get_guild(fake.guild_id)
+        assert guild is not None and guild.me is not None
+        assert isinstance(guild.get_channel(CHANNEL), discord.TextChannel)
+
+        in_channel = await fake.user_message(channel_id=CHANNEL, content="in channel",
+                                             roles=[ROLE])
+        await fake.user_message(channel_id=THREAD, content="in thread", mentions_bot=True)
+        await fake.user_message(channel_id=DM, content="in dm", guild=False, author_id=7)
+        await eventually(lambda: len(client.received) == 3, 5, "three messages")
+
+        channel_msg, thread_msg, dm_msg = client.received
+        assert channel_msg.id == int(in_channel["id"])
+        assert isinstance(channel_msg.channel, discord.TextChannel)
+        assert channel_msg.channel.id == CHANNEL and channel_msg.guild == guild
+        assert isinstance(channel_msg.author, discord.Member)
+        assert [r.id for r in channel_msg.author.roles if r.id != guild.id] == [ROLE]
+
+        assert isinstance(thread_msg.channel, discord.Thread)
+        assert thread_msg.channel.id == THREAD and thread_msg.channel.parent_id == CHANNEL
+        assert client.user in thread_msg.mentions
+
+        assert isinstance(dm_msg.channel, discord.DMChannel)
+        assert dm_msg.guild is None and dm_msg.channel.id == DM and dm_msg.author.id == 7
+
+
+async def test_send_with_reference_is_recorded(fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        anchor = await fake.user_message(channel_id=THREAD, content="start a job")
+        channel = client.get_partial_messageable(THREAD)
+        sent = await channel.send("done", reference=discord.MessageReference(
+            message_id=int(anchor["id"]), channel_id=THREAD, fail_if_not_exists=False))
+        await fake.user_message(channel_id=DM, content="hi", guild=False)
+        await client.get_partial_messageable(DM).send("dm reply")
+
+    record, dm_record = await fake.wait_for_sent(2)
+    assert (record.channel_id, record.content, record.message_reference) == \
+        (THREAD, "done", int(anchor["id"]))
+    assert record.message_id == sent.id and record.nonce is not None
+    assert sent.reference is not None and sent.reference.message_id == int(anchor["id"])
+    assert sent.author.id == fake.bot_id
+    assert dm_record.channel_id == DM and dm_record.message_reference is None
+
+
+async def test_rate_limit_is_retried_by_discord_py(fake: FakeDiscord) -> None:
+    fake.fail_next_post(channel_id=CHANNEL, retry_after=0.05)
+    async with running(fake) as client:
+        await client.get_partial_messageable(CHANNEL).send("after 429")
+        posts = [status for method, path, status in fake.requests
+                 if method == "POST" and path.endswith(f"/channels/{CHANNEL}/messages")]
+    assert posts == [429, 200]
+    assert [r.content for r in await fake.wait_for_sent(1)] == ["after 429"]
+
+
+async def test_errors_locked_deleted_archived_too_long(fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        fake.lock_thread(LOCKED)
+        with pytest.raises(discord.Forbidden) as locked:
+            await client.get_partial_messageable(LOCKED).send("x")
+        assert locked.value.status == 403 and locked.value.code == 50083
+
+        fake.delete_channel(GONE)
+        with pytest.raises(discord.NotFound) as gone:
+            await client.get_partial_messageable(GONE).send("x")
+        assert gone.value.code == 10003
+
+        with pytest.raises(discord.NotFound):
+            await client.get_partial_messageable(987654).send("never existed")
+
+        with pytest.raises(discord.HTTPException) as too_long:
+            await client.get_partial_messageable(CHANNEL).send("y" * 2001)
+        assert too_long.value.status == 400 and too_long.value.code == 50035
+
+        with pytest.raises(discord.HTTPException) as unknown_ref:
+            await client.get_partial_messageable(CHANNEL).send(
+                "z", reference=discord.MessageReference(message_id=42, channel_id=CHANNEL))
+        assert unknown_ref.value.code == 50035
+
+        fake.archive_thread(THREAD)
+        await client.get_partial_messageable(THREAD).send("reopens")
+        thread = fake.channel(THREAD)
+        assert thread is not None and thread["thread_metadata"]["archived"] is False
+
+    assert [(r.channel_id, r.content) for r in fake.sent] == [(THREAD, "reopens")]
+
+
+async def test_drop_connection_resumes_and_replays_missed_event_once(fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        fake.set_gateway_down(True)  # the client keeps retrying until we let it in
+        await fake.drop_connection()
+        assert not fake.connected
+        await eventually(lambda: fake.refused_count >= 1, 5, "a refused reconnect")
+        await fake.user_message(channel_id=CHANNEL, content="while away")
+        assert client.by_content("while away") == []
+        fake.set_gateway_down(False)
+
+        await fake.wait_until_ready()
+        async with asyncio.timeout(10):
+            await client.resumed.wait()
+        await eventually(lambda: client.by_content("while away"), 5, "the missed message")
+        # a later live message proves the stream went on without a duplicate
+        await fake.user_message(channel_id=CHANNEL, content="after resume")
+        await eventually(lambda: client.by_content("after resume"), 5, "the live message")
+        assert [m.content for m in client.received] == ["while away", "after resume"]
+        assert (fake.identify_count, fake.resume_count) == (1, 1)
+
+        # a plain close 4000 without op 7 resumes too
+        client.resumed.clear()
+        await fake.drop_connection(reconnect_op=False)
+        async with asyncio.timeout(10):
+            await client.resumed.wait()
+        assert (fake.identify_count, fake.resume_count) == (1, 2)
+
+
+async def test_invalid_session(fake: FakeDiscord) -> None:
+    async with running(fake, NoIdentifyDelay) as client:
+        client.resumed.clear()
+        await fake.invalidate_session(resumable=True)
+        async with asyncio.timeout(10):
+            await client.resumed.wait()
+        assert (fake.identify_count, fake.resume_count) == (1, 1)
+
+        first_session = fake.session_id
+        await fake.invalidate_session(resumable=False)
+        await fake.wait_until_ready()
+        assert (fake.identify_count, fake.resume_count) == (2, 1)
+        assert fake.session_id != first_session
+        await fake.user_message(channel_id=CHANNEL, content="new session")
+        await eventually(lambda: client.by_content("new session"), 5, "a message")
+
+
+async def test_wrong_token_and_raw_http(fake: FakeDiscord) -> None:
+    client = discord.Client(intents=discord.Intents.default())
+    with pytest.raises(discord.LoginFailure):
+        await client.login("wrong-token")
+    await client.close()
+
+    headers = {"Authorization": f"Bot {fake.token}"}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{fake.api_base}/users/@me", headers=headers) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"] == "application/json"
+        async with http.get(f"{fake.api_base}/nowhere", headers=headers) as response:
+            assert response.status == 404
+            assert await response.json() == {"code": 0, "message": "404: Not Found"}
+        async with http.get(f"{fake.api_base}/gateway/bot", headers=headers) as response:
+            assert (await response.json())["url"] == fake.gateway_url
+        async with http.get(f"{fake.api_base}/users/@me") as response:
+            assert response.status == 401
