@@ -154,3 +154,35 @@ async def test_an_invalidated_session_is_taken_up_again(gateway, fake) -> None:
     await fake.user_message(channel_id=CHANNEL, content="still listening?")
     (reply,) = await fake.wait_for_sent(1, timeout=20)
     assert reply.content.startswith("Received: still listening?")
+
+
+async def test_a_thread_created_after_connecting_is_still_a_thread(gateway, fake) -> None:
+    fake.add_thread(650, CHANNEL)  # not announced to the client: its cache does not know it
+    await fake.user_message(channel_id=650, content="hello from a new thread")
+    (reply,) = await fake.wait_for_sent(1)
+    assert reply.channel_id == 650
+    session = await gateway.store.live_session("agent:main:discord:thread:650:650")
+    assert session is not None and session.route.parent_chat_id == str(CHANNEL)
+
+
+async def test_a_notice_for_a_deleted_channel_is_parked_route_gone(gateway, fake) -> None:
+    fake.add_channel(510, "temporary")
+    await fake.user_message(channel_id=510, content="/bg sleep 0.5; echo gone")
+    await fake.wait_for_sent(1)
+    fake.delete_channel(510)
+
+    async def parked() -> list:
+        return await gateway.outbox.list("parked")
+
+    (row,) = await eventually_async(parked, timeout=15, what="the parked notice")
+    assert row.reason == "route_gone"
+
+
+async def test_a_reply_still_goes_out_while_the_gateway_reconnects(gateway, fake) -> None:
+    await fake.user_message(channel_id=CHANNEL, content="/run sleep 1; echo blip-reply")
+    await asyncio.sleep(0.3)
+    fake.set_gateway_down(True)
+    await fake.drop_connection(reconnect_op=True, close_code=4000)
+    (reply,) = await fake.wait_for_sent(1, timeout=15)
+    assert "blip-reply" in reply.content  # replies use REST, which is still there
+    fake.set_gateway_down(False)

@@ -36,6 +36,7 @@ LOCKED_THREAD = 50083
 UNKNOWN_CHANNEL = 10003
 _SEND_ATTEMPTS = 4
 _BACKOFF = (0.5, 1.0, 2.0, 4.0)
+_CONNECT_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 _THREAD_TYPES = {discord.ChannelType.public_thread, discord.ChannelType.private_thread,
                  discord.ChannelType.news_thread}
 
@@ -55,6 +56,8 @@ class DiscordAdapter(Adapter):
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._gateway_up = False
+        self._receiving = True
+        self._channel_kinds: dict[int, tuple[discord.ChannelType | None, int | None]] = {}
 
     # lifecycle ---------------------------------------------------------------
 
@@ -74,11 +77,25 @@ class DiscordAdapter(Adapter):
         self._task = asyncio.create_task(self._run(client), name="discord")
 
     async def _run(self, client: discord.Client) -> None:
+        attempt = 0
         try:
-            await client.login(self.config.token or "")
+            while True:
+                try:
+                    await client.login(self.config.token or "")
+                    break
+                except discord.LoginFailure:
+                    log.error("discord_login_failed", hint="check platforms.discord.token; "
+                              "Discord stays offline")
+                    return
+                except (discord.HTTPException, OSError) as exc:
+                    delay = _CONNECT_BACKOFF[min(attempt, len(_CONNECT_BACKOFF) - 1)]
+                    log.warning("discord_login_retry", error=str(exc), retry_in=delay)
+                    attempt += 1
+                    await asyncio.sleep(delay)
             await client.connect(reconnect=True)  # resumes and reconnects on its own
-        except discord.LoginFailure:
-            log.error("discord_login_failed", hint="check platforms.discord.token")
+        except discord.PrivilegedIntentsRequired:
+            log.error("discord_intent_missing", hint="turn on the message content intent for "
+                      "the bot in the Discord developer portal; Discord stays offline")
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -87,17 +104,29 @@ class DiscordAdapter(Adapter):
             self._gateway_up = False
 
     async def wait_connected(self, timeout: float | None = None) -> None:
+        """Until the gateway session is ready; raises when the adapter gave up."""
         async with asyncio.timeout(timeout):
-            await self._ready.wait()
+            ready = asyncio.ensure_future(self._ready.wait())
+            waits = {ready} | ({self._task} if self._task is not None else set())
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if not ready.done():
+                ready.cancel()
+                raise ConnectionError("discord could not connect; see the log")
 
     async def stop_receiving(self) -> None:
-        await self.disconnect()
+        """Take no more messages; replies of turns still running can still be sent."""
+        self._receiving = False
 
     async def disconnect(self) -> None:
+        self._receiving = False
         self._gateway_up = False
         if self._client is not None and not self._client.is_closed():
             await self._client.close()
         if self._task is not None:
+            # close() does not cut short discord.py's reconnect back-off
+            _, pending = await asyncio.wait({self._task}, timeout=5)
+            for task in pending:
+                task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
@@ -127,8 +156,8 @@ class DiscordAdapter(Adapter):
 
     async def on_message(self, message: discord.Message) -> None:
         client = self._client
-        if client is None or message.author.bot or (client.user and message.author.id
-                                                     == client.user.id):
+        if not self._receiving or client is None or message.author.bot or (
+                client.user and message.author.id == client.user.id):
             return  # other bots and our own messages are never served
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return
@@ -138,7 +167,8 @@ class DiscordAdapter(Adapter):
             return
         if message.guild is not None and not self._wanted_in_channel(message):
             return
-        route = route_of(message)
+        kind, parent = await self._channel_kind(message)
+        route = route_of(message, kind, parent)
         assert self._runner is not None
         try:
             self._runner.submit(MessageEvent(text=self._without_mention(message.content),
@@ -156,9 +186,33 @@ class DiscordAdapter(Adapter):
         if not self.config.require_mention:
             return True
         client = self._client
-        mentioned = client is not None and client.user is not None and client.user.mentioned_in(
-            message)
+        # @everyone and @here do not count as mentioning us
+        mentioned = client is not None and client.user is not None and any(
+            user.id == client.user.id for user in message.mentions)
         return mentioned or message.content.startswith("/")
+
+    async def _channel_kind(self, message: discord.Message
+                            ) -> tuple[discord.ChannelType | None, int | None]:
+        """The channel's type and parent, asked of Discord when the cache does not know
+        it (a thread created after we connected arrives on a bare channel object)."""
+        channel = message.channel
+        kind = getattr(channel, "type", None)
+        if message.guild is None or kind is not None:
+            return kind, getattr(channel, "parent_id", None)
+        known = self._channel_kinds.get(channel.id)
+        if known is not None:
+            return known
+        assert self._client is not None
+        try:
+            fetched = await self._client.fetch_channel(channel.id)
+        except discord.HTTPException as exc:
+            log.warning("discord_channel_unknown", channel_id=channel.id, error=str(exc))
+            return None, None
+        known = (fetched.type, getattr(fetched, "parent_id", None))
+        if len(self._channel_kinds) > 10_000:
+            self._channel_kinds.clear()
+        self._channel_kinds[channel.id] = known
+        return known
 
     def _without_mention(self, content: str) -> str:
         client = self._client
@@ -173,8 +227,11 @@ class DiscordAdapter(Adapter):
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None) -> SendResult:
         client = self._client
-        if client is None or not self._gateway_up:
+        if client is None or client.is_closed():
             return SendResult.failed("discord is not connected")
+        if kind == "notification" and not self._gateway_up:
+            # REST would work, but notices wait for the session, in the outbox
+            return SendResult.failed("discord gateway is reconnecting")
         channel = client.get_partial_messageable(int(route.chat_id))
         last: str | None = None
         async with self.flow.chat(route.chat_id):
@@ -184,15 +241,19 @@ class DiscordAdapter(Adapter):
                     reference = discord.MessageReference(
                         message_id=int(route.message_id), channel_id=int(route.chat_id),
                         fail_if_not_exists=False)
-                result = await self._send_part(channel, route, part, reference)
+                # once part one is out, a failure would make the whole text be sent
+                # again: push the rest through patiently
+                attempts = _SEND_ATTEMPTS * (3 if index > 0 else 1)
+                result = await self._send_part(channel, route, part, reference, attempts)
                 if not result.ok:
                     return result
                 last = result.message_id
         return SendResult.sent(last)
 
     async def _send_part(self, channel: Any, route: Route, text: str,
-                         reference: discord.MessageReference | None) -> SendResult:
-        for attempt in range(_SEND_ATTEMPTS):
+                         reference: discord.MessageReference | None,
+                         attempts: int) -> SendResult:
+        for attempt in range(attempts):
             await self.flow.admit(route.chat_id, group=False)
             try:
                 kwargs: dict[str, Any] = {"reference": reference} if reference else {}
@@ -216,7 +277,8 @@ class DiscordAdapter(Adapter):
         return SendResult.failed("discord did not accept the message")
 
 
-def route_of(message: discord.Message) -> Route:
+def route_of(message: discord.Message, kind: discord.ChannelType | None,
+             parent: int | None) -> Route:
     """A guild channel is a group, a thread its own conversation, a DM a dm."""
     channel = message.channel
     author = message.author
@@ -224,8 +286,7 @@ def route_of(message: discord.Message) -> Route:
     if message.guild is None:
         return Route("discord", "dm", str(channel.id), user_id=user_id, user_name=user_name,
                      message_id=str(message.id))
-    if getattr(channel, "type", None) in _THREAD_TYPES:
-        parent = getattr(channel, "parent_id", None)
+    if kind in _THREAD_TYPES:
         return Route("discord", "thread", str(channel.id), thread_id=str(channel.id),
                      user_id=user_id, user_name=user_name,
                      chat_name=getattr(channel, "name", None),
