@@ -24,11 +24,13 @@ from .platforms.telegram import TelegramAdapter
 from .platforms.web import WebAdapter
 from .router import Router
 from .runner import GatewayRunner
+from .sd_notify import Notifier
 from .store import SessionStore
 
 log = structlog.get_logger(__name__)
 
 DRAIN_TIMEOUT = 30.0
+READY_WAIT = 60.0  # READY=1 waits this long for every platform to connect
 
 
 class StartupError(RuntimeError):
@@ -108,8 +110,21 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             log.info("gateway_stopped")
 
 
+async def _wait_for_platforms(gw: Gateway, timeout: float) -> list[str]:
+    """Wait for every adapter to connect; return the ones that have not, after ``timeout``."""
+    adapters = list(gw.runner.adapters.values())
+    waits = [asyncio.ensure_future(a.wait_connected()) for a in adapters]
+    await asyncio.wait(waits, timeout=timeout)
+    for w in waits:
+        w.cancel()
+    await asyncio.gather(*waits, return_exceptions=True)
+    return [a.platform for a in adapters if not a.connected]
+
+
 async def run_daemon(config: Config) -> None:
     """Run until SIGINT or SIGTERM, then stop cleanly; a second signal stops at once."""
+    notifier = Notifier()
+    notifier.status("starting: opening the state database")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -125,9 +140,19 @@ async def run_daemon(config: Config) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     try:
-        async with running_gateway(config):
+        async with running_gateway(config) as gw:
+            notifier.status("starting: connecting platforms")
+            missing = await _wait_for_platforms(gw, READY_WAIT)
+            if missing:
+                log.warning("platforms_not_connected_yet", platforms=missing)
+            platforms = ", ".join(gw.runner.adapters)
+            notifier.ready(f"serving {platforms}" + (
+                f" ({', '.join(missing)} still connecting)" if missing else ""))
+            notifier.start_watchdog()
             await stop.wait()
             log.info("gateway_stopping")
+            notifier.stopping("stopping: finishing turns in flight")
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        await notifier.close()

@@ -51,6 +51,9 @@ class Adapter(ABC):
     def connected(self) -> bool:
         return True
 
+    async def wait_connected(self, timeout: float | None = None) -> None:  # noqa: B027
+        """Until the platform is connected (at once for platforms that connect in ``connect``)."""
+
     def open_tabs(self, chat_id: str) -> set[str]:
         """Ids of the client tabs open on a conversation; only the web chat has tabs."""
         return set()

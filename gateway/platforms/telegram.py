@@ -81,9 +81,10 @@ class TelegramAdapter(Adapter):
         self._app.add_error_handler(self._on_handler_error)
         self._starter = asyncio.create_task(self._start_with_retries(), name="telegram-start")
 
-    async def wait_connected(self) -> None:
+    async def wait_connected(self, timeout: float | None = None) -> None:
         if self._starter is not None:
-            await asyncio.shield(self._starter)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._starter)
 
     async def _start_with_retries(self) -> None:
         assert self._app is not None
