@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from .config import Config, ConfigError, load_config
@@ -60,6 +63,23 @@ def _parser() -> argparse.ArgumentParser:
     notes.add_argument("--state", choices=STATES, help="only notifications in this state")
     notes.add_argument("--json", action="store_true", help="one JSON array on stdout")
     notes.set_defaults(func=_notifications)
+
+    service = sub.add_parser("service", parents=[common], help="run homing under systemd")
+    service_sub = service.add_subparsers(dest="service_command", required=True, metavar="ACTION")
+    for action, what in (("install", "write (and enable) a systemd unit"),
+                         ("uninstall", "disable and remove the systemd unit")):
+        cmd = service_sub.add_parser(action, parents=[common], help=what)
+        scope = cmd.add_mutually_exclusive_group()
+        scope.add_argument("--user", dest="scope", action="store_const", const="user",
+                           help="a user unit in ~/.config/systemd/user (the default)")
+        scope.add_argument("--system", dest="scope", action="store_const", const="system",
+                           help="a system unit in /etc/systemd/system (as root)")
+        cmd.add_argument("--unit-dir", type=Path, help="write the unit here instead")
+        cmd.add_argument("--no-start", action="store_true",
+                         help="do not run systemctl; print the commands instead")
+        if action == "install":
+            cmd.add_argument("--dry-run", action="store_true", help="print the unit and exit")
+        cmd.set_defaults(func=_service, action=action, scope="user")
 
     pairing = sub.add_parser("pairing", parents=[common],
                              help="let unknown users in: list and approve pairing codes")
@@ -186,6 +206,27 @@ def _notifications(config: Config, args: argparse.Namespace) -> int:
     return _listing(config, args, "notifications", fetch,
                     f"{'ID':>6}  {'KIND':16}  {'STATE':9}  {'REASON / ERROR':24}  "
                     f"{'CREATED':19}  SESSION KEY", line)
+
+
+def _service(config: Config, args: argparse.Namespace) -> int:
+    from . import service
+    from .config import find_config_file
+
+    config_file = find_config_file(args.config, dict(os.environ))
+    plan = service.plan(config, config_file, user=args.scope == "user", unit_dir=args.unit_dir)
+    if getattr(args, "dry_run", False):
+        print(plan.unit_text, end="")
+        return 0
+    try:
+        if args.action == "install":
+            lines = service.install(plan, start=not args.no_start)
+        else:
+            lines = service.uninstall(plan, stop=not args.no_start)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
 
 
 def _pairing_approve(config: Config, args: argparse.Namespace) -> int:
