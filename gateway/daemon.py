@@ -82,6 +82,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         runner = GatewayRunner(config, store, CommandAgent(terminal, delegations),
                                pairing=Pairing(store.db))
         runner.session_end_listeners.append(delegations.interrupt_session)
+        runner.jobs_running = lambda: jobs.running
         router = Router(outbox, store, runner)
         await outbox.reconcile_claimed()
         connected: list[Adapter] = []

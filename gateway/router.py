@@ -212,6 +212,7 @@ class Router:
             outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}", retry_in=_backoff(n))
         if outcome.state == "delivered":
             await self.outbox.mark_delivered(n.id, self.name, outcome.message_id)
+            self.runner.metrics.delivery_latency.observe(max(0.0, time.time() - n.created_at))
             bound.info("notification_delivered", message_id=outcome.message_id)
         elif outcome.state == "parked":
             await self.outbox.park(n.id, self.name, outcome.reason or "parked", outcome.detail)

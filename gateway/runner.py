@@ -21,6 +21,7 @@ from .commands import parse_command, run_gateway_command
 from .config import Config
 from .context import SessionContext, session_context
 from .events import MessageEvent, MessageKind, SendResult
+from .metrics import Metrics
 from .notifications import Notification
 from .pairing import Pairing, pairing_message
 from .route import Route
@@ -59,6 +60,9 @@ class GatewayRunner:
         self.store = store
         self.agent = agent
         self.pairing = pairing
+        self.metrics = Metrics()
+        #: how many background jobs run (the daemon wires in the job manager)
+        self.jobs_running: Callable[[], int] = lambda: 0
         self.adapters: dict[str, Adapter] = {}
         self._lanes: dict[str, _Lane] = {}
         self._accepting = True
@@ -94,6 +98,7 @@ class GatewayRunner:
         if not self._accepting:
             raise GatewayClosed("the gateway is shutting down")
         key = self.session_key_for(event.route)
+        self.metrics.messages_in.labels(event.route.platform).inc()
         return self.run_in_lane(key, lambda: self._handle(key, event))
 
     def run_in_lane(self, session_key: str, work: Work) -> asyncio.Future[Any]:
@@ -156,6 +161,7 @@ class GatewayRunner:
                 await self._apologise_without_session(event)
                 return "failed"
             turn = Turn(event=event, session=session, runner=self)
+            self.metrics.turns.labels("message").inc()
             ctx = SessionContext(route=event.route, session_key=key, session_id=session.id,
                                  tab_id=event.tab_id)
             with session_context(ctx), structlog.contextvars.bound_contextvars(
@@ -200,6 +206,7 @@ class GatewayRunner:
             metadata={"notification_id": notification.id, "kind": notification.kind,
                       "job_id": notification.job_id})
         turn = Turn(event=event, session=session, runner=self, on_sent=on_sent)
+        self.metrics.turns.labels("notification").inc()
         ctx = SessionContext(route=route, session_key=session.session_key,
                              session_id=session.id, tab_id=notification.tab_id)
         with session_context(ctx), structlog.contextvars.bound_contextvars(
@@ -258,7 +265,9 @@ class GatewayRunner:
             log.error("send_no_adapter", platform=route.platform, session_id=session.id)
             return SendResult.failed(f"platform {route.platform!r} is not running")
         result = await adapter.send(route, text, kind=kind, session_id=session.id)
-        if not result.ok:
+        if result.ok:
+            self.metrics.messages_out.labels(route.platform).inc()
+        else:
             log.warning("send_failed", platform=route.platform, chat_id=route.chat_id,
                         thread_id=route.thread_id, error=result.error)
         return result

@@ -6,11 +6,14 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from agent.command import CommandAgent
 from gateway.config import Config, parse_config
+from gateway.daemon import running_gateway
 from gateway.platforms.memory import MemoryAdapter
+from gateway.platforms.web import WebAdapter
 from gateway.runner import GatewayRunner
 from gateway.store import SessionStore
 
@@ -50,3 +53,21 @@ async def memory_gateway(config: Config, store: SessionStore
     await adapter.connect(runner)
     yield runner, adapter
     await runner.drain(5)
+
+
+@pytest.fixture
+async def web(config: Config) -> AsyncIterator[tuple[GatewayRunner, str]]:
+    """The whole gateway with its web chat on a free port: (runner, base URL)."""
+    async with running_gateway(config) as gateway:
+        runner = gateway.runner
+        adapter = runner.adapters["web"]
+        assert isinstance(adapter, WebAdapter)
+        yield runner, f"http://127.0.0.1:{adapter.port}"
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+

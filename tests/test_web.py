@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from gateway.config import Config
 from gateway.daemon import running_gateway
-from gateway.platforms.web import WebAdapter
-from gateway.runner import GatewayRunner
 
 from .conftest import make_config
 from .helpers import eventually_async
@@ -36,21 +32,6 @@ class Tab:
         with pytest.raises(asyncio.TimeoutError):
             frame = await self.ws.receive_json(timeout=wait)
             pytest.fail(f"unexpected frame {frame}")
-
-
-@pytest.fixture
-async def web(config: Config) -> AsyncIterator[tuple[GatewayRunner, str]]:
-    async with running_gateway(config) as gateway:
-        runner = gateway.runner
-        adapter = runner.adapters["web"]
-        assert isinstance(adapter, WebAdapter)
-        yield runner, f"http://127.0.0.1:{adapter.port}"
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def open_tab(http: aiohttp.ClientSession, base: str, conversation: str | None = None,

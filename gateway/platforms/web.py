@@ -22,6 +22,7 @@ from aiohttp import WSMsgType, web
 
 from ..config import WebConfig
 from ..events import MessageEvent, MessageKind, SendResult
+from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ..route import Route
 from ..runner import GatewayClosed
 from ..store import ARCHIVED_FILTERS, SessionEntry, SessionNotFound
@@ -65,6 +66,9 @@ class WebAdapter(Adapter):
             web.get("/api/sessions", self._list_sessions),
             web.patch("/api/sessions/{id}", self._patch_session),
             web.get("/api/sessions/{id}/messages", self._session_messages),
+            web.get("/healthz", self._healthz),
+            web.get("/readyz", self._readyz),
+            web.get("/metrics", self._metrics),
         ])
         self._site_runner = web.AppRunner(app, access_log=None)
         await self._site_runner.setup()
@@ -226,6 +230,24 @@ class WebAdapter(Adapter):
             raise _json_error(404, "no such session")
         lines = await self.runner.store.messages(session_id)
         return web.json_response({"messages": [line.to_dict() for line in lines]})
+
+    # operations -------------------------------------------------------------
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        """The event loop answers: that is all this says."""
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        runner = self.runner
+        platforms = {name: a.connected for name, a in runner.adapters.items()}
+        ready = runner.store.is_open and all(platforms.values())
+        return web.json_response(
+            {"ready": ready, "store_open": runner.store.is_open, "platforms": platforms},
+            status=200 if ready else 503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = await self.runner.metrics.render(self.runner, self.runner.jobs_running())
+        return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
