@@ -22,6 +22,7 @@ from .platforms.base import Adapter
 from .platforms.discord import DiscordAdapter
 from .platforms.telegram import TelegramAdapter
 from .platforms.web import WebAdapter
+from .restart_notices import announce_back_online, announce_restart, places_in_progress
 from .router import Router
 from .runner import GatewayRunner
 from .sd_notify import Notifier
@@ -150,9 +151,12 @@ async def run_daemon(config: Config) -> None:
             notifier.ready(f"serving {platforms}" + (
                 f" ({', '.join(missing)} still connecting)" if missing else ""))
             notifier.start_watchdog()
+            await announce_back_online(gw.runner, gw.store.db)
             await stop.wait()
             log.info("gateway_stopping")
-            notifier.stopping("stopping: finishing turns in flight")
+            notifier.stopping("stopping: telling conversations, finishing turns in flight")
+            await announce_restart(gw.runner, gw.store.db,
+                                   places_in_progress(gw.runner, gw.jobs.running_routes()))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -132,6 +132,14 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (platform, user_id)
     );
     """,
+    # 6: places told "the gateway is restarting", to be told "back online"
+    """
+    CREATE TABLE restart_notices (
+        place    TEXT PRIMARY KEY,   -- platform, chat and thread
+        route    TEXT NOT NULL,
+        told_at  REAL NOT NULL
+    );
+    """,
 ]
 
 

@@ -298,6 +298,11 @@ class GatewayRunner:
     def busy_session_keys(self) -> Iterable[str]:
         return [key for key, lane in self._lanes.items() if lane.busy]
 
+    def lane_route(self, session_key: str) -> Route | None:
+        """Where a conversation lives, from the live-session cache (no I/O)."""
+        entry = self.store.cached_live(session_key)
+        return entry.route if entry is not None else None
+
     def is_busy(self, session_key: str) -> bool:
         lane = self._lanes.get(session_key)
         return bool(lane and lane.busy)

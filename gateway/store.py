@@ -148,6 +148,10 @@ class SessionStore:
             "WHERE session_key = ? AND ended_at IS NULL", (session_key,))
         return _entry(row) if row else None
 
+    def cached_live(self, session_key: str) -> SessionEntry | None:
+        """The live session of a key if the cache has it (no I/O)."""
+        return self._live.by_key(session_key)
+
     def is_live_session(self, session_id: str) -> bool:
         """True when ``session_id`` is known to be its key's live session (cache only:
         False means "not known", and the caller should look properly)."""

@@ -269,3 +269,51 @@ async def test_messages_arriving_during_shutdown_are_left_for_the_next_start(
         await gw.runner.adapters["telegram"].wait_connected()
         await eventually(lambda: any("sent during shutdown" in s.text for s in fake.sent),
                          what="the message served after the restart")
+
+
+async def test_a_graceful_restart_is_announced_where_work_is_going_on(
+        fake: FakeTelegram, tmp_path: Path) -> None:
+    import signal
+
+    from gateway.restart_notices import BACK_ONLINE, RESTARTING
+
+    from .test_crash_recovery import start_daemon
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "platforms:\n  web: {port: 0}\n"
+        f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
+        f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}']}}\n")
+    env = _env(home)
+    topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,
+                 is_topic_message=True)
+    first, _ = await start_daemon(env)
+    second = None
+    try:
+        fake.user_message(text="/bg sleep 4; echo topic-done", **topic)
+        await fake.wait_for_sent(1, timeout=20)
+        fake.user_message(chat_id=ALICE, text="/run sleep 2; echo turn-done")
+        await eventually(lambda: not fake.pending_updates, timeout=20, what="the ack")
+        await asyncio.sleep(0.5)  # the /run turn is in flight
+        first.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(first.wait(), 30) == 0
+        told = [(s.chat_id, s.message_thread_id) for s in fake.sent if s.text == RESTARTING]
+        assert sorted(told, key=str) == sorted([(FORUM, 42), (ALICE, None)], key=str)
+        assert any("turn-done" in s.text for s in to(fake, ALICE))  # the turn finished
+
+        second, _ = await start_daemon(env)
+        await eventually(lambda: len([s for s in fake.sent if s.text == BACK_ONLINE]) == 2,
+                         timeout=30, what="back online in both places")
+        back = [(s.chat_id, s.message_thread_id) for s in fake.sent if s.text == BACK_ONLINE]
+        assert sorted(back, key=str) == sorted(told, key=str)
+        await eventually(lambda: notices(fake), timeout=30, what="the job's completion")
+        await asyncio.sleep(1.0)
+        (done,) = notices(fake)
+        assert (done.chat_id, done.message_thread_id) == (FORUM, 42)
+        assert "topic-done" in done.text
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.terminate()
+                await proc.wait()

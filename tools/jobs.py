@@ -25,6 +25,7 @@ from gateway.database import Database, Op
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.processes import is_same_process, process_start_time
+from gateway.route import Route
 
 from . import job_process
 from .job_notices import completion_text, watch_text
@@ -343,6 +344,10 @@ class JobManager:
     @property
     def running(self) -> int:
         return len(self._live)
+
+    def running_routes(self) -> list[Route]:
+        """Where the running jobs were started (and will report)."""
+        return [lv.record.address.route for lv in self._live.values()]
 
     def running_in(self, session_key: str) -> list[JobRecord]:
         return [lv.record for lv in self._live.values() if lv.record.session_key == session_key]

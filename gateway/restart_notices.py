@@ -1,0 +1,74 @@
+"""Telling conversations that the gateway restarts, and that it is back.
+
+On a graceful stop, every conversation with a turn in flight or a job running
+hears once — in its own topic — that the gateway is restarting; the places
+told are stored, and after the next start each hears "back online" once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+
+import structlog
+
+from .database import Database
+from .route import Route
+from .runner import GatewayRunner
+
+log = structlog.get_logger(__name__)
+
+RESTARTING = ("The gateway is restarting. Work in progress here keeps running, and its "
+              "results will still arrive; I'll say when I'm back.")
+BACK_ONLINE = "Back online."
+
+
+def place_of(route: Route) -> str:
+    return f"{route.platform}:{route.chat_id}:{route.thread_id or ''}"
+
+
+async def announce_restart(runner: GatewayRunner, db: Database,
+                           routes: Iterable[Route]) -> int:
+    """Tell each place once (whatever many turns or jobs it has) and remember it."""
+    places: dict[str, Route] = {}
+    for route in routes:
+        places.setdefault(place_of(route), route.with_anchor(None))
+    told = 0
+    for place, route in places.items():
+        adapter = runner.adapters.get(route.platform)
+        if adapter is None or not adapter.connected:
+            continue
+        result = await adapter.send(route, RESTARTING, kind="system")
+        if not result.ok:
+            log.warning("restart_notice_failed", place=place, error=result.error)
+            continue
+        await db.write([("INSERT OR REPLACE INTO restart_notices (place, route, told_at) "
+                         "VALUES (?, ?, ?)", (place, json.dumps(route.to_dict()), time.time()))])
+        told += 1
+    if told:
+        log.info("restart_announced", places=told)
+    return told
+
+
+async def announce_back_online(runner: GatewayRunner, db: Database) -> int:
+    """Say "back online" once in each place told about the restart, on connected platforms."""
+    told = 0
+    for place, route_json in await db.fetchall("SELECT place, route FROM restart_notices"):
+        route = Route.from_dict(json.loads(route_json))
+        adapter = runner.adapters.get(route.platform)
+        if adapter is None or not adapter.connected:
+            continue  # stays stored: told after a later start
+        result = await adapter.send(route, BACK_ONLINE, kind="system")
+        if result.ok or result.permanent:
+            await db.write([("DELETE FROM restart_notices WHERE place = ?", (place,))])
+            told += result.ok
+    if told:
+        log.info("back_online_announced", places=told)
+    return told
+
+
+def places_in_progress(runner: GatewayRunner, job_routes: Iterable[Route]) -> list[Route]:
+    """Where a turn is in flight or a job runs right now."""
+    routes = [runner.lane_route(key) for key in runner.busy_session_keys]
+    return [r for r in (*routes, *job_routes) if r is not None]
