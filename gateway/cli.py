@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     notes.add_argument("--json", action="store_true", help="one JSON array on stdout")
     notes.set_defaults(func=_notifications)
 
+    status = sub.add_parser("status", parents=[common],
+                            help="whether the daemon runs, its platforms, sessions, jobs, notices")
+    status.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    status.set_defaults(func=_status)
+
     service = sub.add_parser("service", parents=[common], help="run homing under systemd")
     service_sub = service.add_subparsers(dest="service_command", required=True, metavar="ACTION")
     for action, what in (("install", "write (and enable) a systemd unit"),
@@ -206,6 +211,47 @@ def _notifications(config: Config, args: argparse.Namespace) -> int:
     return _listing(config, args, "notifications", fetch,
                     f"{'ID':>6}  {'KIND':16}  {'STATE':9}  {'REASON / ERROR':24}  "
                     f"{'CREATED':19}  SESSION KEY", line)
+
+
+def _status(config: Config, args: argparse.Namespace) -> int:
+    from .status_file import read_status
+
+    daemon = read_status(config.home_path) or {"running": False}
+    report: dict = {"daemon": daemon, "state_db": str(config.state_db)}
+    if config.state_db.exists():
+        async def counts(store: SessionStore) -> dict:
+            db = store.db
+            (live,) = await db.fetchone("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
+            (jobs,) = await db.fetchone("SELECT COUNT(*) FROM jobs WHERE state = 'running'")
+            states = dict(await db.fetchall(
+                "SELECT state, COUNT(*) FROM notifications GROUP BY state"))
+            parked = dict(await db.fetchall(
+                "SELECT reason, COUNT(*) FROM notifications WHERE state = 'parked' "
+                "GROUP BY reason"))
+            return {"live_sessions": live, "running_jobs": jobs,
+                    "pending_notifications": states.get("pending", 0) + states.get("claimed", 0),
+                    "parked_notifications": parked}
+        report.update(_with_store(config, counts))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    if daemon["running"]:
+        print(f"daemon: running (pid {daemon['pid']}, up since {_when(daemon['started_at'])})")
+        for name, up in daemon.get("platforms", {}).items():
+            print(f"  {name}: {'connected' if up else 'not connected'}")
+    else:
+        last = daemon.get("updated_at")
+        print("daemon: not running" + (f" (last seen {_when(last)})" if last else ""))
+    if "live_sessions" not in report:
+        print(f"no state database at {config.state_db}")
+        return 0
+    parked = report["parked_notifications"]
+    print(f"live sessions: {report['live_sessions']}")
+    print(f"running jobs: {report['running_jobs']}")
+    print(f"pending notifications: {report['pending_notifications']}")
+    print(f"parked notifications: {sum(parked.values())}" + (
+        " (" + ", ".join(f"{r}: {n}" for r, n in sorted(parked.items())) + ")" if parked else ""))
+    return 0
 
 
 def _service(config: Config, args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from .restart_notices import announce_back_online, announce_restart, places_in_p
 from .router import Router
 from .runner import GatewayRunner
 from .sd_notify import Notifier
+from .status_file import keep_status, write_status
 from .store import SessionStore
 
 log = structlog.get_logger(__name__)
@@ -151,8 +153,15 @@ async def run_daemon(config: Config) -> None:
             notifier.ready(f"serving {platforms}" + (
                 f" ({', '.join(missing)} still connecting)" if missing else ""))
             notifier.start_watchdog()
+            started_at = time.time()
+            status = asyncio.create_task(keep_status(
+                config.home_path, lambda: {n: a.connected for n, a in gw.runner.adapters.items()},
+                started_at))
             await announce_back_online(gw.runner, gw.store.db)
             await stop.wait()
+            status.cancel()
+            write_status(config.home_path, {n: a.connected for n, a in gw.runner.adapters.items()},
+                         "stopping", started_at)
             log.info("gateway_stopping")
             notifier.stopping("stopping: telling conversations, finishing turns in flight")
             await announce_restart(gw.runner, gw.store.db,
@@ -161,3 +170,5 @@ async def run_daemon(config: Config) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await notifier.close()
+        if config.home_path.exists():
+            write_status(config.home_path, {}, "stopped", time.time())

@@ -111,3 +111,38 @@ async def test_parked_notifications_are_listed_with_their_reason(tmp_path: Path)
     assert code == 0 and "unknown_platform" in out
     code, out, _ = await run_cli("notifications", "--state", "delivered", "--json", env=env)
     assert json.loads(out) == []
+
+
+async def test_status_works_whether_or_not_the_daemon_runs(tmp_path: Path) -> None:
+    from .helpers import eventually_async
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n")
+    env = _env(home)
+    code, out, _ = await run_cli("status", env=env)
+    assert code == 0 and "daemon: not running" in out
+    proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        url = await _listening_url(proc.stderr)
+        async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
+            await ws.receive_json(timeout=5)
+
+        async def running() -> dict:
+            code, out, _ = await run_cli("status", "--json", env=env)
+            report = json.loads(out)
+            return report if report["daemon"]["running"] else {}
+
+        report = await eventually_async(running, what="the running daemon in the status")
+        assert report["daemon"]["pid"] == proc.pid
+        assert report["daemon"]["platforms"] == {"web": True}
+        assert report["live_sessions"] == 1 and report["running_jobs"] == 0
+        assert report["pending_notifications"] == 0 and report["parked_notifications"] == {}
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    code, out, _ = await run_cli("status", env=env)
+    assert "daemon: not running (last seen" in out and "live sessions: 1" in out
