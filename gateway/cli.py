@@ -100,9 +100,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(config: Config, args: argparse.Namespace) -> int:
     from .daemon import StartupError, run_daemon
-    from .logs import configure_logging
+    from .logs import configure_logging, secrets_of
 
-    configure_logging(config.logging)
+    configure_logging(config.logging, log_dir=config.home_path / "logs",
+                      secrets=secrets_of(config))
     try:
         asyncio.run(run_daemon(config))
     except asyncio.CancelledError:

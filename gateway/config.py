@@ -114,6 +114,10 @@ class NotificationsConfig(_Strict):
     background: Literal["all", "result", "error", "off"] = "all"
 
 
+class ShutdownConfig(_Strict):
+    drain_timeout_seconds: float = Field(30.0, gt=0)
+
+
 class LoggingConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -127,6 +131,7 @@ class Config(_Strict):
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     delegations: DelegationsConfig = Field(default_factory=DelegationsConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @property

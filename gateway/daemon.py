@@ -32,7 +32,6 @@ from .store import SessionStore
 
 log = structlog.get_logger(__name__)
 
-DRAIN_TIMEOUT = 30.0
 READY_WAIT = 60.0  # READY=1 waits this long for every platform to connect
 
 
@@ -105,7 +104,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             for adapter in connected:
                 await adapter.stop_receiving()
             await router.stop()
-            await runner.drain(DRAIN_TIMEOUT)
+            await runner.drain(config.shutdown.drain_timeout_seconds)
             await delegations.shutdown()
             await router.settle()
             await jobs.detach()

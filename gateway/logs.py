@@ -1,23 +1,35 @@
 """structlog set-up: readable lines on a terminal, JSON lines otherwise.
 
-Context bound with ``structlog.contextvars`` (session key, session id) is
-task-local like the session context, so concurrent turns never mix their
-log fields.
+Logs go to stderr (journald under systemd) and, when the daemon runs, also to
+a size-rotated file under the state directory. Context bound with
+``structlog.contextvars`` (session key, session id, job and notification ids)
+is task-local like the session context, so concurrent turns never mix their
+log fields. Configured secrets (bot tokens) are replaced by ``***`` in every
+line, ours and the libraries'.
 """
 
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import sys
-from typing import TextIO
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TextIO
 
 import structlog
 
-from .config import LoggingConfig
+from .config import Config, LoggingConfig
+
+LOG_FILE_BYTES = 10 * 1024 * 1024
+LOG_FILE_COUNT = 5
+_MASK = "***"
 
 
-def configure_logging(settings: LoggingConfig, stream: TextIO | None = None) -> None:
+def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
+                      log_dir: Path | None = None, secrets: Iterable[str] = ()) -> None:
     stream = stream or sys.stderr
+    hidden = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
     level = getattr(logging, settings.level.upper())
     use_json = settings.format == "json" or (
         settings.format == "auto" and not stream.isatty())
@@ -25,6 +37,12 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None) -> 
         structlog.processors.JSONRenderer() if use_json
         else structlog.dev.ConsoleRenderer(colors=stream.isatty())
     )
+    file_handler = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.handlers.RotatingFileHandler(
+            log_dir / "homing.log", maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_COUNT,
+            encoding="utf-8")
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -33,14 +51,79 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None) -> 
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
             renderer,
+            _Redact(hidden),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=lambda *args: _Sink(stream, file_handler),
         cache_logger_on_first_use=False,
     )
-    # libraries that log through the standard library (aiohttp, httpx) go
-    # to the same stream at warning level and above
-    logging.basicConfig(stream=stream, level=logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    # libraries that log through the standard library (aiohttp, httpx, discord.py)
+    # go to the same places at warning level and above, redacted too
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for target in (logging.StreamHandler(stream), file_handler):
+        if target is None:
+            continue
+        target.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        target.addFilter(_RedactRecord(hidden))
+        root.addHandler(target)
+    root.setLevel(logging.WARNING)
     # discord.py warns at every start that voice support is not installed; we use no voice
     logging.getLogger("discord.client").setLevel(logging.ERROR)
+
+
+def secrets_of(config: Config) -> list[str]:
+    p = config.platforms
+    return [s for s in (p.web.token, p.telegram.token, p.discord.token) if s]
+
+
+class _Redact:
+    def __init__(self, secrets: list[str]) -> None:
+        self.secrets = secrets
+
+    def __call__(self, logger: Any, name: str, line: str) -> str:
+        for secret in self.secrets:
+            line = line.replace(secret, _MASK)
+        return line
+
+
+class _RedactRecord(logging.Filter):
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            for secret in self.secrets:
+                message = message.replace(secret, _MASK)
+            record.msg, record.args = message, None
+        return True
+
+
+class _Sink:
+    """Writes each rendered line to the stream and, if there is one, the rotating file."""
+
+    def __init__(self, stream: TextIO,
+                 file_handler: logging.handlers.RotatingFileHandler | None) -> None:
+        self.stream = stream
+        self.file_handler = file_handler
+
+    def msg(self, message: str) -> None:
+        self.stream.write(message + "\n")
+        self.stream.flush()
+        handler = self.file_handler
+        if handler is None:
+            return
+        # the line is rendered already: write it as it is, rotating when due
+        handler.acquire()
+        try:
+            if handler.shouldRollover(logging.makeLogRecord({"msg": message})):
+                handler.doRollover()
+            handler.stream.write(message + "\n")
+            handler.stream.flush()
+        finally:
+            handler.release()
+
+    debug = info = warning = warn = error = critical = exception = fatal = log = msg

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Config
-from .daemon import DRAIN_TIMEOUT
 
 UNIT_NAME = "homing.service"
 WATCHDOG_SECONDS = 30
@@ -59,7 +58,7 @@ def render_unit(config: Config, config_path: Path | None, *, user: bool) -> str:
         "RestartSec=5",
         "RestartPreventExitStatus=2",
         f"WatchdogSec={WATCHDOG_SECONDS}",
-        f"TimeoutStopSec={int(DRAIN_TIMEOUT) + 30}",
+        f"TimeoutStopSec={int(config.shutdown.drain_timeout_seconds) + 30}",
         "KillMode=process",
         "StandardOutput=journal",
         "StandardError=journal",

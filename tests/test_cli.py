@@ -146,3 +146,32 @@ async def test_status_works_whether_or_not_the_daemon_runs(tmp_path: Path) -> No
             proc.kill()
     code, out, _ = await run_cli("status", env=env)
     assert "daemon: not running (last seen" in out and "live sessions: 1" in out
+
+
+async def test_a_configured_token_appears_nowhere_in_the_logs(tmp_path: Path) -> None:
+    from .fakes.telegram_server import FakeTelegram
+
+    async with FakeTelegram(token="424242:SECRET-token-value") as fake:
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / "config.yaml").write_text(
+            "logging: {level: debug}\n"
+            "platforms:\n  web: {port: 0, token: web-secret-123}\n"
+            f"  telegram: {{enabled: true, token: '${{TG_TOKEN}}', base_url: '{fake.base_url}', "
+            f"base_file_url: '{fake.base_file_url}', allowed_users: ['1']}}\n")
+        env = {**_env(home), "TG_TOKEN": fake.token}
+        proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
+                                                    stderr=asyncio.subprocess.PIPE)
+        url = await _listening_url(proc.stderr)
+        fake.user_message(chat_id=1, text="/bg echo logged")
+        await fake.wait_for_sent(2, timeout=20)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url + "api/sessions?token=wrong") as resp:
+                assert resp.status == 401
+        proc.send_signal(signal.SIGTERM)
+        stderr = (await proc.stderr.read()).decode()
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    log_file = (home / "logs" / "homing.log").read_text()
+    assert "telegram_connected" in log_file and "job_started" in log_file
+    for secret in (fake.token, "SECRET-token-value", "web-secret-123"):
+        assert secret not in stderr and secret not in log_file

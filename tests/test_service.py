@@ -31,7 +31,7 @@ async def test_the_unit_is_type_notify_with_a_watchdog_and_a_long_enough_stop(
     assert "Type=notify" in lines and "Restart=on-failure" in lines
     assert any(line.startswith("WatchdogSec=") for line in lines)
     stop = next(int(line.split("=")[1]) for line in lines if line.startswith("TimeoutStopSec="))
-    assert stop > 30  # longer than the daemon's drain timeout
+    assert stop > 30  # longer than the daemon's drain timeout (30 s by default)
     exec_start = next(line for line in lines if line.startswith("ExecStart="))
     assert exec_start.endswith(f"run --config {tmp_path / 'home' / 'config.yaml'}")
     assert f"Environment=HOMING_HOME={tmp_path / 'home'}" in lines

@@ -1,0 +1,33 @@
+"""Log lines: JSON when not on a terminal, secrets masked, a rotating file."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from pathlib import Path
+
+import structlog
+
+from gateway.config import LoggingConfig
+from gateway.logs import configure_logging
+
+
+def test_secrets_are_masked_in_our_lines_and_the_libraries(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    configure_logging(LoggingConfig(level="info", format="json"), stream,
+                      log_dir=tmp_path / "logs", secrets=["123456:ABCDEF-token"])
+    try:
+        with structlog.contextvars.bound_contextvars(session_key="agent:main:web:dm:x"):
+            structlog.get_logger("t").info("request_failed",
+                                           url="https://api.example/bot123456:ABCDEF-token/x")
+        logging.getLogger("httpx").warning("POST /bot123456:ABCDEF-token/getUpdates failed")
+        out = stream.getvalue()
+        on_disk = (tmp_path / "logs" / "homing.log").read_text()
+        for text in (out, on_disk):
+            assert "ABCDEF-token" not in text and "***" in text
+        line = json.loads(out.splitlines()[0])
+        assert line["event"] == "request_failed"
+        assert line["session_key"] == "agent:main:web:dm:x"  # bound context is in the line
+    finally:
+        configure_logging(LoggingConfig(level="info"))
