@@ -23,7 +23,7 @@ from .platforms.base import Adapter
 from .platforms.discord import DiscordAdapter
 from .platforms.telegram import TelegramAdapter
 from .platforms.web import WebAdapter
-from .restart_notices import announce_back_online, announce_restart, places_in_progress
+from .restart_notices import BackOnline, announce_restart, places_in_progress
 from .router import Router
 from .runner import GatewayRunner
 from .sd_notify import Notifier
@@ -142,8 +142,10 @@ async def run_daemon(config: Config) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    started_at = time.time()
     try:
         async with running_gateway(config) as gw:
+            write_status(config.home_path, {}, "starting", started_at)
             notifier.status("starting: connecting platforms")
             missing = await _wait_for_platforms(gw, READY_WAIT)
             if missing:
@@ -152,17 +154,23 @@ async def run_daemon(config: Config) -> None:
             notifier.ready(f"serving {platforms}" + (
                 f" ({', '.join(missing)} still connecting)" if missing else ""))
             notifier.start_watchdog()
-            started_at = time.time()
             status = asyncio.create_task(keep_status(
                 config.home_path, lambda: {n: a.connected for n, a in gw.runner.adapters.items()},
                 started_at))
-            await announce_back_online(gw.runner, gw.store.db)
+            back_online = BackOnline(gw.runner, gw.store.db)
+            gw.runner.platform_listeners.append(back_online.platform_connected)
+            await back_online.announce()
             await stop.wait()
             status.cancel()
+            await asyncio.gather(status, return_exceptions=True)
             write_status(config.home_path, {n: a.connected for n, a in gw.runner.adapters.items()},
                          "stopping", started_at)
             log.info("gateway_stopping")
             notifier.stopping("stopping: telling conversations, finishing turns in flight")
+            # take nothing more in first, so every turn that runs is one that was told
+            for adapter in gw.runner.adapters.values():
+                await adapter.stop_receiving()
+            gw.runner.stop_accepting()
             await announce_restart(gw.runner, gw.store.db,
                                    places_in_progress(gw.runner, gw.jobs.running_routes()))
     finally:

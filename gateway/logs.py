@@ -10,6 +10,7 @@ line, ours and the libraries'.
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
 import sys
@@ -65,8 +66,7 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
     for target in (logging.StreamHandler(stream), file_handler):
         if target is None:
             continue
-        target.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        target.addFilter(_RedactRecord(hidden))
+        target.setFormatter(_LibraryFormatter(hidden, as_json=use_json))
         root.addHandler(target)
     root.setLevel(logging.WARNING)
     # discord.py warns at every start that voice support is not installed; we use no voice
@@ -88,18 +88,28 @@ class _Redact:
         return line
 
 
-class _RedactRecord(logging.Filter):
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self.secrets = secrets
+class _LibraryFormatter(logging.Formatter):
+    """Library log records in our shape (a JSON line, or readable text), masked
+    as a whole — tracebacks included, which is where URLs with tokens hide."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            message = record.getMessage()
-            for secret in self.secrets:
-                message = message.replace(secret, _MASK)
-            record.msg, record.args = message, None
-        return True
+    def __init__(self, secrets: list[str], *, as_json: bool) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+        self.secrets = secrets
+        self.as_json = as_json
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.as_json:
+            entry = {"event": record.getMessage(), "logger": record.name,
+                     "level": record.levelname.lower(),
+                     "timestamp": self.formatTime(record, "%Y-%m-%dT%H:%M:%S")}
+            if record.exc_info:
+                entry["exception"] = self.formatException(record.exc_info)
+            text = json.dumps(entry)
+        else:
+            text = super().format(record)
+        for secret in self.secrets:
+            text = text.replace(secret, _MASK)
+        return text
 
 
 class _Sink:

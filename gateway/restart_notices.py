@@ -7,6 +7,7 @@ told are stored, and after the next start each hears "back online" once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterable
@@ -49,6 +50,22 @@ async def announce_restart(runner: GatewayRunner, db: Database,
     if told:
         log.info("restart_announced", places=told)
     return told
+
+
+class BackOnline:
+    """Says "back online" at start-up, and again for each platform as it connects."""
+
+    def __init__(self, runner: GatewayRunner, db: Database) -> None:
+        self.runner = runner
+        self.db = db
+        self._lock = asyncio.Lock()  # one announcement at a time: each place once
+
+    async def announce(self) -> int:
+        async with self._lock:
+            return await announce_back_online(self.runner, self.db)
+
+    def platform_connected(self, platform: str) -> None:
+        asyncio.get_running_loop().create_task(self.announce())
 
 
 async def announce_back_online(runner: GatewayRunner, db: Database) -> int:

@@ -307,6 +307,10 @@ class GatewayRunner:
         lane = self._lanes.get(session_key)
         return bool(lane and lane.busy)
 
+    def stop_accepting(self) -> None:
+        """Refuse new platform messages from now on (turns already queued still run)."""
+        self._accepting = False
+
     async def drain(self, timeout: float) -> bool:
         """Stop taking messages and let queued turns finish; True when all did."""
         self._accepting = False

@@ -46,14 +46,13 @@ def render_unit(config: Config, config_path: Path | None, *, user: bool) -> str:
     return "\n".join([
         "[Unit]",
         "Description=Homing chat gateway",
-        "Wants=network-online.target",
-        "After=network-online.target",
+        *([] if user else ["Wants=network-online.target", "After=network-online.target"]),
         "",
         "[Service]",
         "Type=notify",
         "NotifyAccess=main",
-        f"ExecStart={' '.join(_quote(part) for part in run)}",
-        f"Environment=HOMING_HOME={_quote(str(config.home_path))}",
+        f"ExecStart={' '.join(_quote(_exec_escape(part)) for part in run)}",
+        f"Environment=\"HOMING_HOME={_escape(str(config.home_path))}\"",
         "Restart=on-failure",
         "RestartSec=5",
         "RestartPreventExitStatus=2",
@@ -109,6 +108,16 @@ def _homing_command() -> list[str]:
 
 def _systemd_running() -> bool:
     return Path("/run/systemd/system").is_dir()
+
+
+def _escape(value: str) -> str:
+    """systemd reads % as a specifier: a literal one is %%."""
+    return value.replace("%", "%%")
+
+
+def _exec_escape(value: str) -> str:
+    """In ExecStart, $ also expands variables: a literal one is $$."""
+    return _escape(value).replace("$", "$$")
 
 
 def _quote(value: str) -> str:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,11 @@ def write_status(home: Path, platforms: dict[str, bool], state: str, started_at:
             "started_at": started_at, "updated_at": time.time(), "platforms": platforms}
     path = status_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    # a file of its own per write (a refresh may still be writing in its thread),
+    # renamed into place so readers never see half a file
+    tmp = path.with_name(f".{FILE_NAME}.{uuid.uuid4().hex}")
     tmp.write_text(json.dumps(data))
-    tmp.replace(path)  # readers never see half a file
+    tmp.replace(path)
 
 
 def read_status(home: Path) -> dict[str, Any] | None:
@@ -37,8 +40,8 @@ def read_status(home: Path) -> dict[str, Any] | None:
         data = json.loads(status_path(home).read_text())
     except (OSError, ValueError):
         return None
-    data["running"] = data.get("state") == "running" and is_same_process(
-        int(data.get("pid") or 0), data.get("proc_start"))
+    data["running"] = data.get("state") in ("starting", "running", "stopping") and \
+        is_same_process(int(data.get("pid") or 0), data.get("proc_start"))
     return data
 
 

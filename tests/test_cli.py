@@ -175,3 +175,24 @@ async def test_a_configured_token_appears_nowhere_in_the_logs(tmp_path: Path) ->
     assert "telegram_connected" in log_file and "job_started" in log_file
     for secret in (fake.token, "SECRET-token-value", "web-secret-123"):
         assert secret not in stderr and secret not in log_file
+
+
+async def test_sigterm_exits_0_when_a_turn_outlasts_the_drain_timeout(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n"
+                                      "shutdown: {drain_timeout_seconds: 1}\n")
+    env = _env(home)
+    proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        url = await _listening_url(proc.stderr)
+        async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
+            await ws.receive_json(timeout=5)
+            await ws.send_json({"type": "message", "text": "/run sleep 60"})
+            await asyncio.sleep(0.5)  # the turn is in flight
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0  # not held for 60 s
+    finally:
+        if proc.returncode is None:
+            proc.kill()

@@ -22,11 +22,17 @@ def test_secrets_are_masked_in_our_lines_and_the_libraries(tmp_path: Path) -> No
             structlog.get_logger("t").info("request_failed",
                                            url="https://api.example/bot123456:ABCDEF-token/x")
         logging.getLogger("httpx").warning("POST /bot123456:ABCDEF-token/getUpdates failed")
+        try:
+            raise RuntimeError("GET https://api.example/bot123456:ABCDEF-token/getMe")
+        except RuntimeError:
+            logging.getLogger("telegram.ext").exception("polling failed")
         out = stream.getvalue()
         on_disk = (tmp_path / "logs" / "homing.log").read_text()
         for text in (out, on_disk):
             assert "ABCDEF-token" not in text and "***" in text
-        line = json.loads(out.splitlines()[0])
+        lines = [json.loads(text) for text in out.splitlines()]  # every line is JSON
+        assert "RuntimeError" in lines[-1]["exception"]
+        line = lines[0]
         assert line["event"] == "request_failed"
         assert line["session_key"] == "agent:main:web:dm:x"  # bound context is in the line
     finally:

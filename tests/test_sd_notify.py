@@ -67,7 +67,10 @@ async def test_ready_watchdog_and_stopping_from_the_real_daemon(tmp_path: Path) 
         log = b""
         while b"web_chat_listening" not in log:  # the web chat listened before READY
             log += await asyncio.wait_for(proc.stderr.readline(), 10)
-        await until(lambda: notify.lines().count("WATCHDOG=1") >= 3)
+        await until(lambda: notify.lines().count("WATCHDOG=1") >= 5)
+        pings = [t for t, text in notify.received if text == "WATCHDOG=1"]
+        gaps = sorted(b - a for a, b in zip(pings, pings[1:], strict=False))
+        assert 0.1 <= gaps[len(gaps) // 2] <= 0.35  # at half of the 0.4 s systemd asked for
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 20) == 0
         lines = notify.lines()

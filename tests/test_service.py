@@ -34,7 +34,7 @@ async def test_the_unit_is_type_notify_with_a_watchdog_and_a_long_enough_stop(
     assert stop > 30  # longer than the daemon's drain timeout (30 s by default)
     exec_start = next(line for line in lines if line.startswith("ExecStart="))
     assert exec_start.endswith(f"run --config {tmp_path / 'home' / 'config.yaml'}")
-    assert f"Environment=HOMING_HOME={tmp_path / 'home'}" in lines
+    assert f'Environment="HOMING_HOME={tmp_path / "home"}"' in lines
     assert "KillMode=process" in lines  # jobs outlive a restart
     target = "default.target" if scope == "--user" else "multi-user.target"
     assert f"WantedBy={target}" in lines
@@ -69,3 +69,19 @@ async def test_install_writes_the_unit_and_uninstall_removes_it(tmp_path: Path) 
     code, out, _ = await run_cli("service", "uninstall", "--unit-dir", str(units),
                                  "--no-start", env=env)
     assert code == 0 and not (units / "homing.service").exists()
+
+
+async def test_percent_signs_in_paths_are_not_read_as_specifiers(tmp_path: Path) -> None:
+    if ANALYZE is None:
+        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+    home = tmp_path / "50%off"
+    home.mkdir()
+    code, unit, err = await run_cli("service", "install", "--dry-run", env=_env(home))
+    assert code == 0, err
+    assert 'Environment="HOMING_HOME=' in unit and "50%%off" in unit
+    unit_file = tmp_path / "homing.service"
+    unit_file.write_text(unit)
+    proc = await asyncio.create_subprocess_exec(ANALYZE, "verify", str(unit_file),
+                                                stderr=asyncio.subprocess.PIPE)
+    _, err_bytes = await proc.communicate()
+    assert proc.returncode == 0, err_bytes.decode()

@@ -111,6 +111,8 @@ class TelegramAdapter(Adapter):
             allowed_updates=["message"], error_callback=self._on_polling_error)
         self._connected = True
         log.info("telegram_connected", bot=self.bot_username)
+        if self._runner is not None:
+            self._runner.platform_connected(self.platform)
 
     async def stop_receiving(self) -> None:
         """Stop polling, so no update is taken (and acknowledged) that will not be served."""
