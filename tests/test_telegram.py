@@ -46,6 +46,16 @@ async def gateway(tmp_path: Path, fake: FakeTelegram) -> AsyncIterator[Gateway]:
         yield gw
 
 
+def daemon_env(home: Path, fake: FakeTelegram) -> dict[str, str]:
+    """A home whose config runs the real daemon (``homing run``) against the fake."""
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "platforms:\n  web: {port: 0}\n"
+        f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
+        f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}']}}\n")
+    return _env(home)
+
+
 def to(fake: FakeTelegram, chat_id: int, thread: int | None = None) -> list[SentRecord]:
     return [s for s in fake.sent if s.chat_id == chat_id and s.message_thread_id == thread]
 
@@ -171,13 +181,7 @@ async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
         fake: FakeTelegram, tmp_path: Path) -> None:
     from .test_crash_recovery import start_daemon
 
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text(
-        "platforms:\n  web: {port: 0}\n"
-        f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
-        f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}']}}\n")
-    env = _env(home)
+    env = daemon_env(tmp_path / "home", fake)
     first, _ = await start_daemon(env)
     second = None
     try:
@@ -279,13 +283,7 @@ async def test_a_graceful_restart_is_announced_where_work_is_going_on(
 
     from .test_crash_recovery import start_daemon
 
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text(
-        "platforms:\n  web: {port: 0}\n"
-        f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
-        f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}']}}\n")
-    env = _env(home)
+    env = daemon_env(tmp_path / "home", fake)
     topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,
                  is_topic_message=True)
     first, _ = await start_daemon(env)
