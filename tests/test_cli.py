@@ -23,6 +23,13 @@ async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+def web_home(home: Path, extra_config: str = "") -> dict[str, str]:
+    """A fresh home whose daemon serves the web chat on a free port; its environment."""
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n" + extra_config)
+    return _env(home)
+
+
 def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOMING_")}
     env["HOMING_HOME"] = str(home)
@@ -41,10 +48,7 @@ async def _listening_url(stderr: asyncio.StreamReader) -> str:
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 async def test_run_serves_the_web_chat_and_stops_cleanly(tmp_path: Path,
                                                          stop_signal: signal.Signals) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n")
-    env = _env(home)
+    env = web_home(tmp_path / "home")
     proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
@@ -116,10 +120,7 @@ async def test_parked_notifications_are_listed_with_their_reason(tmp_path: Path)
 async def test_status_works_whether_or_not_the_daemon_runs(tmp_path: Path) -> None:
     from .helpers import eventually_async
 
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n")
-    env = _env(home)
+    env = web_home(tmp_path / "home")
     code, out, _ = await run_cli("status", env=env)
     assert code == 0 and "daemon: not running" in out
     proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
@@ -178,11 +179,7 @@ async def test_a_configured_token_appears_nowhere_in_the_logs(tmp_path: Path) ->
 
 
 async def test_sigterm_exits_0_when_a_turn_outlasts_the_drain_timeout(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n"
-                                      "shutdown: {drain_timeout_seconds: 1}\n")
-    env = _env(home)
+    env = web_home(tmp_path / "home", "shutdown: {drain_timeout_seconds: 1}\n")
     proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
                                                 stderr=asyncio.subprocess.PIPE)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 
 from .helpers import eventually_async
-from .test_cli import HOMING, _env, _listening_url, run_cli
+from .test_cli import HOMING, _listening_url, run_cli, web_home
 
 
 async def start_daemon(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, str]:
@@ -31,9 +31,7 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 async def test_a_job_finishing_across_a_kill_9_is_reported_once_in_its_conversation(
         tmp_path: Path) -> None:
     home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n")
-    env = _env(home)
+    env = web_home(home)
     first, url = await start_daemon(env)
     try:
         async with aiohttp.ClientSession() as http:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gateway.sd_notify import Notifier
 
-from .test_cli import HOMING, _env
+from .test_cli import HOMING, web_home
 
 
 class NotifySocket:
@@ -56,10 +56,8 @@ async def until(check, timeout: float = 20.0) -> None:
 
 async def test_ready_watchdog_and_stopping_from_the_real_daemon(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n")
     notify = NotifySocket(tmp_path / "notify.sock")
-    env = {**_env(home), "NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"}
+    env = {**web_home(home), "NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"}
     proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
