@@ -52,6 +52,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from .local_server import LocalServer
+
 __all__ = ["FakeDiscord", "SentRecord", "DISCORD_EPOCH_MS", "MAX_MESSAGE_LENGTH"]
 
 JSON = dict[str, Any]
@@ -111,7 +113,7 @@ class _ApiError(Exception):
         self.headers = headers or {}
 
 
-class FakeDiscord:
+class FakeDiscord(LocalServer):
     """An in-process Discord REST API and gateway on ``127.0.0.1`` (a free port)."""
 
     heartbeat_interval_ms: int = 1000
@@ -148,7 +150,6 @@ class FakeDiscord:
         self._lock = asyncio.Lock()  # orders sequence numbers and frames on the socket
         self._ready = asyncio.Event()
         self._sent_changed = asyncio.Event()
-        self._runner: web.AppRunner | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -162,8 +163,7 @@ class FakeDiscord:
         """Value for ``DiscordWebSocket.DEFAULT_GATEWAY`` (wrap it in ``yarl.URL``)."""
         return f"ws://127.0.0.1:{self.port}/gateway"
 
-    async def start(self) -> None:
-        """Bind 127.0.0.1 on a free port and start serving."""
+    def _build_app(self) -> web.Application:
         app = web.Application(middlewares=[self._rest_middleware])
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/gateway/", self._gateway)
@@ -176,26 +176,12 @@ class FakeDiscord:
         app.router.add_post(f"{api}/channels/{{channel_id:\\d+}}/messages", self._post_message)
         app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        return app
 
-    async def stop(self) -> None:
-        """Close open gateway sockets (1001) and shut the server down."""
+    async def _before_stop(self) -> None:
+        """Close open gateway sockets (1001)."""
         for ws in list(self._sockets):
             await ws.close(code=1001, message=b"server stopping")
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeDiscord:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     # ------------------------------------------------------------------ world setup
 

@@ -30,6 +30,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .local_server import LocalServer
+
 __all__ = ["FakeTelegram", "SentRecord", "utf16_len"]
 
 JSON = dict[str, Any]
@@ -77,7 +79,7 @@ class _ApiError(Exception):
         self.retry_after = retry_after
 
 
-class FakeTelegram:
+class FakeTelegram(LocalServer):
     """An in-process Bot API server on ``127.0.0.1`` (a free port, picked on start)."""
 
     max_poll_hold: float = 5.0
@@ -103,7 +105,6 @@ class FakeTelegram:
         self._updates_changed = asyncio.Event()
         self._sent_changed = asyncio.Event()
         self._closing = asyncio.Event()
-        self._runner: web.AppRunner | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -117,32 +118,17 @@ class FakeTelegram:
         """Value for ``ApplicationBuilder.base_file_url``."""
         return f"http://127.0.0.1:{self.port}/file/bot"
 
-    async def start(self) -> None:
-        """Bind 127.0.0.1 on a free port and start serving."""
+    def _build_app(self) -> web.Application:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         self._closing.clear()
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        return app
 
-    async def stop(self) -> None:
-        """Release held long polls and shut the server down."""
+    async def _before_stop(self) -> None:
+        """Release held long polls."""
         self._closing.set()
         self._wake("updates")
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeTelegram:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     # ------------------------------------------------------------------ inbound
 
