@@ -1,0 +1,379 @@
+"""A small fake OpenAI-compatible chat-completions server for tests with the real ``openai`` client.
+
+Homing talks to models through ``openai.AsyncOpenAI``; testing against this
+fake exercises the real client (request building, response parsing, error
+mapping, timeouts) without a network or a model::
+
+    async with FakeOpenAI() as fake:
+        client = AsyncOpenAI(base_url=fake.base_url, api_key="test", max_retries=0)
+        fake.script(CallTools([("search", {"q": "x"})]), Say("found it"))
+        fake.brain = lambda req: Say(f"you said {req.last['content']}")  # after the script
+        ...
+        assert fake.requests[0].tool_names == ["search"]
+
+Protocol as on OpenAI: ``POST /v1/chat/completions`` (non-streaming only) answers a
+``chat.completion`` object; errors carry the real HTTP status and an
+``{"error": {"message", "type", "param", "code"}}`` body, which the client maps to
+``BadRequestError`` (400), ``RateLimitError`` (429), ``InternalServerError`` (5xx)...
+Requests are validated like a strict real server (roles, tool-call pairing), so a
+malformed conversation built by Homing fails here as it would in production.
+``GET /v1/models`` lists one model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from .local_server import LocalServer
+
+__all__ = ["Brain", "CallTools", "ChatRequest", "Fail", "FakeOpenAI", "Hang", "Response",
+           "Say"]
+
+JSON = dict[str, Any]
+
+ROLES = ("system", "user", "assistant", "tool", "developer")
+MODEL_ID = "fake-model"
+
+
+# ---------------------------------------------------------------------- scripted answers
+
+@dataclass(frozen=True)
+class Say:
+    """An assistant text reply."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class CallTools:
+    """An assistant message with ``tool_calls`` (content None unless ``text``).
+
+    Each call is ``(function name, arguments)``: a dict is sent as ``json.dumps``
+    text, a str verbatim (e.g. malformed JSON, as real models sometimes produce).
+    """
+
+    calls: list[tuple[str, dict | str]]
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An HTTP error with an OpenAI-style error body."""
+
+    status: int
+    message: str = "fake failure"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Wait ``seconds`` (cut short when the server stops), then answer ``then``."""
+
+    seconds: float
+    then: Response | None = None
+
+
+Response = Say | CallTools | Fail | Hang
+
+
+# ---------------------------------------------------------------------- requests
+
+@dataclass
+class ChatRequest:
+    """One POST /v1/chat/completions body, parsed."""
+
+    body: dict  # the raw JSON ({} when the body was not a JSON object)
+    model: str
+    messages: list[dict]
+    tool_names: list[str]  # names of the function tools in body["tools"]
+    error: str | None = None  # why the fake rejected it with a 400, None when valid
+
+    @classmethod
+    def parse(cls, body: object) -> ChatRequest:
+        """Tolerant parse: the fields of an invalid body come out empty, never raise."""
+        if not isinstance(body, dict):
+            body = {}
+        model = body.get("model")
+        messages = body.get("messages")
+        tools = body.get("tools")
+        names = [t["function"]["name"] for t in tools
+                 if isinstance(t, dict) and t.get("type") == "function"
+                 and isinstance(t.get("function"), dict) and "name" in t["function"]
+                 ] if isinstance(tools, list) else []
+        return cls(body=body, model=model if isinstance(model, str) else "",
+                   messages=[m for m in messages if isinstance(m, dict)]
+                   if isinstance(messages, list) else [],
+                   tool_names=names)
+
+    @property
+    def last(self) -> dict:
+        """The last message."""
+        return self.messages[-1]
+
+    def texts(self, role: str) -> list[str]:
+        """Text contents of the messages of ``role``, in order (text parts joined)."""
+        return [text for m in self.messages if m.get("role") == role
+                for text in [_content_text(m.get("content"))] if text is not None]
+
+    def has_text(self, needle: str, role: str | None = None) -> bool:
+        """Whether any message (of ``role``) has ``needle`` in its content."""
+        return any(needle in text for m in self.messages
+                   if role is None or m.get("role") == role
+                   for text in [_content_text(m.get("content"))] if text is not None)
+
+
+Brain = Callable[[ChatRequest], Response | Awaitable[Response]]
+
+
+class _BadRequest(Exception):
+    """Raised by validation: answer 400 with this reason."""
+
+
+# ---------------------------------------------------------------------- server
+
+class FakeOpenAI(LocalServer):
+    """An in-process chat-completions server on ``127.0.0.1`` (a free port, picked on start).
+
+    Answers come from the :meth:`script` queue first, then from ``brain``, else ``Say("ok")``.
+    """
+
+    def __init__(self, brain: Brain | None = None) -> None:
+        self.brain: Brain | None = brain
+        self.requests: list[ChatRequest] = []  # every chat request received, valid or not
+        self.api_keys: list[str] = []  # bearer tokens seen, one per request
+        self.port: int = 0
+        self._script: list[Response] = []
+        self._completion_ids = itertools.count(1)
+        self._call_ids = itertools.count(1)
+        self._closing = asyncio.Event()
+
+    @property
+    def base_url(self) -> str:
+        """Value for ``AsyncOpenAI(base_url=...)``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def script(self, *responses: Response) -> None:
+        """Queue answers for the next requests, consumed in order before the brain."""
+        self._script.extend(responses)
+
+    def _build_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        self._closing.clear()
+        return app
+
+    async def _before_stop(self) -> None:
+        """Cut pending Hangs short so stop() does not wait for them."""
+        self._closing.set()
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return _error(404, f"Invalid URL ({request.method} {request.path})")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self._record_key(request)
+        return web.json_response({"object": "list", "data": [
+            {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "homing-tests"}]})
+
+    async def _chat_completions(self, request: web.Request) -> web.Response:
+        self._record_key(request)
+        try:
+            body: object = await request.json()
+        except ValueError:
+            body = None
+        chat = ChatRequest.parse(body)
+        self.requests.append(chat)
+        try:
+            _validate(body)
+        except _BadRequest as exc:
+            chat.error = str(exc)
+            return _error(400, chat.error)
+        try:
+            answer = await self._decide(chat)
+        except Exception as exc:  # a broken brain shows up as a model error, not a hang
+            return _error(500, f"brain raised {type(exc).__name__}: {exc}")
+        return await self._answer(chat, answer)
+
+    def _record_key(self, request: web.Request) -> None:
+        auth = request.headers.get("Authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() == "bearer" and token:
+            self.api_keys.append(token)
+
+    async def _decide(self, chat: ChatRequest) -> Response:
+        if self._script:
+            return self._script.pop(0)
+        if self.brain is None:
+            return Say("ok")
+        answer = self.brain(chat)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return answer
+
+    async def _answer(self, chat: ChatRequest, answer: Response) -> web.Response:
+        while isinstance(answer, Hang):
+            try:
+                await asyncio.wait_for(self._closing.wait(), answer.seconds)
+            except TimeoutError:
+                answer = answer.then if answer.then is not None else Say("late")
+            else:
+                return _error(503, "fake server is shutting down")
+        if isinstance(answer, Fail):
+            return _error(answer.status, answer.message, answer.headers)
+        if isinstance(answer, Say | CallTools):
+            return web.json_response(self._completion(chat, answer))
+        return _error(500, f"the fake got an answer it cannot send: {answer!r}")
+
+    def _completion(self, chat: ChatRequest, answer: Say | CallTools) -> JSON:
+        message: JSON = {"role": "assistant"}
+        if isinstance(answer, Say):
+            message["content"] = answer.text
+        else:
+            message["content"] = answer.text
+            message["tool_calls"] = [
+                {"id": f"call_{next(self._call_ids)}", "type": "function",
+                 "function": {"name": name,
+                              "arguments": args if isinstance(args, str) else json.dumps(args)}}
+                for name, args in answer.calls]
+        prompt_tokens = _tokens(chat.messages)
+        completion_tokens = _tokens(message)
+        return {
+            "id": f"chatcmpl-{next(self._completion_ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": chat.model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if "tool_calls" in message else "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+
+
+# ---------------------------------------------------------------------- validation
+
+def _validate(body: object) -> None:
+    """Raise :class:`_BadRequest` where a strict real server would answer 400."""
+    if not isinstance(body, dict):
+        raise _BadRequest("We could not parse the JSON body of your request: "
+                          "expected a JSON object.")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise _BadRequest("you must provide a model parameter")
+    if body.get("stream"):
+        raise _BadRequest("stream=true is not supported by the fake OpenAI server")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise _BadRequest("Missing required parameter: 'messages' (must be a list).")
+    if not messages:
+        raise _BadRequest("Invalid 'messages': empty array. Expected an array with "
+                          "minimum length 1, but got an empty array instead.")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _BadRequest(f"Invalid type for 'messages[{i}]': expected an object.")
+        role = message.get("role")
+        if role not in ROLES:
+            raise _BadRequest(f"Invalid value for 'messages[{i}].role': {role!r}. "
+                              f"Supported values are: {', '.join(ROLES)}.")
+    _validate_tool_pairing(messages)
+
+
+def _validate_tool_pairing(messages: list[JSON]) -> None:
+    """Every tool result answers a call of the assistant message right before it,
+    and every such call is answered before the next non-tool message."""
+    declared: set[str] = set()  # every tool_call id declared so far
+    pending: dict[str, int] = {}  # id -> index of the assistant message still awaiting it
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _BadRequest(f"Missing required parameter: 'messages[{i}].tool_call_id'.")
+            if call_id not in declared:
+                raise _BadRequest(
+                    f"Invalid parameter: messages[{i}] with role 'tool' has tool_call_id "
+                    f"{call_id!r}, which no preceding assistant message's 'tool_calls' "
+                    "declared.")
+            if call_id not in pending:
+                raise _BadRequest(
+                    f"Invalid parameter: messages[{i}] with role 'tool' (tool_call_id "
+                    f"{call_id!r}) must directly follow the assistant message with that "
+                    "'tool_calls' entry, and answer it only once.")
+            del pending[call_id]
+            continue
+        _check_answered(pending)
+        pending.clear()
+        if role == "assistant" and message.get("tool_calls"):
+            for call_id in _tool_call_ids(message, i):
+                declared.add(call_id)
+                pending[call_id] = i
+    _check_answered(pending)
+
+
+def _check_answered(pending: dict[str, int]) -> None:
+    if pending:
+        index = next(iter(pending.values()))
+        raise _BadRequest(
+            "An assistant message with 'tool_calls' must be followed by tool messages "
+            f"responding to each 'tool_call_id'. The following tool_call_ids of "
+            f"messages[{index}] did not have response messages: {', '.join(pending)}")
+
+
+def _tool_call_ids(message: JSON, i: int) -> list[str]:
+    calls = message["tool_calls"]
+    if not isinstance(calls, list):
+        raise _BadRequest(f"Invalid type for 'messages[{i}].tool_calls': expected an array.")
+    ids = []
+    for j, call in enumerate(calls):
+        where = f"messages[{i}].tool_calls[{j}]"
+        if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
+            raise _BadRequest(f"Missing required parameter: '{where}.id'.")
+        function = call.get("function")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _BadRequest(f"Missing required parameter: '{where}.function.name'.")
+        if not isinstance(function.get("arguments"), str):
+            raise _BadRequest(f"Invalid type for '{where}.function.arguments': "
+                              "expected a string.")
+        ids.append(call["id"])
+    return ids
+
+
+# ---------------------------------------------------------------------- module helpers
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    """An OpenAI-style error answer."""
+    if status == 429:
+        kind, code = "requests", "rate_limit_exceeded"
+    elif status >= 500:
+        kind, code = "server_error", None
+    else:
+        kind, code = "invalid_request_error", None
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _tokens(value: object) -> int:
+    """A rough token count: a quarter of the JSON length, rounded up."""
+    return math.ceil(len(json.dumps(value)) / 4)
+
+
+def _content_text(content: object) -> str | None:
+    """The text of a message content: a str, or the text parts of a list joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p["text"] for p in content
+                 if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(parts) if parts else None
+    return None
