@@ -19,5 +19,9 @@ class Agent(Protocol):
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         """React to a notification delivered to this session (an internal event)."""
 
+    async def compress(self, turn: Turn) -> None:
+        """Continue the conversation in a child session (reason ``compression``) and set
+        ``turn.session`` to it; raise CompressionFailed to leave everything as it was."""
+
     def status_lines(self, turn: Turn) -> list[str]:
         """Lines for /status about what this agent has running in the conversation."""

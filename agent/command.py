@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import time
 from collections.abc import Awaitable, Callable
 
 from gateway.commands import parse_command
@@ -18,7 +17,8 @@ from gateway.notifications import Notification
 from gateway.turn import Turn
 from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.job_notices import describe_exit
-from tools.jobs import JobError, JobRecord
+from tools.jobs import JobError
+from tools.process import Processes, job_line
 from tools.session_info import session_info
 from tools.terminal import Terminal
 
@@ -41,6 +41,7 @@ class CommandAgent:
                  delegations: DelegationManager | None = None) -> None:
         self.terminal = terminal
         self.delegations = delegations
+        self.processes = Processes(terminal.jobs) if terminal is not None else None
 
     async def run_turn(self, turn: Turn) -> None:
         command = parse_command(turn.event.text)
@@ -63,13 +64,18 @@ class CommandAgent:
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         await turn.reply(notification.text, kind="notification")
 
+    async def compress(self, turn: Turn) -> None:
+        """No model, no summary: the child session just follows its parent."""
+        turn.session = await turn.runner.rotate_session(turn.session, "compression",
+                                                        route=turn.route)
+
     def status_lines(self, turn: Turn) -> list[str]:
         lines: list[str] = []
         key = turn.session.session_key
         if self.terminal is not None:
             running = self.terminal.jobs.running_in(key)
             lines.append(f"background jobs running here: {len(running) or 'none'}")
-            lines += [f"  {_job_line(j)}" for j in running]
+            lines += [f"  {job_line(j)}" for j in running]
         if self.delegations is not None:
             delegated = self.delegations.running_in(key)
             lines.append(f"delegations running here: {len(delegated) or 'none'}")
@@ -108,17 +114,18 @@ class CommandAgent:
                          f"matching lines will be reported here.")
 
     async def _cmd_jobs(self, turn: Turn, args: str) -> None:
-        jobs = await self._terminal.jobs.list(session_key=turn.session.session_key, limit=20)
+        jobs = await self._processes.list()
         if not jobs:
             await turn.reply("No jobs in this conversation.")
             return
-        await turn.reply("\n".join(_job_line(j) for j in jobs))
+        await turn.reply("\n".join(job_line(j) for j in jobs))
 
     async def _cmd_log(self, turn: Turn, args: str) -> None:
-        job = await self._own_job(turn, args, "/log <job>")
-        lines = self._terminal.jobs.output_tail(job, LOG_LINES)
+        _require(args, "/log <job>")
+        job = await self._processes.own(args)
+        lines = self._processes.log(job, LOG_LINES)
         body = "\n".join(lines) or "(no output yet)"
-        await turn.reply(f"{_job_line(job)}\n```\n{body}\n```")
+        await turn.reply(f"{job_line(job)}\n```\n{body}\n```")
 
     async def _cmd_delegate(self, turn: Turn, args: str) -> None:
         _require(args, "/delegate <command>")
@@ -128,8 +135,8 @@ class CommandAgent:
         await turn.reply(f"Delegated as {record.id}; its result will come back here.")
 
     async def _cmd_kill(self, turn: Turn, args: str) -> None:
-        job = await self._own_job(turn, args, "/kill <job>")
-        await self._terminal.jobs.kill(job.id)
+        _require(args, "/kill <job>")
+        job = await self._processes.kill(args)
         await turn.reply(f"Stopped job {job.id}.")
 
     # helpers -----------------------------------------------------------------
@@ -139,14 +146,10 @@ class CommandAgent:
         assert self.terminal is not None
         return self.terminal
 
-    async def _own_job(self, turn: Turn, args: str, usage: str) -> JobRecord:
-        job_id = args.strip()
-        _require(job_id, usage)
-        job = await self._terminal.jobs.get(job_id)
-        # jobs answer only to the conversation that started them
-        if job is None or job.session_key != turn.session.session_key:
-            raise JobError(f"No job {job_id} in this conversation; /jobs lists them.")
-        return job
+    @property
+    def _processes(self) -> Processes:
+        assert self.processes is not None
+        return self.processes
 
 
 def command_subagent(terminal: Terminal) -> Callable[[str], Awaitable[str]]:
@@ -178,16 +181,6 @@ def _split_first_word(args: str) -> tuple[str, str]:
         raise JobError("Unbalanced quotes in the watch pattern.") from None
     rest = args[lexer.instream.tell():] if hasattr(lexer.instream, "tell") else ""
     return first, rest.strip()
-
-
-def _job_line(job: JobRecord) -> str:
-    if job.state == "running":
-        state = f"running for {int(time.time() - job.started_at)} s"
-    elif job.state == "lost":
-        state = "lost (ended while the gateway was down)"
-    else:
-        state = describe_exit(job.exit_code)
-    return f"{job.id}  {state}  $ {' '.join(job.command.split())[:80]}"
 
 
 def _acknowledge(text: str) -> str:

@@ -6,6 +6,10 @@ import time
 
 from .turn import Turn
 
+
+class CompressionFailed(Exception):
+    """The agent could not carry the context over; the session is unchanged."""
+
 GATEWAY_COMMANDS: dict[str, str] = {
     "help": "list the commands",
     "status": "this conversation's session key, session id and what is running",
@@ -53,7 +57,12 @@ async def _new(turn: Turn) -> None:
 
 async def _compress(turn: Turn) -> None:
     old = turn.session
-    turn.session = await turn.runner.rotate_session(old, "compression", route=turn.route)
+    try:
+        await turn.runner.agent.compress(turn)
+    except CompressionFailed as exc:
+        await turn.reply(f"The context was not compressed: {exc} The session is unchanged.",
+                         kind="system")
+        return
     await turn.reply(
         f"Context compressed: continuing in session {turn.session.id} (follows {old.id}). "
         f"Work started earlier still reports here.", kind="system")

@@ -88,8 +88,37 @@ class SessionsConfig(_Strict):
     thread_sessions_per_user: bool = False
 
 
+class HomeChannel(_Strict):
+    """A place the agent's ``send_message`` may post to besides the current conversation."""
+
+    name: str = Field(min_length=1)
+    platform: Literal["web", "telegram", "discord"]
+    chat_id: str = Field(min_length=1)
+    chat_type: Literal["dm", "group", "channel", "thread"] = "group"
+    thread_id: str | None = None
+
+    @field_validator("chat_id", "thread_id", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) else value
+
+
 class AgentConfig(_Strict):
-    backend: Literal["command"] = "command"
+    backend: Literal["command", "openai"] = "command"
+    # the model backend (backend: openai): any OpenAI-compatible chat-completions endpoint
+    base_url: str = "https://api.openai.com/v1"
+    model: str | None = None
+    api_key: str | None = None
+    system_prompt: str | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    timeout_seconds: float = Field(120.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)
+    retry_backoff_seconds: float = Field(1.0, ge=0)
+    max_retry_after_seconds: float = Field(60.0, ge=0)
+    max_tool_rounds: int = Field(12, ge=1)
+    context_budget_tokens: int = Field(24000, ge=1000)
+    keep_recent_turns: int = Field(2, ge=0)
+    home_channels: list[HomeChannel] = Field(default_factory=list)
 
 
 class WatchConfig(_Strict):
@@ -218,6 +247,17 @@ def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
         platform = getattr(config.platforms, name)
         if platform.enabled and not platform.token:
             problems.append((f"platforms.{name}.token", f"required when {name} is enabled"))
+    agent = config.agent
+    if agent.backend == "openai" and not agent.model:
+        problems.append(("agent.model", "required when agent.backend is openai"))
+    names: set[str] = set()
+    for i, home in enumerate(agent.home_channels):
+        if home.name in names:
+            problems.append((f"agent.home_channels.{i}.name", f"{home.name!r} is used twice"))
+        names.add(home.name)
+        if not getattr(config.platforms, home.platform).enabled:
+            problems.append((f"agent.home_channels.{i}.platform",
+                             f"{home.platform} is not enabled in platforms.{home.platform}"))
     return problems
 
 

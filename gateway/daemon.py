@@ -12,8 +12,13 @@ from dataclasses import dataclass
 import structlog
 
 from agent.command import CommandAgent, command_subagent
+from agent.history import History
+from agent.model import ModelAgent, model_subagent
+from agent.model_client import ModelClient
+from agent.toolbox import ToolBox
 from tools.delegation import DelegationManager
 from tools.jobs import JobManager
+from tools.send_message import MessageSender
 from tools.terminal import Terminal
 
 from .config import Config
@@ -78,11 +83,19 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         outbox = Outbox(store.db)
         jobs = JobManager(store.db, outbox, config)
         terminal = Terminal(jobs, foreground_timeout=config.jobs.foreground_timeout_seconds)
+        model = ModelClient(config.agent) if config.agent.backend == "openai" else None
+        subagent = (model_subagent(config.agent, model, ToolBox(terminal, background=False))
+                    if model is not None else command_subagent(terminal))
         delegations = DelegationManager(
-            store.db, outbox, store, command_subagent(terminal),
+            store.db, outbox, store, subagent,
             max_running_per_session=config.delegations.max_running_per_session)
-        runner = GatewayRunner(config, store, CommandAgent(terminal, delegations),
-                               pairing=Pairing(store.db))
+        command_agent = CommandAgent(terminal, delegations)
+        runner = GatewayRunner(config, store, command_agent, pairing=Pairing(store.db))
+        if model is not None:
+            toolbox = ToolBox(terminal, delegations=delegations,
+                              sender=MessageSender(runner, config.agent.home_channels))
+            runner.agent = ModelAgent(config.agent, model, History(store.db), toolbox,
+                                      command_agent)
         runner.session_end_listeners.append(delegations.interrupt_session)
         runner.jobs_running = lambda: jobs.running
         router = Router(outbox, store, runner)
@@ -98,7 +111,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             await router.start()
             log.info("gateway_started", platforms=[a.platform for a in connected],
                      state_db=str(config.state_db), jobs_reattached=recovered,
-                     delegations_lost=lost)
+                     delegations_lost=lost, agent=config.agent.backend,
+                     model=config.agent.model if model is not None else None)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router)
         finally:
             for adapter in connected:
@@ -110,6 +124,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             await jobs.detach()
             for adapter in reversed(connected):
                 await adapter.disconnect()
+            if model is not None:
+                await model.close()
             log.info("gateway_stopped")
 
 

@@ -140,6 +140,18 @@ MIGRATIONS: list[str] = [
         told_at  REAL NOT NULL
     );
     """,
+    # 7: the model agent's context: chat messages as the endpoint sees them (tool calls
+    # included), apart from the transcript people read
+    """
+    CREATE TABLE agent_messages (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        message    TEXT NOT NULL,
+        tokens     INTEGER NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX agent_messages_session ON agent_messages(session_id, id);
+    """,
 ]
 
 

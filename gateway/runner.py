@@ -260,11 +260,16 @@ class GatewayRunner:
                    kind: MessageKind = "reply") -> SendResult:
         """Record ``text`` in the session's transcript and send it to ``route``."""
         self.store.record_message(session.id, kind, text)
+        return await self.post(route, text, kind=kind, session_id=session.id)
+
+    async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None) -> SendResult:
+        """Send ``text`` to ``route`` without recording it in any transcript."""
         adapter = self.adapters.get(route.platform)
         if adapter is None:
-            log.error("send_no_adapter", platform=route.platform, session_id=session.id)
+            log.error("send_no_adapter", platform=route.platform, session_id=session_id)
             return SendResult.failed(f"platform {route.platform!r} is not running")
-        result = await adapter.send(route, text, kind=kind, session_id=session.id)
+        result = await adapter.send(route, text, kind=kind, session_id=session_id)
         if result.ok:
             self.metrics.messages_out.labels(route.platform).inc()
         else:

@@ -110,7 +110,8 @@ class DelegationManager:
         except Exception as exc:
             log.exception("delegation_failed", delegation_id=record.id)
             await self._finish(record, "finished",
-                               f"Delegation {record.id} failed: {exc!r}", notify=True)
+                               f"Delegation {record.id} failed: {str(exc) or repr(exc)}",
+                               notify=True)
         finally:
             self._tasks.pop(record.id, None)
             self._records.pop(record.id, None)

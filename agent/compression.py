@@ -1,0 +1,106 @@
+"""Context compression: the model summarises the older turns, and the session continues
+in a child session linked to it.
+
+The child is made through the runner's rotation with reason ``compression``
+(the lineage), so work started before the compression still proves its way
+to the conversation, and the summary plus the most recent turns are the
+child's first history.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from gateway.commands import CompressionFailed
+from gateway.config import AgentConfig
+from gateway.turn import Turn
+
+from .history import History, Message, estimate_tokens, starts_turn
+from .model_client import ModelClient
+
+log = structlog.get_logger(__name__)
+
+SUMMARY_MARK = "[Summary of the earlier conversation]"
+SUMMARY_PROMPT = (
+    "You compress a chat between a user and an assistant that runs shell jobs and "
+    "sub-agents for them. Write a summary that lets the assistant carry on: what the user "
+    "wants, decisions made, facts learned, and every background job or delegation still "
+    "running or expected to report back (with its id). Plain text, at most 300 words."
+)
+#: characters of one message shown to the summariser
+_ITEM_CHARS = 2000
+
+
+def split_for_compression(history: list[Message], keep_turns: int, keep_tokens: int
+                          ) -> tuple[list[Message], list[Message]]:
+    """(older, recent): ``recent`` is the last ``keep_turns`` whole turns that fit in
+    ``keep_tokens``; it always starts at a turn, so no tool call loses its result."""
+    starts = [i for i, m in enumerate(history) if starts_turn(m)]
+    for count in range(min(keep_turns, len(starts)), 0, -1):
+        cut = starts[-count]
+        recent = history[cut:]
+        if sum(estimate_tokens(m) for m in recent) <= keep_tokens:
+            return history[:cut], recent
+    return history, []
+
+
+def render(messages: list[Message], limit_chars: int) -> str:
+    """The older turns as plain text for the summariser, each message clipped so that
+    all of them fit in about ``limit_chars`` (the first turn matters as much as the last)."""
+    per_item = min(_ITEM_CHARS, max(200, limit_chars // max(1, len(messages))))
+    lines = []
+    for m in messages:
+        content = (m.get("content") or "").strip()
+        role = m.get("role")
+        if role == "assistant" and m.get("tool_calls"):
+            calls = ", ".join(f"{c['function']['name']}({c['function']['arguments']})"
+                              for c in m["tool_calls"])
+            content = f"{content}\n[called {calls}]".strip()
+        if role == "tool":
+            role = "tool result"
+        if content:
+            lines.append(f"{role}: {_clip(content, per_item)}")
+    return "\n\n".join(lines)
+
+
+def summary_message(summary: str, from_session_id: str) -> Message:
+    return {"role": "system",
+            "content": f"{SUMMARY_MARK} (session {from_session_id} was compressed)\n{summary}"}
+
+
+class Compressor:
+    def __init__(self, config: AgentConfig, client: ModelClient, history: History) -> None:
+        self.config = config
+        self.client = client
+        self.history = history
+
+    def over_budget(self, tokens: int) -> bool:
+        return tokens > self.config.context_budget_tokens
+
+    async def compress(self, turn: Turn) -> None:
+        """Summarise ``turn.session`` and continue in its child; ``turn.session`` becomes
+        the child. Raises CompressionFailed and changes nothing when the model fails."""
+        old = turn.session
+        messages = await self.history.load(old.id)
+        budget = self.config.context_budget_tokens
+        older, recent = split_for_compression(messages, self.config.keep_recent_turns,
+                                              budget // 2)
+        summary = "(nothing was said yet)"
+        if older:
+            try:
+                reply = await self.client.complete([
+                    {"role": "system", "content": SUMMARY_PROMPT},
+                    {"role": "user", "content": render(older, limit_chars=budget * 2)},
+                ])
+            except Exception as exc:
+                log.warning("compression_failed", session_id=old.id, error=str(exc))
+                raise CompressionFailed(str(exc)) from exc
+            summary = reply.text or "(the model gave an empty summary)"
+        turn.session = await turn.runner.rotate_session(old, "compression", route=turn.route)
+        await self.history.append(turn.session.id, [summary_message(summary, old.id), *recent])
+        log.info("session_compressed", ended_session_id=old.id, session_id=turn.session.id,
+                 summarised_messages=len(older), kept_messages=len(recent))
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + " [...]"

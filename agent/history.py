@@ -1,0 +1,71 @@
+"""The model agent's context: each session's chat messages, kept in the store.
+
+The transcript (``messages``) is what people read; this is what the model
+reads — tool calls and tool results included, notices marked as such, and a
+summary in place of turns that were compressed away.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from gateway.database import Database
+
+#: one chat-completions message, as the endpoint takes it
+Message = dict[str, Any]
+
+NOTICE_MARK = "[Background notice: not a message from the user]"
+
+
+def estimate_tokens(message: Message) -> int:
+    """About four characters a token plus a small overhead per message.
+
+    Good enough to decide when to compress, and needs no tokenizer that
+    would only fit one model family.
+    """
+    size = len(message.get("content") or "")
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        size += len(function.get("name") or "") + len(function.get("arguments") or "")
+    return size // 4 + 4
+
+
+def notice_message(text: str) -> Message:
+    """A delivered notification as the model sees it: a system message, never user text."""
+    return {"role": "system", "content": f"{NOTICE_MARK}\n{text}"}
+
+
+def starts_turn(message: Message) -> bool:
+    """True for what opens a turn: a user message or a notice (never inside a tool round)."""
+    role = message.get("role")
+    content = message.get("content") or ""
+    return role == "user" or (role == "system" and content.startswith(NOTICE_MARK))
+
+
+class History:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def load(self, session_id: str) -> list[Message]:
+        rows = await self.db.fetchall(
+            "SELECT message FROM agent_messages WHERE session_id = ? ORDER BY id", (session_id,))
+        return [json.loads(row[0]) for row in rows]
+
+    async def tokens(self, session_id: str) -> int:
+        row = await self.db.fetchone(
+            "SELECT COALESCE(SUM(tokens), 0) FROM agent_messages WHERE session_id = ?",
+            (session_id,))
+        return int(row[0]) if row else 0
+
+    async def append(self, session_id: str, messages: list[Message]) -> None:
+        """Add ``messages`` in order; returns once they are committed."""
+        if not messages:
+            return
+        now = time.time()
+        await self.db.write([(
+            "INSERT INTO agent_messages (session_id, message, tokens, created_at) "
+            "VALUES (?, ?, ?, ?)",
+            (session_id, json.dumps(m, ensure_ascii=False), estimate_tokens(m), now))
+            for m in messages])

@@ -1,0 +1,182 @@
+"""Talking to an OpenAI-compatible chat-completions endpoint, with one retry policy.
+
+The official ``openai`` client does the HTTP; its own retries are off so that
+every retry happens here, is logged with the session it belongs to, and ends
+in one clear sentence for the user when the endpoint cannot answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import structlog
+
+from gateway.config import AgentConfig
+
+from .history import Message
+
+log = structlog.get_logger(__name__)
+
+#: statuses worth asking again: timeout, conflict, rate limit, server errors
+_RETRYABLE = {408, 409, 429}
+
+
+class ModelUnavailable(Exception):
+    """The endpoint did not answer; ``str(exc)`` is a sentence for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    #: the assistant message, ready to be appended to the history
+    message: Message
+    tool_calls: list[ToolCall]
+    #: prompt plus completion tokens, when the endpoint reports them
+    total_tokens: int | None
+
+    @property
+    def text(self) -> str:
+        return (self.message.get("content") or "").strip()
+
+
+class ModelClient:
+    def __init__(self, config: AgentConfig, *,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.config = config
+        self._sleep = sleep
+        # local servers take any key, but the client insists on one
+        self._client = openai.AsyncOpenAI(
+            base_url=config.base_url, api_key=config.api_key or "not-needed",
+            timeout=config.timeout_seconds, max_retries=0)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def complete(self, messages: list[Message],
+                       tools: list[dict[str, Any]] | None = None) -> ModelReply:
+        """One model answer, retried per the policy; raises ModelUnavailable."""
+        attempts = self.config.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            started = time.monotonic()
+            try:
+                response = await self._client.chat.completions.create(
+                    **self._request(messages, tools))
+            except openai.APIError as exc:
+                wait, sentence = self._judge(exc, attempt, attempts)
+                log.warning("model_request_failed", attempt=attempt, attempts=attempts,
+                            error=_describe(exc), retry_in=wait,
+                            seconds=round(time.monotonic() - started, 3))
+                if wait is None:
+                    raise ModelUnavailable(sentence) from exc
+                await self._sleep(wait)
+                continue
+            return _reply(response)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _request(self, messages: list[Message], tools: list[dict[str, Any]] | None
+                 ) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        if tools:
+            request["tools"] = tools
+        if self.config.temperature is not None:
+            request["temperature"] = self.config.temperature
+        return request
+
+    def _judge(self, exc: openai.APIError, attempt: int, attempts: int
+               ) -> tuple[float | None, str]:
+        """How long to wait before the next attempt (None: give up), and what to tell."""
+        cfg = self.config
+        backoff = cfg.retry_backoff_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+        last = attempt >= attempts
+        if isinstance(exc, openai.APITimeoutError):
+            return (None if last else backoff), (
+                f"The model did not answer in time ({attempts} tries of "
+                f"{cfg.timeout_seconds:g} s).")
+        if isinstance(exc, openai.APIConnectionError):
+            return (None if last else backoff), (
+                f"The model endpoint {cfg.base_url} cannot be reached ({attempts} tries).")
+        if not isinstance(exc, openai.APIStatusError):
+            return None, f"The model endpoint gave an answer that cannot be read ({exc})."
+        status = exc.status_code
+        if status == 429:
+            asked = retry_after(exc.response.headers)
+            if asked is not None and asked > cfg.max_retry_after_seconds:
+                return None, (f"The model endpoint is rate limiting and asks to wait "
+                              f"{asked:.0f} s; try again later.")
+            return (None if last else max(asked or 0.0, backoff)), (
+                f"The model endpoint is rate limiting ({attempts} tries).")
+        if status >= 500 or status in _RETRYABLE:
+            return (None if last else backoff), (
+                f"The model endpoint failed with HTTP {status} ({attempts} tries).")
+        if status in (401, 403):
+            return None, (f"The model endpoint refused the API key (HTTP {status}); "
+                          f"check agent.api_key.")
+        if status == 404:
+            return None, (f"The model endpoint does not know model {cfg.model!r} or the "
+                          f"path (HTTP 404); check agent.model and agent.base_url.")
+        return None, f"The model endpoint rejected the request (HTTP {status}: {_message(exc)})."
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds a response asks us to wait: ``retry-after-ms``, or ``retry-after`` as
+    seconds or an HTTP date."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _reply(response: Any) -> ModelReply:
+    if not response.choices:
+        raise ModelUnavailable("The model endpoint returned no answer.")
+    msg = response.choices[0].message
+    calls = [ToolCall(c.id, c.function.name, c.function.arguments or "")
+             for c in (msg.tool_calls or []) if getattr(c, "function", None) is not None]
+    message: Message = {"role": "assistant", "content": msg.content}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+    usage = getattr(response, "usage", None)
+    return ModelReply(message, calls, getattr(usage, "total_tokens", None))
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:300]
+    return exc.message[:300]
+
+
+def _describe(exc: openai.APIError) -> str:
+    status = getattr(exc, "status_code", None)
+    return f"{type(exc).__name__}" + (f" {status}" if status else "") + f": {exc.message[:200]}"

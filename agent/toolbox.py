@@ -1,0 +1,219 @@
+"""The tools a model may call, as thin layers over what the daemon already has.
+
+Each tool's arguments are a pydantic model: its JSON schema is what the
+model is offered, and validating against it turns a broken call (bad JSON,
+an unknown tool, wrong arguments) into a tool error the model can read and
+correct — never an exception in the turn.
+
+Tools run in the turn's task, so everything they start captures the turn's
+return address from the task-local context.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.events import SendResult
+from tools.delegation import DelegationManager, DelegationRefused, delegate_task
+from tools.job_notices import describe_exit
+from tools.jobs import JobError
+from tools.process import Processes, job_line
+from tools.send_message import MessageSender, UnknownTarget
+from tools.terminal import Terminal
+
+from .model_client import ToolCall
+
+log = structlog.get_logger(__name__)
+
+OUTPUT_LINES = 40
+MAX_RESULT_CHARS = 8000
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TerminalArgs(_Args):
+    """Run a shell command. In the foreground it returns the exit code and output; in the
+    background it returns a job id at once and reports here when the job ends (or when
+    its output matches a watch pattern), even if that is hours later."""
+
+    command: str = Field(min_length=1, description="the shell command (run by /bin/sh -c)")
+    background: bool = Field(False, description="start it as a background job")
+    notify_on_complete: bool = Field(
+        True, description="background only: report back here when the job ends")
+    watch_patterns: list[str] = Field(
+        default_factory=list,
+        description="background only: regular expressions; matching output lines are "
+                    "reported back here while the job runs")
+
+
+class ProcessArgs(_Args):
+    """Look after this conversation's background jobs: list them, read a job's latest
+    output, wait for a job to end, or kill it."""
+
+    action: Literal["list", "log", "wait", "kill"]
+    job_id: str | None = Field(None, description="the job, for log, wait and kill")
+    timeout_seconds: float = Field(30, gt=0, le=600,
+                                   description="wait: give up waiting after this long")
+
+
+class DelegateTaskArgs(_Args):
+    """Hand a task to a background sub-agent with its own context and a shell. Returns
+    at once; the sub-agent's summary comes back to this conversation as a notice."""
+
+    task: str = Field(min_length=1, description="what the sub-agent should do, self-contained")
+
+
+class SendMessageArgs(_Args):
+    """Post a message to this conversation now (for example, a progress note before a
+    long tool call) or to one of the configured home channels."""
+
+    text: str = Field(min_length=1)
+    target: str = Field("here", description='"here" or the name of a home channel')
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool call may touch besides the task-local context."""
+
+    #: post into the current conversation (and its transcript)
+    reply: Callable[[str], Awaitable[SendResult]]
+
+
+Handler = Callable[[Any, ToolContext], Awaitable[Any]]
+
+
+class ToolBox:
+    def __init__(self, terminal: Terminal, *, delegations: DelegationManager | None = None,
+                 sender: MessageSender | None = None, background: bool = True) -> None:
+        self.terminal = terminal
+        self.processes = Processes(terminal.jobs)
+        self.delegations = delegations
+        self.sender = sender
+        #: a sub-agent runs in the foreground only: its result is its summary
+        self.background = background
+        self._tools: dict[str, tuple[type[_Args], Handler]] = {
+            "terminal": (TerminalArgs, self._terminal),
+            "process": (ProcessArgs, self._process),
+        }
+        if delegations is not None:
+            self._tools["delegate_task"] = (DelegateTaskArgs, self._delegate)
+        if sender is not None:
+            self._tools["send_message"] = (SendMessageArgs, self._send)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools as the chat-completions ``tools`` parameter."""
+        return [_schema(name, args) for name, (args, _) in self._tools.items()]
+
+    async def call(self, call: ToolCall, ctx: ToolContext) -> str:
+        """Run one tool call; the result, or a clear error, as text for the model."""
+        entry = self._tools.get(call.name)
+        if entry is None:
+            return _error(f"there is no tool named {call.name!r}; the tools are: "
+                          f"{', '.join(self._tools)}")
+        args_model, handler = entry
+        try:
+            raw = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            return _error(f"the arguments of {call.name} are not valid JSON ({exc.msg} at "
+                          f"character {exc.pos}); send a JSON object")
+        try:
+            args = args_model.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                                 for e in exc.errors())
+            return _error(f"wrong arguments for {call.name}: {problems}")
+        try:
+            result = await handler(args, ctx)
+        except (JobError, DelegationRefused, UnknownTarget) as exc:
+            return _error(str(exc))
+        except Exception as exc:  # a tool bug must reach the model, not end the turn
+            log.exception("tool_failed", tool=call.name)
+            return _error(f"{call.name} failed: {exc!r}")
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+        return _truncate(text)
+
+    # the tools -----------------------------------------------------------------
+
+    async def _terminal(self, args: TerminalArgs, ctx: ToolContext) -> Any:
+        if args.background:
+            if not self.background:
+                raise JobError("background jobs are not available here; run it in the "
+                               "foreground")
+            job = await self.terminal.start(args.command,
+                                            notify_on_complete=args.notify_on_complete,
+                                            watch_patterns=args.watch_patterns or None)
+            return {"job_id": job.id, "status": "started",
+                    "reports_back": _reports(args.notify_on_complete, args.watch_patterns)}
+        result = await self.terminal.run(args.command)
+        return {"exit": "timed out and was killed" if result.timed_out
+                else describe_exit(result.exit_code),
+                "output": "\n".join(result.output[-OUTPUT_LINES:])}
+
+    async def _process(self, args: ProcessArgs, ctx: ToolContext) -> Any:
+        if args.action == "list":
+            jobs = await self.processes.list()
+            return {"jobs": [job_line(j) for j in jobs] or "no jobs in this conversation"}
+        if not args.job_id:
+            raise JobError(f"process {args.action} needs a job_id")
+        if args.action == "log":
+            job = await self.processes.own(args.job_id)
+            return {"job": job_line(job),
+                    "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
+        if args.action == "wait":
+            job = await self.processes.wait(args.job_id, args.timeout_seconds)
+            return {"job": job_line(job), "ended": job.state != "running",
+                    "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
+        job = await self.processes.kill(args.job_id)
+        return {"job": job.id, "status": "killed"}
+
+    async def _delegate(self, args: DelegateTaskArgs, ctx: ToolContext) -> Any:
+        assert self.delegations is not None
+        record = await delegate_task(self.delegations, args.task)
+        return {"delegation_id": record.id, "status": "started",
+                "reports_back": "its summary arrives here as a notice"}
+
+    async def _send(self, args: SendMessageArgs, ctx: ToolContext) -> Any:
+        assert self.sender is not None
+        result = await self.sender.send(args.text, args.target, ctx.reply)
+        if not result.ok:
+            raise JobError(f"the message was not sent: {result.error}")
+        return {"sent": True, "target": args.target}
+
+
+def _reports(on_complete: bool, patterns: list[str]) -> str:
+    parts = (["when it ends"] if on_complete else []) + (
+        [f"on output matching {patterns}"] if patterns else [])
+    return " and ".join(parts) or "never (neither notify_on_complete nor watch_patterns)"
+
+
+def _schema(name: str, args: type[_Args]) -> dict[str, Any]:
+    parameters = args.model_json_schema()
+    description = parameters.pop("description", "")
+    parameters.pop("title", None)
+    for prop in parameters.get("properties", {}).values():
+        prop.pop("title", None)
+    return {"type": "function",
+            "function": {"name": name, "description": " ".join(description.split()),
+                         "parameters": parameters}}
+
+
+def _error(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)
+
+
+def _truncate(text: str) -> str:
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    return text[:MAX_RESULT_CHARS] + f"... [{len(text) - MAX_RESULT_CHARS} characters cut]"

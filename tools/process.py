@@ -1,0 +1,58 @@
+"""The process tool: a conversation's own background jobs, and nobody else's.
+
+Whoever asks — a slash command or the model's ``process`` tool — the
+conversation is the one in the task-local context, so a job id guessed or
+copied from another chat is simply "not here".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gateway.context import current_session
+
+from .job_notices import describe_exit
+from .jobs import JobError, JobManager, JobRecord
+
+
+class Processes:
+    def __init__(self, jobs: JobManager) -> None:
+        self.jobs = jobs
+
+    async def own(self, job_id: str) -> JobRecord:
+        """The job ``job_id`` if this conversation started it; JobError otherwise."""
+        job = await self.jobs.get(job_id.strip()) if job_id.strip() else None
+        if job is None or job.session_key != current_session().session_key:
+            raise JobError(f"No job {job_id!r} in this conversation; list them to see the ids.")
+        return job
+
+    async def list(self, limit: int = 20) -> list[JobRecord]:
+        return await self.jobs.list(session_key=current_session().session_key, limit=limit)
+
+    def log(self, job: JobRecord, lines: int) -> list[str]:
+        return self.jobs.output_tail(job, lines)
+
+    async def wait(self, job_id: str, timeout: float) -> JobRecord:
+        """The job once it has ended, or as it is when ``timeout`` runs out."""
+        job = await self.own(job_id)
+        try:
+            async with asyncio.timeout(timeout):
+                await self.jobs.wait(job.id)
+        except TimeoutError:
+            pass
+        return await self.own(job_id)
+
+    async def kill(self, job_id: str) -> JobRecord:
+        job = await self.own(job_id)
+        return await self.jobs.kill(job.id)
+
+
+def job_line(job: JobRecord) -> str:
+    if job.state == "running":
+        state = f"running for {int(time.time() - job.started_at)} s"
+    elif job.state == "lost":
+        state = "lost (ended while the gateway was down)"
+    else:
+        state = describe_exit(job.exit_code)
+    return f"{job.id}  {state}  $ {' '.join(job.command.split())[:80]}"
