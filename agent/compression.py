@@ -15,7 +15,7 @@ from gateway.commands import CompressionFailed
 from gateway.config import AgentConfig
 from gateway.turn import Turn
 
-from .history import History, Message, estimate_tokens, starts_turn
+from .history import History, Message, append_ops, estimate_tokens, starts_turn
 from .model_client import ModelClient
 
 log = structlog.get_logger(__name__)
@@ -96,8 +96,11 @@ class Compressor:
                 log.warning("compression_failed", session_id=old.id, error=str(exc))
                 raise CompressionFailed(str(exc)) from exc
             summary = reply.text or "(the model gave an empty summary)"
-        turn.session = await turn.runner.rotate_session(old, "compression", route=turn.route)
-        await self.history.append(turn.session.id, [summary_message(summary, old.id), *recent])
+        carried = [summary_message(summary, old.id), *recent]
+        # the child and its first history commit together: no crash leaves it empty
+        turn.session = await turn.runner.rotate_session(
+            old, "compression", route=None if turn.event.internal else turn.route,
+            seed=lambda child_id: append_ops(child_id, carried))
         log.info("session_compressed", ended_session_id=old.id, session_id=turn.session.id,
                  summarised_messages=len(older), kept_messages=len(recent))
 

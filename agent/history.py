@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from gateway.database import Database
+from gateway.database import Database, Op
 
 #: one chat-completions message, as the endpoint takes it
 Message = dict[str, Any]
@@ -32,9 +32,14 @@ def estimate_tokens(message: Message) -> int:
     return size // 4 + 4
 
 
-def notice_message(text: str) -> Message:
+def notice_message(text: str, notification_id: int) -> Message:
     """A delivered notification as the model sees it: a system message, never user text."""
-    return {"role": "system", "content": f"{NOTICE_MARK}\n{text}"}
+    return {"role": "system", "content": f"{NOTICE_MARK} (notice {notification_id})\n{text}"}
+
+
+def is_notice_of(message: Message, notification_id: int) -> bool:
+    return message.get("role") == "system" and (message.get("content") or "").startswith(
+        f"{NOTICE_MARK} (notice {notification_id})\n")
 
 
 def starts_turn(message: Message) -> bool:
@@ -60,12 +65,15 @@ class History:
         return int(row[0]) if row else 0
 
     async def append(self, session_id: str, messages: list[Message]) -> None:
-        """Add ``messages`` in order; returns once they are committed."""
-        if not messages:
-            return
-        now = time.time()
-        await self.db.write([(
-            "INSERT INTO agent_messages (session_id, message, tokens, created_at) "
-            "VALUES (?, ?, ?, ?)",
-            (session_id, json.dumps(m, ensure_ascii=False), estimate_tokens(m), now))
-            for m in messages])
+        """Add ``messages`` in order, in one transaction; returns once committed."""
+        if messages:
+            await self.db.write(append_ops(session_id, messages))
+
+
+def append_ops(session_id: str, messages: list[Message]) -> list[Op]:
+    """The writes that add ``messages`` to a session's history (to join a transaction)."""
+    now = time.time()
+    return [("INSERT INTO agent_messages (session_id, message, tokens, created_at) "
+             "VALUES (?, ?, ?, ?)",
+             (session_id, json.dumps(m, ensure_ascii=False), estimate_tokens(m), now))
+            for m in messages]

@@ -1,15 +1,19 @@
-"""The model agent: a tool-calling loop over an OpenAI-compatible endpoint.
+"""The model agent: a tool-calling conversation over an OpenAI-compatible endpoint.
 
-A turn loads the session's history, offers the tools, runs the calls the
-model makes (in the turn's task, so what they start carries the turn's
-return address) and sends the model's words to the turn's route. A delivered
-notification is a turn too, with the notice as a marked system message, and
-the answer goes to the notice's route — never under whatever message came
-last. Slash commands the command agent knows (/bg, /jobs, /kill, …) still
-go to it, so they work without a model round trip.
+A turn loads the session's history, runs the tool loop (in the turn's task,
+so whatever the tools start carries the turn's return address) and sends the
+model's words to the turn's route. A delivered notification is a turn too,
+with the notice as a marked system message, and the answer goes to the
+notice's route — never under whatever message came last. Slash commands the
+command agent knows (/bg, /jobs, /kill, …) still go to it, without a model
+round trip.
 """
 
 from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
 
 import structlog
 
@@ -22,7 +26,8 @@ from tools.delegation import SubAgent
 
 from .command import CommandAgent
 from .compression import Compressor
-from .history import History, Message, notice_message
+from .history import History, Message, estimate_tokens, is_notice_of, notice_message
+from .loop import ToolLoop
 from .model_client import ModelClient, ModelUnavailable
 from .toolbox import ToolBox, ToolContext
 
@@ -47,6 +52,17 @@ tool, foreground only). When you are done, answer with a short summary of what y
 and found: that summary is all the requester will see."""
 
 
+@dataclass(slots=True)
+class _Conversation:
+    """One turn's view of the session's history, kept in step with the store."""
+
+    messages: list[Message]
+    said: bool = False
+    reported_tokens: int | None = None
+    #: compressed once this turn already: what is left over the budget stays till the next
+    compressed: bool = False
+
+
 class ModelAgent:
     def __init__(self, config: AgentConfig, client: ModelClient, history: History,
                  toolbox: ToolBox, command_agent: CommandAgent) -> None:
@@ -57,17 +73,35 @@ class ModelAgent:
         self.command_agent = command_agent
         self.commands = command_agent.commands
         self.compressor = Compressor(config, client, history)
+        self.loop = ToolLoop(client, toolbox, config.max_tool_rounds)
         self.system_prompt = config.system_prompt or SYSTEM_PROMPT
+        #: what every request carries besides the history, in estimated tokens
+        self._fixed_tokens = estimate_tokens({"content": self.system_prompt + json.dumps(
+            toolbox.schemas())})
+
+    # the Agent protocol --------------------------------------------------------
 
     async def run_turn(self, turn: Turn) -> None:
         command = parse_command(turn.event.text)
         if command is not None and command[0] in self.commands:
             await self.command_agent.run_turn(turn)
             return
-        await self._converse(turn, {"role": "user", "content": turn.event.text})
+        await self._converse(turn, {"role": "user", "content": turn.event.text}, "reply")
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
-        await self._converse(turn, notice_message(notification.text), notice=notification)
+        if any(is_notice_of(m, notification.id)
+               for m in await self.history.load(turn.session.id)):
+            # a second delivery (nothing reached the user the first time): the model
+            # already had its turn for this notice, so the notice goes out as it is
+            await turn.reply(notification.text, kind="notification")
+            return
+        try:
+            await self._converse(turn, notice_message(notification.text, notification.id),
+                                 "notification", notice=notification)
+        except Exception:
+            log.exception("notice_turn_failed")
+            await turn.reply(f"{notification.text}\n\n(The model could not comment on this: "
+                             f"an internal error, logged by the gateway.)", kind="notification")
 
     def status_lines(self, turn: Turn) -> list[str]:
         return [f"model: {self.config.model} at {self.config.base_url}",
@@ -76,44 +110,47 @@ class ModelAgent:
     async def compress(self, turn: Turn) -> None:
         await self.compressor.compress(turn)
 
-    async def _converse(self, turn: Turn, opening: Message, *,
+    # the conversation ----------------------------------------------------------
+
+    async def _converse(self, turn: Turn, opening: Message, kind: str, *,
                         notice: Notification | None = None) -> None:
-        session_id = turn.session.id
-        history = await self.history.load(session_id)
-        await self.history.append(session_id, [opening])
-        kind = "notification" if notice is not None else "reply"
-        new: list[Message] = []
-        ctx = ToolContext(reply=lambda text: turn.reply(text, kind=kind))
-        said = False
-        try:
-            for _ in range(self.config.max_tool_rounds):
-                reply = await self.client.complete(
-                    [{"role": "system", "content": self.system_prompt}, *history, opening, *new],
-                    self.toolbox.schemas())
-                new.append(reply.message)
-                if reply.text:
-                    said = (await turn.reply(reply.text, kind=kind)).ok or said
-                if not reply.tool_calls:
-                    break
-                for call in reply.tool_calls:
-                    log.info("tool_call", tool=call.name)
-                    result = await self.toolbox.call(call, ctx)
-                    new.append({"role": "tool", "tool_call_id": call.id, "content": result})
-            else:
-                await turn.reply(f"I stopped after {self.config.max_tool_rounds} rounds of tool "
-                                 f"calls without an answer (agent.max_tool_rounds). Tell me "
-                                 f"how to go on.", kind="system")
-                said = True
-        except ModelUnavailable as exc:
-            await self.history.append(session_id, new)
-            await self._unavailable(turn, exc, notice)
-            return
-        await self.history.append(session_id, new)
-        if not said and notice is not None:
+        await self.history.append(turn.session.id, [opening])
+        convo = _Conversation(await self.history.load(turn.session.id))
+
+        async def say(text: str) -> SendResult:
+            result = await turn.reply(text, kind=kind)  # type: ignore[arg-type]
+            convo.said = convo.said or result.ok
+            return result
+
+        async def context() -> list[Message]:
+            return [{"role": "system", "content": self.system_prompt}, *convo.messages]
+
+        async def record(messages: list[Message], reported: int | None) -> None:
+            await self.history.append(turn.session.id, messages)
+            convo.messages += messages
+            convo.reported_tokens = reported
+            await self._compress_if_needed(turn, convo)
+
+        overflowed = False
+        while True:
+            try:
+                answer = await self.loop.run(context, record, say, ToolContext(reply=say))
+                break
+            except ModelUnavailable as exc:
+                if exc.context_overflow and not overflowed:
+                    overflowed = True  # the endpoint says it is too long: compress, once
+                    if await self._compress(turn, convo):
+                        continue
+                await self._unavailable(turn, exc, notice)
+                return
+        if answer is None:
+            await turn.reply(f"I stopped after {self.config.max_tool_rounds} rounds of tool "
+                             f"calls without an answer (agent.max_tool_rounds). Tell me how "
+                             f"to go on.", kind="system")
+        elif not convo.said and notice is not None:
             await turn.reply(notice.text, kind="notification")  # the notice itself, then
-        elif not said:
+        elif not convo.said:
             await turn.reply("(The model gave an empty answer.)", kind="system")
-        await self._compress_if_needed(turn)
 
     async def _unavailable(self, turn: Turn, exc: ModelUnavailable,
                            notice: Notification | None) -> None:
@@ -125,36 +162,57 @@ class ModelAgent:
         await turn.reply(f"{exc} Your message is kept in this conversation; send another "
                          f"message to try again.", kind="system")
 
-    async def _compress_if_needed(self, turn: Turn) -> None:
-        tokens = await self.history.tokens(turn.session.id)
-        if not self.compressor.over_budget(tokens):
+    async def _compress_if_needed(self, turn: Turn, convo: _Conversation) -> None:
+        if convo.compressed:
             return
+        estimated = self._fixed_tokens + sum(estimate_tokens(m) for m in convo.messages)
+        if self.compressor.over_budget(max(estimated, convo.reported_tokens or 0)):
+            await self._compress(turn, convo)
+
+    async def _compress(self, turn: Turn, convo: _Conversation) -> bool:
         try:
             await self.compressor.compress(turn)
         except CompressionFailed:
-            pass  # logged; the history is intact and the next turn tries again
+            return False  # logged; the history is intact and a later round tries again
+        convo.messages = await self.history.load(turn.session.id)
+        convo.reported_tokens = None
+        convo.compressed = True
+        return True
 
 
 def model_subagent(config: AgentConfig, client: ModelClient, toolbox: ToolBox) -> SubAgent:
-    """``delegate_task``'s sub-agent: a second model loop with its own, unsaved history
+    """``delegate_task``'s sub-agent: a second tool loop with its own, unsaved history
     and a foreground shell; its last words are the summary that comes home."""
+    loop = ToolLoop(client, toolbox, config.max_tool_rounds)
 
-    async def refuse(text: str) -> SendResult:
-        return SendResult.failed("a sub-agent cannot post to the conversation")
+    async def nowhere(text: str) -> None:
+        """A sub-agent's words in between are its own; only the summary goes home."""
 
     async def run(task: str) -> str:
         messages: list[Message] = [{"role": "system", "content": SUBAGENT_PROMPT},
                                    {"role": "user", "content": task}]
-        ctx = ToolContext(reply=refuse)
-        for _ in range(config.max_tool_rounds):
-            reply = await client.complete(messages, toolbox.schemas())
-            messages.append(reply.message)
-            if not reply.tool_calls:
-                return reply.text or "(the sub-agent finished without a summary)"
-            for call in reply.tool_calls:
-                result = await toolbox.call(call, ctx)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        return (f"The sub-agent stopped after {config.max_tool_rounds} rounds of tool calls "
-                f"without a summary.")
+
+        async def context() -> list[Message]:
+            return messages
+
+        async def record(new: list[Message], reported: int | None) -> None:
+            messages.extend(new)
+
+        try:
+            async with asyncio.timeout(config.subagent_timeout_seconds):
+                answer = await loop.run(context, record, nowhere,
+                                        ToolContext(reply=_no_posting))
+        except TimeoutError:
+            raise TimeoutError(f"the sub-agent ran out of time "
+                               f"({config.subagent_timeout_seconds:g} s, "
+                               f"agent.subagent_timeout_seconds)") from None
+        if answer is None:
+            return (f"The sub-agent stopped after {config.max_tool_rounds} rounds of tool "
+                    f"calls without a summary.")
+        return answer.text or "(the sub-agent finished without a summary)"
 
     return run
+
+
+async def _no_posting(text: str) -> SendResult:
+    return SendResult.failed("a sub-agent cannot post to the conversation")

@@ -39,12 +39,17 @@ class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class TerminalArgs(_Args):
+class ForegroundTerminalArgs(_Args):
+    """Run a shell command and return its exit code and the last lines of its output."""
+
+    command: str = Field(min_length=1, description="the shell command (run by /bin/sh -c)")
+
+
+class TerminalArgs(ForegroundTerminalArgs):
     """Run a shell command. In the foreground it returns the exit code and output; in the
     background it returns a job id at once and reports here when the job ends (or when
     its output matches a watch pattern), even if that is hours later."""
 
-    command: str = Field(min_length=1, description="the shell command (run by /bin/sh -c)")
     background: bool = Field(False, description="start it as a background job")
     notify_on_complete: bool = Field(
         True, description="background only: report back here when the job ends")
@@ -92,13 +97,11 @@ Handler = Callable[[Any, ToolContext], Awaitable[Any]]
 
 class ToolBox:
     def __init__(self, terminal: Terminal, *, delegations: DelegationManager | None = None,
-                 sender: MessageSender | None = None, background: bool = True) -> None:
+                 sender: MessageSender | None = None) -> None:
         self.terminal = terminal
         self.processes = Processes(terminal.jobs)
         self.delegations = delegations
         self.sender = sender
-        #: a sub-agent runs in the foreground only: its result is its summary
-        self.background = background
         self._tools: dict[str, tuple[type[_Args], Handler]] = {
             "terminal": (TerminalArgs, self._terminal),
             "process": (ProcessArgs, self._process),
@@ -107,6 +110,14 @@ class ToolBox:
             self._tools["delegate_task"] = (DelegateTaskArgs, self._delegate)
         if sender is not None:
             self._tools["send_message"] = (SendMessageArgs, self._send)
+
+    @classmethod
+    def foreground_only(cls, terminal: Terminal) -> ToolBox:
+        """A sub-agent's tools: a shell in the foreground and nothing else — no jobs that
+        outlive it, and no reach into the conversation's own jobs."""
+        box = cls(terminal)
+        box._tools = {"terminal": (ForegroundTerminalArgs, box._terminal)}
+        return box
 
     @property
     def names(self) -> list[str]:
@@ -146,11 +157,8 @@ class ToolBox:
 
     # the tools -----------------------------------------------------------------
 
-    async def _terminal(self, args: TerminalArgs, ctx: ToolContext) -> Any:
-        if args.background:
-            if not self.background:
-                raise JobError("background jobs are not available here; run it in the "
-                               "foreground")
+    async def _terminal(self, args: ForegroundTerminalArgs, ctx: ToolContext) -> Any:
+        if isinstance(args, TerminalArgs) and args.background:
             job = await self.terminal.start(args.command,
                                             notify_on_complete=args.notify_on_complete,
                                             watch_patterns=args.watch_patterns or None)

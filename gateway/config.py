@@ -116,6 +116,7 @@ class AgentConfig(_Strict):
     retry_backoff_seconds: float = Field(1.0, ge=0)
     max_retry_after_seconds: float = Field(60.0, ge=0)
     max_tool_rounds: int = Field(12, ge=1)
+    subagent_timeout_seconds: float = Field(1800.0, gt=0)
     context_budget_tokens: int = Field(24000, ge=1000)
     keep_recent_turns: int = Field(2, ge=0)
     home_channels: list[HomeChannel] = Field(default_factory=list)
@@ -250,6 +251,10 @@ def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
     agent = config.agent
     if agent.backend == "openai" and not agent.model:
         problems.append(("agent.model", "required when agent.backend is openai"))
+    if (agent.backend == "openai" and "api.openai.com" in agent.base_url
+            and not agent.api_key):
+        problems.append(("agent.api_key", "required for api.openai.com; usually "
+                                          "\"${OPENAI_API_KEY}\""))
     names: set[str] = set()
     for i, home in enumerate(agent.home_channels):
         if home.name in names:

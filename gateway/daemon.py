@@ -84,7 +84,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         jobs = JobManager(store.db, outbox, config)
         terminal = Terminal(jobs, foreground_timeout=config.jobs.foreground_timeout_seconds)
         model = ModelClient(config.agent) if config.agent.backend == "openai" else None
-        subagent = (model_subagent(config.agent, model, ToolBox(terminal, background=False))
+        subagent = (model_subagent(config.agent, model, ToolBox.foreground_only(terminal))
                     if model is not None else command_subagent(terminal))
         delegations = DelegationManager(
             store.db, outbox, store, subagent,

@@ -51,6 +51,8 @@ class Router:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
+        #: notification id → the last message of it that reached the user
+        self._reached: dict[int, str | None] = {}
         self._stopping = False
 
     # lifecycle -------------------------------------------------------------
@@ -199,6 +201,7 @@ class Router:
     def _recorder(self, n: Notification) -> Callable[[SendResult], Awaitable[None]]:
         async def record(result: SendResult) -> None:
             if result.ok:
+                self._reached[n.id] = result.message_id
                 self.outbox.record_sent(n.id, self.name, result.message_id)
         return record
 
@@ -210,6 +213,12 @@ class Router:
         except Exception as exc:
             bound.exception("notification_delivery_crashed")
             outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}", retry_in=_backoff(n))
+        if outcome.state != "delivered" and n.id in self._reached:
+            # part of it reached the user: another turn would repeat that (and run the
+            # agent again), so it counts as delivered — the rule restarts follow too
+            bound.warning("notification_partly_delivered", error=outcome.reason)
+            outcome = _Outcome("delivered", message_id=self._reached[n.id])
+        self._reached.pop(n.id, None)
         if outcome.state == "delivered":
             await self.outbox.mark_delivered(n.id, self.name, outcome.message_id)
             self.runner.metrics.delivery_latency.observe(max(0.0, time.time() - n.created_at))

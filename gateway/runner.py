@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -20,6 +20,7 @@ from .auth import is_authorized
 from .commands import parse_command, run_gateway_command
 from .config import Config
 from .context import SessionContext, session_context
+from .database import Op
 from .events import MessageEvent, MessageKind, SendResult
 from .metrics import Metrics
 from .notifications import Notification
@@ -240,15 +241,18 @@ class GatewayRunner:
             log.exception("apology_failed")
 
     async def rotate_session(self, session: SessionEntry, reason: str, *,
-                             route: Route | None = None) -> SessionEntry:
+                             route: Route | None = None,
+                             seed: Callable[[str], Sequence[Op]] | None = None
+                             ) -> SessionEntry:
         """End ``session`` and start its successor under the same key.
 
         ``compression`` continues the conversation (the successor records the
         lineage); any other reason ends it, and whatever it had running is
-        told (delegations are interrupted).
+        told (delegations are interrupted). ``seed``: see :meth:`SessionStore.rotate`.
         """
         lineage = reason == "compression"
-        successor = await self.store.rotate(session.id, reason, lineage=lineage, route=route)
+        successor = await self.store.rotate(session.id, reason, lineage=lineage, route=route,
+                                            seed=seed)
         if not lineage:
             for listener in self.session_end_listeners:
                 await listener(session)

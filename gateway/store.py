@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import structlog
 
-from .database import Database
+from .database import Database, Op
 from .route import Route
 from .session_cache import LiveSessionCache
 
@@ -214,19 +214,24 @@ class SessionStore:
         return ended
 
     async def rotate(self, session_id: str, reason: str, *, lineage: bool = False,
-                     route: Route | None = None) -> SessionEntry:
+                     route: Route | None = None,
+                     seed: Callable[[str], Sequence[Op]] | None = None) -> SessionEntry:
         """End a session and start the next one under the same key, atomically.
 
         ``lineage`` records the ended session as the parent (context
         compression); a reset (``/new``) starts a fresh, unrelated session.
         ``route`` is where the successor lives, when the caller knows it
         better than the stored one (the message that asked for the rotation).
+        ``seed`` gives writes for the successor's id that commit with it (the
+        agent's carried-over context).
         """
         def end_and_start(conn: sqlite3.Connection) -> tuple[SessionEntry, SessionEntry]:
             ended = _end(conn, session_id, reason)
             successor = _new_entry(ended.session_key, route or ended.route,
                                    parent_session_id=ended.id if lineage else None)
             conn.execute(_INSERT_SESSION, _row(successor))
+            for sql, params in (seed(successor.id) if seed is not None else ()):
+                conn.execute(sql, params)
             return ended, successor
 
         ended, successor = await self.db.write(end_and_start)

@@ -11,11 +11,13 @@ import pytest
 
 from agent.command import CommandAgent
 from gateway.config import Config, parse_config
-from gateway.daemon import running_gateway
+from gateway.daemon import Gateway, running_gateway
 from gateway.platforms.memory import MemoryAdapter
 from gateway.platforms.web import WebAdapter
 from gateway.runner import GatewayRunner
 from gateway.store import SessionStore
+
+from .fakes.openai_server import FakeOpenAI
 
 # the real client libraries honour proxy variables; tests talk to 127.0.0.1 only
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
@@ -71,3 +73,18 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
+@pytest.fixture
+async def model() -> AsyncIterator[FakeOpenAI]:
+    """A fake OpenAI-compatible endpoint; tests script it or give it a brain."""
+    async with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def model_gateway(tmp_path: Path, model: FakeOpenAI
+                        ) -> AsyncIterator[tuple[Gateway, str]]:
+    """The whole gateway with the model agent on the fake endpoint: (gateway, web URL)."""
+    from .model_support import model_config, web_base
+
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        yield gw, web_base(gw)

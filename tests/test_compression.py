@@ -11,7 +11,7 @@ from agent.model_client import retry_after
 
 
 def _turn(kind: str, size: int, calls: int) -> list[Message]:
-    opening = (notice_message("x" * size) if kind == "notice"
+    opening = (notice_message("x" * size, 1) if kind == "notice"
                else {"role": "user", "content": "u" * size})
     turn = [opening]
     for i in range(calls):

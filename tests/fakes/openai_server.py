@@ -36,8 +36,8 @@ from aiohttp import web
 
 from .local_server import LocalServer
 
-__all__ = ["Brain", "CallTools", "ChatRequest", "Fail", "FakeOpenAI", "Hang", "Response",
-           "Say"]
+__all__ = ["Brain", "CallTools", "ChatRequest", "Fail", "FakeOpenAI", "Hang", "Message",
+           "Raw", "Response", "Say"]
 
 JSON = dict[str, Any]
 
@@ -73,6 +73,7 @@ class Fail:
     status: int
     message: str = "fake failure"
     headers: dict[str, str] = field(default_factory=dict)
+    code: str | None = None  # the error code, when it is not the status's usual one
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,23 @@ class Hang:
     then: Response | None = None
 
 
-Response = Say | CallTools | Fail | Hang
+@dataclass(frozen=True)
+class Raw:
+    """A 200 (or ``status``) whose body is exactly ``body``: a broken endpoint."""
+
+    body: str
+    status: int = 200
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class Message:
+    """A completion whose assistant message is exactly ``message`` (ids, nulls and all)."""
+
+    message: JSON
+
+
+Response = Say | CallTools | Fail | Hang | Raw | Message
 
 
 # ---------------------------------------------------------------------- requests
@@ -232,14 +249,19 @@ class FakeOpenAI(LocalServer):
             else:
                 return _error(503, "fake server is shutting down")
         if isinstance(answer, Fail):
-            return _error(answer.status, answer.message, answer.headers)
-        if isinstance(answer, Say | CallTools):
+            return _error(answer.status, answer.message, answer.headers, answer.code)
+        if isinstance(answer, Raw):
+            return web.Response(status=answer.status, text=answer.body,
+                                content_type=answer.content_type)
+        if isinstance(answer, Say | CallTools | Message):
             return web.json_response(self._completion(chat, answer))
         return _error(500, f"the fake got an answer it cannot send: {answer!r}")
 
-    def _completion(self, chat: ChatRequest, answer: Say | CallTools) -> JSON:
+    def _completion(self, chat: ChatRequest, answer: Say | CallTools | Message) -> JSON:
         message: JSON = {"role": "assistant"}
-        if isinstance(answer, Say):
+        if isinstance(answer, Message):
+            message = answer.message
+        elif isinstance(answer, Say):
             message["content"] = answer.text
         else:
             message["content"] = answer.text
@@ -318,6 +340,9 @@ def _validate_tool_pairing(messages: list[JSON]) -> None:
             for call_id in _tool_call_ids(message, i):
                 declared.add(call_id)
                 pending[call_id] = i
+        elif role == "assistant" and not isinstance(message.get("content"), str | list):
+            raise _BadRequest(f"Invalid value for 'messages[{i}].content': expected a "
+                              "string (content is required unless tool_calls is set).")
     _check_answered(pending)
 
 
@@ -351,14 +376,15 @@ def _tool_call_ids(message: JSON, i: int) -> list[str]:
 
 # ---------------------------------------------------------------------- module helpers
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+def _error(status: int, message: str, headers: dict[str, str] | None = None,
+           code: str | None = None) -> web.Response:
     """An OpenAI-style error answer."""
     if status == 429:
-        kind, code = "requests", "rate_limit_exceeded"
+        kind, code = "requests", code or "rate_limit_exceeded"
     elif status >= 500:
-        kind, code = "server_error", None
+        kind = "server_error"
     else:
-        kind, code = "invalid_request_error", None
+        kind = "invalid_request_error"
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
     return web.json_response(body, status=status, headers=headers)
 

@@ -1,0 +1,60 @@
+"""What the model-agent tests share: a config for the fake endpoint, and predicates
+that tell the fake which kind of request it is answering (the fixtures ``model`` and
+``model_gateway`` are in conftest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent.compression import SUMMARY_PROMPT
+from agent.history import NOTICE_MARK
+from agent.model import SUBAGENT_PROMPT
+from gateway.config import Config
+from gateway.daemon import Gateway
+from gateway.platforms.web import WebAdapter
+
+from .conftest import make_config
+from .fakes.openai_server import ChatRequest, FakeOpenAI
+from .test_web import Tab
+
+
+def model_config(home: Path, fake: FakeOpenAI, **overrides: object) -> Config:
+    settings: dict[str, object] = dict(
+        agent__backend="openai", agent__base_url=fake.base_url, agent__model="fake-model",
+        agent__api_key="sk-test", agent__retry_backoff_seconds=0.01,
+        agent__timeout_seconds=5)
+    settings.update(overrides)
+    return make_config(home, **settings)
+
+
+def web_base(gw: Gateway) -> str:
+    adapter = gw.runner.adapters["web"]
+    assert isinstance(adapter, WebAdapter)
+    return f"http://127.0.0.1:{adapter.port}"
+
+
+def is_notice(req: ChatRequest) -> bool:
+    return req.last["role"] == "system" and req.last["content"].startswith(NOTICE_MARK)
+
+
+def has_notice(req: ChatRequest) -> bool:
+    """Whether a notice is anywhere in the request (a notice turn's later rounds)."""
+    return any(m["role"] == "system" and m["content"].startswith(NOTICE_MARK)
+               for m in req.messages)
+
+
+def is_subagent(req: ChatRequest) -> bool:
+    return req.messages[0]["content"] == SUBAGENT_PROMPT
+
+
+def is_summary(req: ChatRequest) -> bool:
+    return req.messages[0]["content"] == SUMMARY_PROMPT
+
+
+def user_says(req: ChatRequest, text: str) -> bool:
+    return req.last["role"] == "user" and text in req.last["content"]
+
+
+async def reply_text(tab: Tab, timeout: float = 10) -> dict[str, Any]:
+    return await tab.frame(timeout)
