@@ -110,6 +110,7 @@ class ToolBox:
             self._tools["delegate_task"] = (DelegateTaskArgs, self._delegate)
         if sender is not None:
             self._tools["send_message"] = (SendMessageArgs, self._send)
+        self._schemas: list[dict[str, Any]] | None = None
 
     @classmethod
     def foreground_only(cls, terminal: Terminal) -> ToolBox:
@@ -124,8 +125,11 @@ class ToolBox:
         return list(self._tools)
 
     def schemas(self) -> list[dict[str, Any]]:
-        """The tools as the chat-completions ``tools`` parameter."""
-        return [_schema(name, args) for name, (args, _) in self._tools.items()]
+        """The tools as the chat-completions ``tools`` parameter (built once: pydantic
+        takes half a millisecond per build, and every model request carries them)."""
+        if self._schemas is None:
+            self._schemas = [_schema(name, args) for name, (args, _) in self._tools.items()]
+        return self._schemas
 
     async def call(self, call: ToolCall, ctx: ToolContext) -> str:
         """Run one tool call; the result, or a clear error, as text for the model."""
