@@ -69,6 +69,13 @@ def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
     ("platforms: {web: {port: eighty}}", "platforms.web.port"),
     ("platforms: {telegram: {enabled: maybe}}", "platforms.telegram.enabled"),
     ("agent: {backend: gpt}", "agent.backend"),
+    ("agent: {backend: openai, base_url: 'http://127.0.0.1:8080/v1'}", "agent.model"),
+    ("agent: {backend: openai, model: gpt-4o-mini}", "agent.api_key"),
+    ("agent: {max_retries: -1}", "agent.max_retries"),
+    ("agent: {home_channels: [{name: ops, platform: telegram, chat_id: 1}]}",
+     "agent.home_channels.0.platform"),
+    ("agent: {home_channels: [{name: ops, platform: web, chat_id: a},"
+     " {name: ops, platform: web, chat_id: b}]}", "agent.home_channels.1.name"),
     ("platforms: {web: {host: 0.0.0.0}}", "platforms.web.token"),
     ("platforms: {web: [1, 2]", "<yaml line 1"),
     ("- just\n- a list", "<root>"),

@@ -245,3 +245,36 @@ async def test_the_history_survives_a_restart(tmp_path: Path, model: FakeOpenAI,
         await tab.say("second")
         assert (await reply_text(tab))["text"] == "I have 2 messages from you"
     assert model.requests[-1].texts("user") == ["first", "second"]
+
+
+async def test_the_real_daemon_reports_a_model_started_job_after_a_kill_9(
+        tmp_path: Path, model: FakeOpenAI, http) -> None:
+    from .test_cli import web_home
+    from .test_crash_recovery import start_daemon
+
+    def brain(req: ChatRequest) -> Response:
+        if is_notice(req):
+            return Say(f"Done; you had asked me to {req.texts('user')[0]!r}.")
+        if req.last["role"] == "tool":
+            return Say("started")
+        return CallTools([("terminal", {"command": "sleep 2; echo built",
+                                        "background": True})])
+
+    model.brain = brain
+    env = web_home(tmp_path / "home", f"agent: {{backend: openai, base_url: "
+                                      f"'{model.base_url}', model: fake-model}}\n")
+    proc, url = await start_daemon(env)
+    try:
+        tab = await open_tab(http, url.rstrip("/"))
+        await tab.say("build it")
+        assert (await reply_text(tab))["text"] == "started"
+        proc.kill()  # the job runs on while the daemon is gone
+        await proc.wait()
+        proc, url = await start_daemon(env)
+        tab = await open_tab(http, url.rstrip("/"), conversation=tab.ready["conversation"])
+        notice = await reply_text(tab, timeout=20)
+        assert (notice["kind"], notice["text"]) == (
+            "notification", "Done; you had asked me to 'build it'.")
+    finally:
+        proc.terminate()
+        await proc.wait()
