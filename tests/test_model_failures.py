@@ -36,15 +36,23 @@ from .model_support import (
 from .test_web import open_tab
 
 
-@pytest.mark.parametrize("broken, expected", [
-    (CallTools([("terminal", "{\"command\": ")]), "not valid JSON"),
-    (CallTools([("launch_rockets", {"count": 3})]), "there is no tool named 'launch_rockets'"),
-    (CallTools([("terminal", {"cmd": "ls"})]), "wrong arguments for terminal"),
-    (CallTools([("process", {"action": "kill", "job_id": "j-not-mine"})]),
+@pytest.mark.parametrize("broken, kind, expected", [
+    # a broken tool call: the model reads a clear tool error (relayed here by the fake)
+    (CallTools([("terminal", "{\"command\": ")]), "reply", "not valid JSON"),
+    (CallTools([("launch_rockets", {"count": 3})]), "reply",
+     "there is no tool named 'launch_rockets'"),
+    (CallTools([("terminal", {"cmd": "ls"})]), "reply", "wrong arguments for terminal"),
+    (CallTools([("process", {"action": "kill", "job_id": "j-not-mine"})]), "reply",
      "No job 'j-not-mine' in this conversation"),
+    # an answer that cannot be read: the gateway tells the user
+    (Raw("<html>502 Bad Gateway</html>", content_type="text/html"), "system",
+     "cannot be read"),
+    (Raw('{"choices": '), "system", "cannot be read"),
+    (Raw('{"id": "x", "object": "chat.completion", "created": 1, "model": "m", '
+         '"choices": []}'), "system", "returned no answer"),
 ])
-async def test_a_broken_tool_call_gets_a_clear_tool_error(
-        model_gateway, model, http, broken: Response, expected: str) -> None:
+async def test_a_broken_call_or_answer_gets_a_clear_message_and_the_next_one_works(
+        model_gateway, model, http, broken: Response, kind: str, expected: str) -> None:
     _, base = model_gateway
     model.script(broken)
     model.brain = lambda req: (Say(f"The tool said: {req.last['content']}")
@@ -52,7 +60,7 @@ async def test_a_broken_tool_call_gets_a_clear_tool_error(
     tab = await open_tab(http, base)
     await tab.say("do the thing")
     answer = await reply_text(tab)
-    assert answer["kind"] == "reply" and expected in answer["text"]
+    assert answer["kind"] == kind and expected in answer["text"]
     await tab.say("and now?")
     assert (await reply_text(tab))["text"] == "next works"
 
@@ -166,24 +174,6 @@ async def test_a_rate_limit_is_waited_out_as_the_endpoint_asks(tmp_path: Path,
         assert model.api_keys[-1] == "sk-test"
     finally:
         await client.close()
-
-
-@pytest.mark.parametrize("broken, expected", [
-    (Raw("<html>502 Bad Gateway</html>", content_type="text/html"), "cannot be read"),
-    (Raw('{"choices": '), "cannot be read"),
-    (Raw('{"id": "x", "object": "chat.completion", "created": 1, "model": "m", '
-         '"choices": []}'), "returned no answer"),
-])
-async def test_an_unreadable_answer_gets_a_clear_message(
-        model_gateway, model, http, broken: Response, expected: str) -> None:
-    _, base = model_gateway
-    model.script(broken)
-    tab = await open_tab(http, base)
-    await tab.say("hello?")
-    answer = await reply_text(tab)
-    assert answer["kind"] == "system" and expected in answer["text"]
-    await tab.say("again")
-    assert (await reply_text(tab))["text"] == "ok"
 
 
 async def test_sloppy_assistant_messages_do_not_poison_the_history(
