@@ -278,3 +278,65 @@ async def test_the_real_daemon_reports_a_model_started_job_after_a_kill_9(
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_watch_patterns_and_process_wait_through_the_tools(
+        model_gateway, model, http) -> None:
+    _, base = model_gateway
+
+    def brain(req: ChatRequest) -> Response:
+        if is_notice(req):
+            body = req.last["content"].split("\n", 1)[1]
+            return Say("watch says: disk full" if "ERROR disk full" in body
+                       else "job ended")
+        if req.last["role"] == "tool":
+            result = json.loads(req.last["content"])
+            if "job_id" in result:
+                return CallTools([("process", {"action": "wait", "job_id": result["job_id"],
+                                               "timeout_seconds": 10})])
+            return Say(f"waited: ended={result['ended']}, last line: "
+                       f"{result['output'].splitlines()[-1]}")
+        return CallTools([("terminal", {
+            "command": "echo start; sleep 0.3; echo ERROR disk full; sleep 0.3; echo end",
+            "background": True, "notify_on_complete": False, "watch_patterns": ["ERROR"]})])
+
+    model.brain = brain
+    tab = await open_tab(http, base)
+    await tab.say("deploy and watch it")
+    frames = [await reply_text(tab, timeout=15), await reply_text(tab, timeout=15)]
+    texts = sorted(f["text"] for f in frames)
+    assert texts == ["waited: ended=True, last line: end", "watch says: disk full"]
+    await tab.no_frame(0.5)  # notify_on_complete was false: no completion notice
+
+
+async def test_a_delegation_started_before_compression_reports_to_the_live_session(
+        model_gateway, model, http) -> None:
+    gw, base = model_gateway
+
+    def brain(req: ChatRequest) -> Response:
+        if is_subagent(req):
+            return (Say("sub-agent: all good") if req.last["role"] == "tool"
+                    else CallTools([("terminal", {"command": "sleep 1.5; echo checked"})]))
+        if is_summary(req):
+            return Say("SUMMARY")
+        if is_notice(req):
+            return Say("back: " + req.last["content"].splitlines()[-1])
+        if req.last["role"] == "tool":
+            return Say("delegated")
+        if user_says(req, "delegate"):
+            return CallTools([("delegate_task", {"task": "check things"})])
+        return Say("fine")
+
+    model.brain = brain
+    tab = await open_tab(http, base)
+    await tab.say("delegate a check")
+    assert (await reply_text(tab))["text"] == "delegated"
+    for text in ("a", "b", "c"):
+        await tab.say(text)
+        assert (await reply_text(tab))["text"] == "fine"
+    await tab.say("/compress")
+    assert "Context compressed" in (await reply_text(tab))["text"]
+    live = await gw.store.live_session(tab.ready["session_key"])
+    assert live is not None and live.parent_session_id == tab.ready["session_id"]
+    back = await reply_text(tab, timeout=15)
+    assert (back["text"], back["session_id"]) == ("back: sub-agent: all good", live.id)
