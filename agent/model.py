@@ -123,13 +123,14 @@ class ModelAgent:
             return result
 
         async def context() -> list[Message]:
+            await self._compress_if_needed(turn, convo)  # a long tool turn may pass the budget
             return [{"role": "system", "content": self.system_prompt}, *convo.messages]
 
         async def record(messages: list[Message], reported: int | None) -> None:
+            # only this: it also runs for a round cut short, while the turn is cancelled
             await self.history.append(turn.session.id, messages)
             convo.messages += messages
             convo.reported_tokens = reported
-            await self._compress_if_needed(turn, convo)
 
         overflowed = False
         while True:
@@ -151,6 +152,7 @@ class ModelAgent:
             await turn.reply(notice.text, kind="notification")  # the notice itself, then
         elif not convo.said:
             await turn.reply("(The model gave an empty answer.)", kind="system")
+        await self._compress_if_needed(turn, convo)  # after the answer: nobody waits on it
 
     async def _unavailable(self, turn: Turn, exc: ModelUnavailable,
                            notice: Notification | None) -> None:
