@@ -34,13 +34,20 @@ _ITEM_CHARS = 2000
 def split_for_compression(history: list[Message], keep_turns: int, keep_tokens: int
                           ) -> tuple[list[Message], list[Message]]:
     """(older, recent): ``recent`` is the last ``keep_turns`` whole turns that fit in
-    ``keep_tokens``; it always starts at a turn, so no tool call loses its result."""
+    ``keep_tokens``; it always starts at a turn, so no tool call loses its result.
+
+    When not even the last turn fits, everything is summarised and ``recent`` is
+    only that turn's opening (the user's message or the notice), so the model
+    still sees what it is answering; ``older`` is then the whole history.
+    """
     starts = [i for i, m in enumerate(history) if starts_turn(m)]
     for count in range(min(keep_turns, len(starts)), 0, -1):
         cut = starts[-count]
         recent = history[cut:]
         if sum(estimate_tokens(m) for m in recent) <= keep_tokens:
             return history[:cut], recent
+    if starts and keep_turns and estimate_tokens(history[starts[-1]]) <= keep_tokens:
+        return history, [history[starts[-1]]]
     return history, []
 
 
