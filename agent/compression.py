@@ -29,26 +29,51 @@ SUMMARY_PROMPT = (
 )
 #: characters of one message shown to the summariser
 _ITEM_CHARS = 2000
+#: a tool result kept after a compression is never cut shorter than this
+_MIN_RESULT_CHARS = 200
 
 
 def split_for_compression(history: list[Message], keep_turns: int, keep_tokens: int
                           ) -> tuple[list[Message], list[Message]]:
-    """(older, recent): ``recent`` is the last ``keep_turns`` whole turns that fit in
-    ``keep_tokens``; it always starts at a turn, so no tool call loses its result.
+    """(older, recent): ``recent`` is the last ``keep_turns`` (at least one) whole turns
+    that fit in ``keep_tokens``; it starts at a turn, so no tool call loses its result.
 
-    When not even the last turn fits, everything is summarised and ``recent`` is
-    only that turn's opening (the user's message or the notice), so the model
-    still sees what it is answering; ``older`` is then the whole history.
+    The last turn is always kept — it may be the one under way, and summarising
+    its tool calls away would have the model make them again. When it does not
+    fit, its tool results are cut short instead (the summary still sees them whole).
     """
     starts = [i for i, m in enumerate(history) if starts_turn(m)]
-    for count in range(min(keep_turns, len(starts)), 0, -1):
+    if not starts:
+        return history, []
+    for count in range(min(max(keep_turns, 1), len(starts)), 0, -1):
         cut = starts[-count]
         recent = history[cut:]
-        if sum(estimate_tokens(m) for m in recent) <= keep_tokens:
+        if _tokens(recent) <= keep_tokens:
             return history[:cut], recent
-    if starts and keep_turns and estimate_tokens(history[starts[-1]]) <= keep_tokens:
-        return history, [history[starts[-1]]]
-    return history, []
+    cut = starts[-1]
+    return history[:cut], _shrink(history[cut:], keep_tokens)
+
+
+def _shrink(turn: list[Message], keep_tokens: int) -> list[Message]:
+    """``turn`` with its tool results cut so that it fits ``keep_tokens`` if it can."""
+    results = [i for i, m in enumerate(turn) if m.get("role") == "tool"]
+    if not results:
+        return turn
+    room = keep_tokens - _tokens([m for m in turn if m.get("role") != "tool"])
+    per_result = max(_MIN_RESULT_CHARS, room * 4 // len(results))
+    return [_cut(m, per_result) if i in results else m for i, m in enumerate(turn)]
+
+
+def _cut(message: Message, limit: int) -> Message:
+    content = message.get("content") or ""
+    if len(content) <= limit:
+        return message
+    return {**message, "content": content[:limit] + " [... cut short when the context "
+                                                    "was compressed]"}
+
+
+def _tokens(messages: list[Message]) -> int:
+    return sum(estimate_tokens(m) for m in messages)
 
 
 def render(messages: list[Message], limit_chars: int) -> str:
@@ -92,12 +117,14 @@ class Compressor:
         budget = self.config.context_budget_tokens
         older, recent = split_for_compression(messages, self.config.keep_recent_turns,
                                               budget // 2)
+        # a kept turn that was cut short is summarised too, from its whole text
+        summarised = older if older + recent == messages else messages
         summary = "(nothing was said yet)"
-        if older:
+        if summarised:
             try:
                 reply = await self.client.complete([
                     {"role": "system", "content": SUMMARY_PROMPT},
-                    {"role": "user", "content": render(older, limit_chars=budget * 2)},
+                    {"role": "user", "content": render(summarised, limit_chars=budget * 2)},
                 ])
             except Exception as exc:
                 log.warning("compression_failed", session_id=old.id, error=str(exc))
@@ -109,7 +136,7 @@ class Compressor:
             old, "compression", route=None if turn.event.internal else turn.route,
             seed=lambda child_id: append_ops(child_id, carried))
         log.info("session_compressed", ended_session_id=old.id, session_id=turn.session.id,
-                 summarised_messages=len(older), kept_messages=len(recent))
+                 summarised_messages=len(summarised), kept_messages=len(recent))
 
 
 def _clip(text: str, limit: int) -> str:

@@ -43,7 +43,8 @@ class ToolLoop:
             if reply.text:
                 await say(reply.text)
             if not reply.tool_calls:
-                await record([reply.message], reply.total_tokens)
+                # an empty answer is not kept: some endpoints refuse an empty assistant turn
+                await record([reply.message] if reply.text else [], reply.total_tokens)
                 return reply
             await self._run_tools(reply, record, ctx)
         return None

@@ -144,15 +144,20 @@ class ModelAgent:
                         continue
                 await self._unavailable(turn, exc, notice)
                 return
-        if answer is None:
-            await turn.reply(f"I stopped after {self.config.max_tool_rounds} rounds of tool "
-                             f"calls without an answer (agent.max_tool_rounds). Tell me how "
-                             f"to go on.", kind="system")
-        elif not convo.said and notice is not None:
-            await turn.reply(notice.text, kind="notification")  # the notice itself, then
+        stopped = (f"stopped after {self.config.max_tool_rounds} rounds of tool calls "
+                   f"without an answer (agent.max_tool_rounds)")
+        if notice is not None and (answer is None or not convo.said):
+            # the notice must arrive whatever the model did with it; its text goes last,
+            # as the send that decides the delivery
+            note = f"\n\n(The model {stopped}.)" if answer is None else ""
+            await turn.reply(notice.text + note, kind="notification")
+        elif answer is None:
+            await turn.reply(f"I {stopped}. Tell me how to go on.", kind="system")
         elif not convo.said:
             await turn.reply("(The model gave an empty answer.)", kind="system")
-        await self._compress_if_needed(turn, convo)  # after the answer: nobody waits on it
+        # after the answer, so the user does not wait for it (the conversation's next
+        # message does, if it comes meanwhile)
+        await self._compress_if_needed(turn, convo)
 
     async def _unavailable(self, turn: Turn, exc: ModelUnavailable,
                            notice: Notification | None) -> None:
@@ -176,6 +181,9 @@ class ModelAgent:
             await self.compressor.compress(turn)
         except CompressionFailed:
             return False  # logged; the history is intact and a later round tries again
+        except Exception:  # the store failed: the answer stands, the next turn tries again
+            log.exception("compression_crashed", session_id=turn.session.id)
+            return False
         convo.messages = await self.history.load(turn.session.id)
         convo.reported_tokens = None
         convo.compressed = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import random
 import time
 import uuid
@@ -32,7 +33,8 @@ log = structlog.get_logger(__name__)
 _RETRYABLE = {408, 409, 429}
 #: how endpoints say the prompt is longer than the model can read
 _OVERFLOW_HINTS = ("context_length_exceeded", "context length", "maximum context",
-                   "too many tokens", "context window", "prompt is too long")
+                   "context size", "exceed_context_size", "too many tokens", "context window",
+                   "prompt is too long")
 #: what a reply that cannot be read raises inside the client and in parsing
 _UNREADABLE = (ValueError, TypeError, AttributeError, KeyError, IndexError,
                pydantic.ValidationError)
@@ -196,15 +198,26 @@ def _reply(response: ChatCompletion) -> ModelReply:
     if calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+             "function": {"name": c.name, "arguments": _storable(c.arguments)}}
+            for c in calls]
     usage = getattr(response, "usage", None)
     return ModelReply(message, calls, getattr(usage, "total_tokens", None))
+
+
+def _storable(arguments: str) -> str:
+    """Arguments as the history keeps them: a JSON object, or ``{}`` when the model's were
+    not one (some servers parse past arguments and would refuse every later request; the
+    tool's error already told the model what it sent)."""
+    try:
+        return arguments if isinstance(json.loads(arguments), dict) else "{}"
+    except ValueError:
+        return "{}"
 
 
 def _is_overflow(exc: openai.APIError) -> bool:
     if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 413):
         return False
-    said = f"{exc.code or ''} {_message(exc)}".lower()
+    said = f"{exc.code or ''} {exc.type or ''} {_message(exc)}".lower()
     return any(hint in said for hint in _OVERFLOW_HINTS)
 
 

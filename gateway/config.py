@@ -92,7 +92,8 @@ class HomeChannel(_Strict):
     """A place the agent's ``send_message`` may post to besides the current conversation."""
 
     name: str = Field(min_length=1)
-    platform: Literal["web", "telegram", "discord"]
+    # not web: a web conversation is only its open tabs, and there may be none
+    platform: Literal["telegram", "discord"]
     chat_id: str = Field(min_length=1)
     chat_type: Literal["dm", "group", "channel", "thread"] = "group"
     thread_id: str | None = None
@@ -118,7 +119,7 @@ class AgentConfig(_Strict):
     max_tool_rounds: int = Field(12, ge=1)
     subagent_timeout_seconds: float = Field(1800.0, gt=0)
     context_budget_tokens: int = Field(24000, ge=1000)
-    keep_recent_turns: int = Field(2, ge=0)
+    keep_recent_turns: int = Field(2, ge=1)
     home_channels: list[HomeChannel] = Field(default_factory=list)
 
 

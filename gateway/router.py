@@ -51,8 +51,6 @@ class Router:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
-        #: notification id → the last message of it that reached the user
-        self._reached: dict[int, str | None] = {}
         self._stopping = False
 
     # lifecycle -------------------------------------------------------------
@@ -201,7 +199,6 @@ class Router:
     def _recorder(self, n: Notification) -> Callable[[SendResult], Awaitable[None]]:
         async def record(result: SendResult) -> None:
             if result.ok:
-                self._reached[n.id] = result.message_id
                 self.outbox.record_sent(n.id, self.name, result.message_id)
         return record
 
@@ -213,12 +210,6 @@ class Router:
         except Exception as exc:
             bound.exception("notification_delivery_crashed")
             outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}", retry_in=_backoff(n))
-        if outcome.state != "delivered" and n.id in self._reached:
-            # part of it reached the user: another turn would repeat that (and run the
-            # agent again), so it counts as delivered — the rule restarts follow too
-            bound.warning("notification_partly_delivered", error=outcome.reason)
-            outcome = _Outcome("delivered", message_id=self._reached[n.id])
-        self._reached.pop(n.id, None)
         if outcome.state == "delivered":
             await self.outbox.mark_delivered(n.id, self.name, outcome.message_id)
             self.runner.metrics.delivery_latency.observe(max(0.0, time.time() - n.created_at))
@@ -247,16 +238,17 @@ async def _parked(decision: Park) -> _Outcome:
 
 
 def _from_sends(n: Notification, results: list[SendResult]) -> _Outcome:
-    """A delivery succeeded when every send of it did."""
-    for result in results:
-        if result.ok:
-            continue
-        if result.permanent:
-            return _Outcome("parked", reason="route_gone", detail=result.error)
-        retry_in = result.retry_after if result.retry_after is not None else _backoff(n)
-        return _Outcome("retry", reason=result.error, retry_in=retry_in)
-    last = next((r.message_id for r in reversed(results) if r.message_id), None)
-    return _Outcome("delivered", message_id=last)
+    """A delivery succeeded when its last send did: that is the one that carries the
+    notice (or the agent's answer to it). Earlier parts that failed are not retried —
+    a retry would repeat the parts that went out."""
+    if not results or results[-1].ok:
+        last = next((r.message_id for r in reversed(results) if r.message_id), None)
+        return _Outcome("delivered", message_id=last)
+    result = results[-1]
+    if result.permanent:
+        return _Outcome("parked", reason="route_gone", detail=result.error)
+    retry_in = result.retry_after if result.retry_after is not None else _backoff(n)
+    return _Outcome("retry", reason=result.error, retry_in=retry_in)
 
 
 def _backoff(n: Notification) -> float:

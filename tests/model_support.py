@@ -19,13 +19,15 @@ from .fakes.openai_server import ChatRequest, FakeOpenAI
 from .test_web import Tab
 
 
+def model_settings(fake: FakeOpenAI) -> dict[str, object]:
+    """The model agent on ``fake``, as ``make_config`` overrides."""
+    return dict(agent__backend="openai", agent__base_url=fake.base_url,
+                agent__model="fake-model", agent__api_key="sk-test",
+                agent__retry_backoff_seconds=0.01, agent__timeout_seconds=5)
+
+
 def model_config(home: Path, fake: FakeOpenAI, **overrides: object) -> Config:
-    settings: dict[str, object] = dict(
-        agent__backend="openai", agent__base_url=fake.base_url, agent__model="fake-model",
-        agent__api_key="sk-test", agent__retry_backoff_seconds=0.01,
-        agent__timeout_seconds=5)
-    settings.update(overrides)
-    return make_config(home, **settings)
+    return make_config(home, **{**model_settings(fake), **overrides})
 
 
 def web_base(gw: Gateway) -> str:

@@ -27,22 +27,25 @@ turns = st.lists(st.tuples(st.sampled_from(["user", "notice"]), st.integers(0, 3
                            st.integers(0, 3)), max_size=12)
 
 
-@given(turns, st.integers(0, 5), st.integers(0, 5000))
+@given(turns, st.integers(1, 5), st.integers(0, 5000))
 def test_the_kept_turns_are_whole_recent_and_within_budget(spec, keep_turns, keep_tokens):
     history = [m for kind, size, calls in spec for m in _turn(kind, size, calls)]
     older, recent = split_for_compression(history, keep_turns, keep_tokens)
-    if len(recent) == 1 and older == history:  # not even the last turn fitted whole:
-        last_opening = [m for m in history if m["role"] in ("user", "system")][-1]
-        assert recent == [last_opening]  # its opening is kept, so the model sees the question
-    else:
-        assert older + recent == history
-    if recent:
-        assert recent[0]["role"] in ("user", "system")  # a turn's opening, never a tool result
+    tail = history[len(older):]
+    assert history[:len(older)] == older and len(recent) == len(tail)
+    if history:
+        assert recent and recent[0]["role"] in ("user", "system")  # the last turn stays
+    openings = [m for m in recent if m["role"] in ("user", "system")]
+    assert len(openings) <= keep_turns
+    if recent == tail and len(openings) > 1:
         assert sum(estimate_tokens(m) for m in recent) <= keep_tokens
-        openings = [m for m in recent if m["role"] == "user" or m["role"] == "system"]
-        assert len(openings) <= keep_turns
-    answered = {m["tool_call_id"] for m in recent if m["role"] == "tool"}
-    asked = {c["id"] for m in recent for c in m.get("tool_calls") or ()}
+    if recent != tail:  # the last turn alone, too long: its tool results were cut short
+        assert len(openings) == 1
+        for kept, whole in zip(recent, tail, strict=True):
+            assert kept["role"] == whole["role"]
+            assert kept == whole or kept["content"].endswith("compressed]")
+    answered = [m["tool_call_id"] for m in recent if m["role"] == "tool"]
+    asked = [c["id"] for m in recent for c in m.get("tool_calls") or ()]
     assert answered == asked
 
 

@@ -74,8 +74,12 @@ def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
     ("agent: {max_retries: -1}", "agent.max_retries"),
     ("agent: {home_channels: [{name: ops, platform: telegram, chat_id: 1}]}",
      "agent.home_channels.0.platform"),
-    ("agent: {home_channels: [{name: ops, platform: web, chat_id: a},"
-     " {name: ops, platform: web, chat_id: b}]}", "agent.home_channels.1.name"),
+    ("platforms: {telegram: {enabled: true, token: t}}\n"
+     "agent: {home_channels: [{name: ops, platform: telegram, chat_id: 1},"
+     " {name: ops, platform: telegram, chat_id: 2}]}", "agent.home_channels.1.name"),
+    ("agent: {home_channels: [{name: ops, platform: web, chat_id: a}]}",
+     "agent.home_channels.0.platform"),
+    ("agent: {keep_recent_turns: 0}", "agent.keep_recent_turns"),
     ("platforms: {web: {host: 0.0.0.0}}", "platforms.web.token"),
     ("platforms: {web: [1, 2]", "<yaml line 1"),
     ("- just\n- a list", "<root>"),

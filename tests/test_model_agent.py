@@ -17,6 +17,7 @@ from .model_support import (
     is_subagent,
     is_summary,
     model_config,
+    model_settings,
     reply_text,
     user_says,
     web_base,
@@ -87,9 +88,7 @@ async def test_the_reply_to_a_notice_goes_under_the_message_that_started_the_wor
 
     model.brain = brain
     async with FakeTelegram() as telegram:
-        config = model_config(tmp_path / "home", model)
-        config = config.model_copy(update={"platforms": telegram_config(
-            tmp_path / "home", telegram).platforms})
+        config = telegram_config(tmp_path / "home", telegram, **model_settings(model))
         async with running_gateway(config) as gw:
             await gw.runner.adapters["telegram"].wait_connected()
             topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True,
@@ -340,3 +339,32 @@ async def test_a_delegation_started_before_compression_reports_to_the_live_sessi
     assert live is not None and live.parent_session_id == tab.ready["session_id"]
     back = await reply_text(tab, timeout=15)
     assert (back["text"], back["session_id"]) == ("back: sub-agent: all good", live.id)
+
+
+async def test_a_turn_that_passes_the_budget_midway_is_compressed_not_repeated(
+        tmp_path: Path, model: FakeOpenAI, http) -> None:
+    def brain(req: ChatRequest) -> Response:
+        if is_summary(req):
+            return Say("SUMMARY")
+        if req.last["role"] == "tool":
+            return Say("scanned")
+        if user_says(req, "scan"):
+            return CallTools([("terminal", {
+                "command": "for i in $(seq 40); do printf '%0190d\\n' $i; done"})])
+        return Say("hello")
+
+    model.brain = brain
+    config = model_config(tmp_path / "home", model, agent__context_budget_tokens=2000)
+    async with running_gateway(config) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("hi")
+        assert (await reply_text(tab))["text"] == "hello"
+        await tab.say("scan the disk")  # its tool result alone passes the budget
+        assert (await reply_text(tab))["text"] == "scanned"
+        live = await gw.store.live_session(tab.ready["session_key"])
+    assert live is not None and live.parent_session_id == tab.ready["session_id"]
+    scans = [r for r in model.requests if user_says(r, "scan") and not is_summary(r)]
+    assert len(scans) == 1  # the command was not asked for again
+    last = model.requests[-1]
+    assert last.texts("user") == ["scan the disk"]  # the turn under way is kept...
+    assert last.last["role"] == "tool" and last.last["content"].endswith("compressed]")

@@ -29,6 +29,7 @@ from .model_support import (
     is_notice,
     is_subagent,
     model_config,
+    model_settings,
     reply_text,
     user_says,
     web_base,
@@ -127,24 +128,29 @@ async def test_a_notice_still_arrives_when_the_model_cannot_comment(
 
 async def test_send_message_reaches_here_and_home_channels_and_nowhere_else(
         tmp_path: Path, model: FakeOpenAI, http) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM, telegram_config
+
     model.script(
         CallTools([("send_message", {"text": "progress: half way"}),
                    ("send_message", {"text": "deploy done", "target": "ops"}),
-                   ("send_message", {"text": "sneaky", "target": "web:someone-else"})]))
+                   ("send_message", {"text": "sneaky", "target": "telegram:-1002"})]))
     model.brain = lambda req: Say("results: " + " | ".join(
         m["content"] for m in req.messages if m["role"] == "tool"))
-    config = model_config(tmp_path / "home", model, agent__home_channels=[
-        {"name": "ops", "platform": "web", "chat_id": "ops-room", "chat_type": "dm"}])
-    async with running_gateway(config) as gw:
-        base = web_base(gw)
-        ops = await open_tab(http, base, conversation="ops-room")
-        tab = await open_tab(http, base)
-        await tab.say("deploy please")
-        assert (await reply_text(tab))["text"] == "progress: half way"
-        assert (await reply_text(ops))["text"] == "deploy done"
-        final = (await reply_text(tab))["text"]
-        assert "no target 'web:someone-else'" in final and "here, ops" in final
-        await ops.no_frame()
+    async with FakeTelegram() as telegram:
+        config = telegram_config(tmp_path / "home", telegram, **model_settings(model),
+                                 agent__home_channels=[{"name": "ops", "platform": "telegram",
+                                                        "chat_id": FORUM, "thread_id": 42}])
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            tab = await open_tab(http, web_base(gw))
+            await tab.say("deploy please")
+            assert (await reply_text(tab))["text"] == "progress: half way"
+            final = (await reply_text(tab))["text"]
+        assert "no target 'telegram:-1002'" in final and "here, ops" in final
+        assert '"sent": true, "target": "ops"' in final
+        assert [(s.chat_id, s.message_thread_id, s.text) for s in telegram.sent] == [
+            (FORUM, 42, "deploy done")]
 
 
 async def test_a_rate_limit_is_waited_out_as_the_endpoint_asks(tmp_path: Path,
@@ -184,7 +190,9 @@ async def test_sloppy_assistant_messages_do_not_poison_the_history(
     model.script(
         Message({"role": "assistant", "content": None, "tool_calls": [
             {"id": "", "type": "function",
-             "function": {"name": "process", "arguments": '{"action": "list"}'}}]}),
+             "function": {"name": "process", "arguments": '{"action": "list"}'}},
+            {"id": "c2", "type": "function",
+             "function": {"name": "process", "arguments": '{"action": '}}]}),
         Say("listed"),
         Message({"role": "assistant", "content": None}))
     tab = await open_tab(http, base)
@@ -196,6 +204,11 @@ async def test_sloppy_assistant_messages_do_not_poison_the_history(
     await tab.say("still there?")
     assert (await reply_text(tab))["text"] == "ok"
     assert all(r.error is None for r in model.requests)
+    (calls,) = [m["tool_calls"] for m in model.requests[-1].messages if m.get("tool_calls")]
+    assert all(c["id"] for c in calls)  # made up where the endpoint left it out
+    assert calls[1]["function"]["arguments"] == "{}"  # broken JSON is not sent back
+    assert not [m for m in model.requests[-1].messages  # nor an empty assistant turn
+                if m["role"] == "assistant" and not m["content"] and not m.get("tool_calls")]
 
 
 async def test_running_out_of_tool_rounds_says_so(tmp_path: Path, model: FakeOpenAI,
@@ -222,12 +235,14 @@ async def test_a_rate_limit_in_a_turn_is_waited_out(model_gateway, model, http) 
     assert len(model.requests) == 2
 
 
+@pytest.mark.parametrize("overflow", [
+    Fail(400, message="This model's maximum context length is 8192 tokens. However, your "
+         "messages resulted in 9001 tokens.", code="context_length_exceeded"),  # OpenAI, vLLM
+    Fail(400, message="the request exceeds the available context size, try increasing it"),
+])  # llama.cpp
 async def test_a_conversation_too_long_for_the_model_is_compressed_and_answered(
-        model_gateway, model, http) -> None:
+        model_gateway, model, http, overflow: Fail) -> None:
     gw, base = model_gateway
-    overflow = Fail(400, message="This model's maximum context length is 8192 tokens. "
-                    "However, your messages resulted in 9001 tokens.",
-                    code="context_length_exceeded")
     model.brain = lambda req: Say("SUMMARY") if req.messages[0]["content"].startswith(
         "You compress") else Say("answered")
     tab = await open_tab(http, base)
@@ -264,10 +279,10 @@ async def test_a_sub_agent_whose_model_fails_reports_the_failure_home(
     assert "failed: The model endpoint failed with HTTP 500 (3 tries)" in relayed["text"]
 
 
-async def test_a_notice_turn_whose_later_send_fails_is_not_run_twice(
+async def test_a_notice_turn_whose_answer_fails_to_send_is_not_run_twice(
         tmp_path: Path, model: FakeOpenAI) -> None:
-    """The user saw the first part: the notice is delivered, and the model's turn for it
-    is not run again (which would repeat the first part and the tools)."""
+    """The answer could not be sent: the notice is tried again, as it is — the model's
+    turn for it is not run again (which would repeat the first part and the tools)."""
     from gateway.platforms.memory import MemoryAdapter
     from gateway.route import Route
 
@@ -283,7 +298,7 @@ async def test_a_notice_turn_whose_later_send_fails_is_not_run_twice(
             return CallTools([("process", {"action": "list"})], text="first part")
         if req.last["role"] == "tool":
             return Say("started")
-        return CallTools([("terminal", {"command": "echo done", "background": True})])
+        return CallTools([("terminal", {"command": "echo job-output", "background": True})])
 
     model.brain = brain
     config = model_config(tmp_path / "home", model)
@@ -291,15 +306,34 @@ async def test_a_notice_turn_whose_later_send_fails_is_not_run_twice(
         assert await adapter.receive("start it", route) == "handled"
 
         async def delivered() -> bool:
-            rows = await gw.outbox.list(state="delivered")
-            return bool(rows)
+            return bool(await gw.outbox.list(state="delivered"))
 
-        # a second run would have to finish before the notice counts as delivered
         await eventually_async(delivered, timeout=15, what="the notice delivered")
         texts = [m.text for m in adapter.sent]
-    assert texts == ["started", "first part"]
+    assert texts[:2] == ["started", "first part"]
+    assert len(texts) == 3 and "job-output" in texts[2]  # the notice itself, once
     notice_turn = [r for r in model.requests if has_notice(r)]
     assert len(notice_turn) == 2  # one turn of two rounds, not run again
+
+
+async def test_a_notice_turn_that_runs_out_of_rounds_still_posts_the_notice(
+        tmp_path: Path, model: FakeOpenAI, http) -> None:
+    def brain(req: ChatRequest) -> Response:
+        if has_notice(req):
+            return CallTools([("process", {"action": "list"})])  # forever
+        if req.last["role"] == "tool":
+            return Say("started")
+        return CallTools([("terminal", {"command": "echo the-output", "background": True})])
+
+    model.brain = brain
+    config = model_config(tmp_path / "home", model, agent__max_tool_rounds=2)
+    async with running_gateway(config) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("go")
+        assert (await reply_text(tab))["text"] == "started"
+        notice = await reply_text(tab, timeout=15)
+    assert notice["kind"] == "notification" and "the-output" in notice["text"]
+    assert "stopped after 2 rounds" in notice["text"]
 
 
 async def test_a_turn_cut_short_by_shutdown_leaves_a_history_the_endpoint_accepts(
