@@ -4,7 +4,7 @@ Logs go to stderr (journald under systemd) and, when the daemon runs, also to
 a size-rotated file under the state directory. Context bound with
 ``structlog.contextvars`` (session key, session id, job and notification ids)
 is task-local like the session context, so concurrent turns never mix their
-log fields. Configured secrets (bot tokens) are replaced by ``***`` in every
+log fields. Configured secrets (bot tokens, the model API key) are replaced by ``***`` in every
 line, ours and the libraries'.
 """
 
@@ -75,7 +75,8 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
 
 def secrets_of(config: Config) -> list[str]:
     p = config.platforms
-    return [s for s in (p.web.token, p.telegram.token, p.discord.token) if s]
+    return [s for s in (p.web.token, p.telegram.token, p.discord.token,
+                        config.agent.api_key) if s]
 
 
 class _Redact:

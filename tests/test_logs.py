@@ -37,3 +37,16 @@ def test_secrets_are_masked_in_our_lines_and_the_libraries(tmp_path: Path) -> No
         assert line["session_key"] == "agent:main:web:dm:x"  # bound context is in the line
     finally:
         configure_logging(LoggingConfig(level="info"))
+
+
+def test_every_configured_secret_is_masked() -> None:
+    from gateway.config import parse_config
+    from gateway.logs import secrets_of
+
+    config = parse_config({
+        "platforms": {"web": {"token": "web-secret"},
+                      "telegram": {"enabled": True, "token": "tg-secret"},
+                      "discord": {"enabled": True, "token": "dc-secret"}},
+        "agent": {"backend": "openai", "model": "m", "api_key": "sk-model-secret"}}, {})
+    assert sorted(secrets_of(config)) == ["dc-secret", "sk-model-secret", "tg-secret",
+                                          "web-secret"]
