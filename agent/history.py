@@ -37,9 +37,10 @@ def notice_message(text: str, notification_id: int) -> Message:
     return {"role": "system", "content": f"{NOTICE_MARK} (notice {notification_id})\n{text}"}
 
 
-def is_notice_of(message: Message, notification_id: int) -> bool:
-    return message.get("role") == "system" and (message.get("content") or "").startswith(
-        f"{NOTICE_MARK} (notice {notification_id})\n")
+def _stored_notice_prefix(notification_id: int) -> str:
+    """How a notice's row in ``agent_messages`` begins (see :func:`append_ops`)."""
+    whole = json.dumps(notice_message("", notification_id), ensure_ascii=False)
+    return whole[:-len('"}')]
 
 
 def starts_turn(message: Message) -> bool:
@@ -63,6 +64,15 @@ class History:
             "SELECT COALESCE(SUM(tokens), 0) FROM agent_messages WHERE session_id = ?",
             (session_id,))
         return int(row[0]) if row else 0
+
+    async def has_notice(self, session_ids: list[str], notification_id: int) -> bool:
+        """Whether the model was already given this notice in any of ``session_ids``."""
+        prefix = _stored_notice_prefix(notification_id)
+        marks = ",".join("?" * len(session_ids))
+        row = await self.db.fetchone(
+            f"SELECT 1 FROM agent_messages WHERE session_id IN ({marks}) "
+            f"AND substr(message, 1, ?) = ? LIMIT 1", (*session_ids, len(prefix), prefix))
+        return row is not None
 
     async def append(self, session_id: str, messages: list[Message]) -> None:
         """Add ``messages`` in order, in one transaction; returns once committed."""

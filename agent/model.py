@@ -26,7 +26,7 @@ from tools.delegation import SubAgent
 
 from .command import CommandAgent
 from .compression import Compressor
-from .history import History, Message, estimate_tokens, is_notice_of, notice_message
+from .history import History, Message, estimate_tokens, notice_message
 from .loop import ToolLoop
 from .model_client import ModelClient, ModelUnavailable
 from .toolbox import ToolBox, ToolContext
@@ -89,8 +89,8 @@ class ModelAgent:
         await self._converse(turn, {"role": "user", "content": turn.event.text}, "reply")
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
-        if any(is_notice_of(m, notification.id)
-               for m in await self.history.load(turn.session.id)):
+        lineage = await turn.runner.store.lineage(turn.session.id)
+        if await self.history.has_notice(lineage, notification.id):
             # a second delivery (nothing reached the user the first time): the model
             # already had its turn for this notice, so the notice goes out as it is
             await turn.reply(notification.text, kind="notification")
