@@ -368,3 +368,16 @@ async def test_a_turn_that_passes_the_budget_midway_is_compressed_not_repeated(
     last = model.requests[-1]
     assert last.texts("user") == ["scan the disk"]  # the turn under way is kept...
     assert last.last["role"] == "tool" and last.last["content"].endswith("compressed]")
+
+
+async def test_new_starts_the_model_with_an_empty_history(model_gateway, model, http) -> None:
+    _, base = model_gateway
+    model.brain = lambda req: Say(f"I see {len(req.texts('user'))} of your messages")
+    tab = await open_tab(http, base)
+    for text in ("one", "two"):
+        await tab.say(text)
+        await reply_text(tab)
+    await tab.say("/new")
+    assert "Started a new session" in (await reply_text(tab))["text"]
+    await tab.say("three")
+    assert (await reply_text(tab))["text"] == "I see 1 of your messages"
