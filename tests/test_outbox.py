@@ -58,8 +58,21 @@ async def test_restart_settles_claimed_rows_without_resending_sent_ones(store: S
 
 async def test_two_routers_racing_over_one_outbox_deliver_each_once(
         tmp_path: Path, config: Config) -> None:
-    path = config.state_db
-    async with SessionStore(path) as store_a, SessionStore(path) as store_b:
+    # which router wins which claim is up to the scheduler; on a loaded machine one may
+    # win them all, so the race is run until both took part (every run must be exact)
+    for attempt in range(5):
+        per_router = await _race_two_routers(tmp_path / f"race{attempt}", config)
+        if all(per_router):
+            return
+    raise AssertionError(f"one router delivered everything in all 5 races: {per_router}")
+
+
+async def _race_two_routers(home: Path, config: Config) -> list[int]:
+    """Two routers, each with its own store on one database, race over 400 notices;
+    every notice is delivered once, to its own chat. Returns how many each sent."""
+    home.mkdir()
+    async with SessionStore(home / "state.db") as store_a, \
+            SessionStore(home / "state.db") as store_b:
         routes = [Route("memory", "dm", str(i), user_id=str(i)) for i in range(40)]
         sessions = [await store_a.get_or_create(f"agent:main:memory:dm:{i}", r)
                     for i, r in enumerate(routes)]
@@ -91,8 +104,8 @@ async def test_two_routers_racing_over_one_outbox_deliver_each_once(
         for message in sent():  # and each went to its own chat
             n = int(message.text.split()[1])
             assert message.route.chat_id == str(n % 40)
-        assert all(a.sent for a in adapters), "both routers should have taken part"
         assert {n.state for n in await Outbox(store_a.db).list()} == {"delivered"}
+        return [len(a.sent) for a in adapters]
 
 
 async def test_claims_of_a_gateway_process_that_still_runs_are_left_alone(
