@@ -59,12 +59,6 @@ class History:
             "SELECT message FROM agent_messages WHERE session_id = ? ORDER BY id", (session_id,))
         return [json.loads(row[0]) for row in rows]
 
-    async def tokens(self, session_id: str) -> int:
-        row = await self.db.fetchone(
-            "SELECT COALESCE(SUM(tokens), 0) FROM agent_messages WHERE session_id = ?",
-            (session_id,))
-        return int(row[0]) if row else 0
-
     async def has_notice(self, session_ids: list[str], notification_id: int) -> bool:
         """Whether the model was already given this notice in any of ``session_ids``."""
         prefix = _stored_notice_prefix(notification_id)

@@ -19,7 +19,7 @@ import structlog
 
 from gateway.commands import CompressionFailed, parse_command
 from gateway.config import AgentConfig
-from gateway.events import SendResult
+from gateway.events import MessageKind, SendResult
 from gateway.notifications import Notification
 from gateway.turn import Turn
 from tools.delegation import SubAgent
@@ -67,7 +67,6 @@ class ModelAgent:
     def __init__(self, config: AgentConfig, client: ModelClient, history: History,
                  toolbox: ToolBox, command_agent: CommandAgent) -> None:
         self.config = config
-        self.client = client
         self.history = history
         self.toolbox = toolbox
         self.command_agent = command_agent
@@ -91,17 +90,17 @@ class ModelAgent:
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         lineage = await turn.runner.store.lineage(turn.session.id)
         if await self.history.has_notice(lineage, notification.id):
-            # a second delivery (nothing reached the user the first time): the model
-            # already had its turn for this notice, so the notice goes out as it is
-            await turn.reply(notification.text, kind="notification")
+            # a second delivery (its answer could not be sent): the model already had
+            # its turn for this notice, so the notice goes out as it is
+            await _post_notice(turn, notification)
             return
         try:
             await self._converse(turn, notice_message(notification.text, notification.id),
                                  "notification", notice=notification)
         except Exception:
             log.exception("notice_turn_failed")
-            await turn.reply(f"{notification.text}\n\n(The model could not comment on this: "
-                             f"an internal error, logged by the gateway.)", kind="notification")
+            await _post_notice(turn, notification, "The model could not comment on this: an "
+                                                   "internal error, logged by the gateway.")
 
     def status_lines(self, turn: Turn) -> list[str]:
         return [f"model: {self.config.model} at {self.config.base_url}",
@@ -112,13 +111,13 @@ class ModelAgent:
 
     # the conversation ----------------------------------------------------------
 
-    async def _converse(self, turn: Turn, opening: Message, kind: str, *,
+    async def _converse(self, turn: Turn, opening: Message, kind: MessageKind, *,
                         notice: Notification | None = None) -> None:
         await self.history.append(turn.session.id, [opening])
         convo = _Conversation(await self.history.load(turn.session.id))
 
         async def say(text: str) -> SendResult:
-            result = await turn.reply(text, kind=kind)  # type: ignore[arg-type]
+            result = await turn.reply(text, kind=kind)
             convo.said = convo.said or result.ok
             return result
 
@@ -149,8 +148,7 @@ class ModelAgent:
         if notice is not None and (answer is None or not convo.said):
             # the notice must arrive whatever the model did with it; its text goes last,
             # as the send that decides the delivery
-            note = f"\n\n(The model {stopped}.)" if answer is None else ""
-            await turn.reply(notice.text + note, kind="notification")
+            await _post_notice(turn, notice, f"The model {stopped}." if answer is None else None)
         elif answer is None:
             await turn.reply(f"I {stopped}. Tell me how to go on.", kind="system")
         elif not convo.said:
@@ -163,8 +161,7 @@ class ModelAgent:
                            notice: Notification | None) -> None:
         if notice is not None:
             # the notice must still arrive: without the model's words, as it is
-            await turn.reply(f"{notice.text}\n\n(The model could not comment on this: {exc})",
-                             kind="notification")
+            await _post_notice(turn, notice, f"The model could not comment on this: {exc}")
             return
         await turn.reply(f"{exc} Your message is kept in this conversation; send another "
                          f"message to try again.", kind="system")
@@ -188,6 +185,12 @@ class ModelAgent:
         convo.reported_tokens = None
         convo.compressed = True
         return True
+
+
+async def _post_notice(turn: Turn, notice: Notification, why: str | None = None) -> None:
+    """The notice as it is, with a line saying why the model's words are not there."""
+    text = notice.text if why is None else f"{notice.text}\n\n({why})"
+    await turn.reply(text, kind="notification")
 
 
 def model_subagent(config: AgentConfig, client: ModelClient, toolbox: ToolBox) -> SubAgent:

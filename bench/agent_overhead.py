@@ -73,7 +73,7 @@ async def measure(base_url: str, shape: str, sessions: int, turns: int,
             agent = gw.runner.agent
             assert isinstance(agent, ModelAgent)
             timed = _Timed(config.agent)
-            agent.client = agent.compressor.client = agent.loop.client = timed
+            agent.compressor.client = agent.loop.client = timed
             latencies: list[float] = []
             text = "tool please" if shape == "tool call" else "hello"
 
