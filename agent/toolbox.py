@@ -184,9 +184,13 @@ class ToolBox:
             return {"job": job_line(job),
                     "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
         if args.action == "wait":
-            job = await self.processes.wait(args.job_id, args.timeout_seconds)
-            return {"job": job_line(job), "ended": job.state != "running",
-                    "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
+            job, completion = await self.processes.wait(args.job_id, args.timeout_seconds)
+            result = {"job": job_line(job), "ended": job.state != "running",
+                      "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
+            if completion is not None:
+                result["completion"] = completion
+                result["note"] = "this is the job's completion notice; it will not be sent again"
+            return result
         job = await self.processes.kill(args.job_id)
         return {"job": job.id, "status": "killed"}
 

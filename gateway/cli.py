@@ -181,7 +181,7 @@ def _sessions(config: Config, args: argparse.Namespace) -> int:
 
 
 def _jobs(config: Config, args: argparse.Namespace) -> int:
-    from tools.jobs import JOB_COLUMNS, JobRecord
+    from tools.job_record import JOB_COLUMNS, JobRecord
 
     async def fetch(store: SessionStore) -> list[dict]:
         rows = await store.db.fetchall(

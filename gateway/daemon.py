@@ -28,6 +28,7 @@ from .platforms.base import Adapter
 from .platforms.discord import DiscordAdapter
 from .platforms.telegram import TelegramAdapter
 from .platforms.web import WebAdapter
+from .processes import raise_open_file_limit
 from .restart_notices import BackOnline, announce_restart, places_in_progress
 from .router import Router
 from .runner import GatewayRunner
@@ -99,15 +100,17 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         runner.session_end_listeners.append(delegations.interrupt_session)
         runner.jobs_running = lambda: jobs.running
         router = Router(outbox, store, runner)
-        await outbox.reconcile_claimed()
         connected: list[Adapter] = []
         try:
+            # the work of earlier processes is settled before anything is taken in, so
+            # nothing this process starts can be mistaken for it
+            await outbox.reconcile_claimed()
+            recovered = await jobs.recover()
+            lost = await delegations.recover()
             for adapter in adapters:
                 runner.add_adapter(adapter)
                 await adapter.connect(runner)
                 connected.append(adapter)
-            recovered = await jobs.recover()
-            lost = await delegations.recover()
             await router.start()
             log.info("gateway_started", platforms=[a.platform for a in connected],
                      state_db=str(config.state_db), jobs_reattached=recovered,
@@ -142,6 +145,7 @@ async def _wait_for_platforms(gw: Gateway, timeout: float) -> list[str]:
 
 async def run_daemon(config: Config) -> None:
     """Run until SIGINT or SIGTERM, then stop cleanly; a second signal stops at once."""
+    raise_open_file_limit()  # a pidfd per running job
     notifier = Notifier()
     notifier.status("starting: opening the state database")
     stop = asyncio.Event()

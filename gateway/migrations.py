@@ -152,6 +152,13 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX agent_messages_session ON agent_messages(session_id, id);
     """,
+    # 8: how far a watched job's log has been reported, processes a job left running,
+    # and which daemon process runs a delegation (recovery leaves live ones alone)
+    """
+    ALTER TABLE jobs ADD COLUMN watch_offset INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN left_running INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE delegations ADD COLUMN owner TEXT;
+    """,
 ]
 
 

@@ -7,7 +7,6 @@ process or two — never both get the same row.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 import uuid
@@ -17,32 +16,33 @@ import structlog
 
 from .database import Database, Op
 from .notifications import NOTIFICATION_COLUMNS, STATES, NewNotification, Notification
-from .processes import is_same_process, process_start_time
+from .processes import identity_alive, process_identity
 
 log = structlog.get_logger(__name__)
 
 
 def claimer_name() -> str:
-    """A router's name carries its process id and start time, so a later start
-    can tell its claims from those of a gateway process that still runs."""
-    pid = os.getpid()
-    return f"router-{pid}-{process_start_time(pid) or 0}-{uuid.uuid4().hex[:6]}"
+    """A router's name carries its process identity, so a later start can tell
+    its claims from those of a gateway process that still runs."""
+    return f"router-{process_identity()}-{uuid.uuid4().hex[:6]}"
 
 
 def claimer_alive(claimer: str | None) -> bool:
     """Whether the process that made a claim still runs (not counting this one:
     at start-up this process has no router yet)."""
     parts = (claimer or "").split("-")
-    if len(parts) != 4 or parts[0] != "router" or not parts[1].isdigit():
+    if len(parts) != 4 or parts[0] != "router":
         return False
-    pid = int(parts[1])
-    return pid != os.getpid() and is_same_process(pid, parts[2])
+    identity = f"{parts[1]}-{parts[2]}"
+    return identity != process_identity() and identity_alive(identity)
 
 
 class Outbox:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._listeners: list[Callable[[], None]] = []
+        #: rows a tool took (see :meth:`consume`) while a router may hold their claim
+        self._consumed: set[int] = set()
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each commit that adds pending notifications."""
@@ -136,6 +136,39 @@ class Outbox:
         )])
         log.warning("notification_parked", notification_id=notification_id, reason=reason,
                     detail=detail)
+
+    async def consume(self, idempotency_key: str) -> str | None:
+        """Take a notice that has not been delivered yet — its text — for a reader who
+        gets it some other way (the model's ``process wait`` returns a completion
+        inline). It is marked delivered in the same transaction, and a router
+        that already claimed it learns from :meth:`was_consumed` not to deliver it."""
+        now = time.time()
+
+        def take(conn: sqlite3.Connection) -> tuple[int, str, str] | None:
+            row = conn.execute(
+                "SELECT id, state, text FROM notifications WHERE idempotency_key = ? "
+                "AND state IN ('pending', 'claimed')", (idempotency_key,)).fetchone()
+            if row is not None:
+                conn.execute("UPDATE notifications SET state = 'delivered', reason = 'consumed', "
+                             "delivered_at = ?, last_error = NULL WHERE id = ?", (now, row[0]))
+            return row
+
+        row = await self.db.write(take)
+        if row is None:
+            return None
+        notification_id, state, text = row
+        if state == "claimed":
+            self._consumed.add(notification_id)
+        log.info("notification_consumed", notification_id=notification_id,
+                 idempotency_key=idempotency_key)
+        return text
+
+    def was_consumed(self, notification_id: int) -> bool:
+        """True once, for a claimed row that :meth:`consume` took meanwhile."""
+        if notification_id in self._consumed:
+            self._consumed.discard(notification_id)
+            return True
+        return False
 
     async def make_due(self, session_key_like: str) -> None:
         """Retry now what waits for a retry, for session keys matching a LIKE pattern."""

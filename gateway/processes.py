@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 
@@ -15,6 +16,20 @@ def process_start_time(pid: int) -> str | None:
     # the command name (field 2) may contain spaces and parentheses
     fields = stat[stat.rfind(")") + 2:].split()
     return fields[19] if len(fields) > 19 else None
+
+
+def process_identity(pid: int | None = None) -> str:
+    """``pid-starttime``: names a process so that a later one with the same pid is not it."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}-{process_start_time(pid) or 0}"
+
+
+def identity_alive(identity: str | None) -> bool:
+    """Whether the process a :func:`process_identity` names still runs."""
+    pid, _, start = (identity or "").partition("-")
+    if not pid.isdigit() or not start:
+        return False
+    return is_same_process(int(pid), None if start == "0" else start)
 
 
 def is_same_process(pid: int, start_time: str | None) -> bool:
@@ -33,3 +48,17 @@ def _exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def raise_open_file_limit() -> int:
+    """Lift the soft limit on open files to the hard one (often 1,024 of 524,288 under
+    systemd): every running job holds a descriptor; return the new limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = (1 << 20) if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        return soft
+    return target

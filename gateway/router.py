@@ -34,7 +34,7 @@ _BACKOFF = (1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
-    state: str  # delivered | retry | parked
+    state: str  # delivered | retry | parked | consumed
     message_id: str | None = None
     reason: str | None = None
     detail: str | None = None
@@ -164,6 +164,8 @@ class Router:
         The owner may have been reset while this waited behind its turn; an
         owner that is still the live session needs no second look.
         """
+        if self.outbox.was_consumed(n.id):  # a tool handed it over while it waited here
+            return _Outcome("consumed")
         still_live = (isinstance(decision, DeliverTurn)
                       and self.store.is_live_session(decision.session.id))
         if not still_live:
@@ -214,6 +216,8 @@ class Router:
             await self.outbox.mark_delivered(n.id, self.name, outcome.message_id)
             self.runner.metrics.delivery_latency.observe(max(0.0, time.time() - n.created_at))
             bound.info("notification_delivered", message_id=outcome.message_id)
+        elif outcome.state == "consumed":
+            bound.info("notification_consumed_before_delivery")
         elif outcome.state == "parked":
             await self.outbox.park(n.id, self.name, outcome.reason or "parked", outcome.detail)
         else:

@@ -151,8 +151,8 @@ async def test_a_busy_owner_keeps_its_notice_until_its_turn_ends(gateway) -> Non
 
 
 @pytest.mark.parametrize(("mode", "expected"), [
-    ("all", ["match", "completion-ok", "completion-fail"]),
-    # without watch notices, a watch job reports its completion instead
+    # a watch job's match, then its completion (whose output is "match" too)
+    ("all", ["match", "match", "completion-ok", "completion-fail"]),
     ("result", ["completion-ok", "completion-fail", "match"]),
     ("error", ["completion-fail"]),
     ("off", []),
@@ -284,7 +284,9 @@ async def test_matches_held_back_by_the_cooldown_are_reported_when_the_job_ends(
                           "exit 1", chat)
     job_id = job_id_from(adapter.sent_to(chat)[-1])
     await gw.jobs.wait(job_id)
-    await eventually(lambda: len(notices(adapter)) == 2, what="both watch notices")
-    first, final = notices(adapter)
+    await eventually(lambda: len(notices(adapter)) >= 3, what="both watch notices, then the end")
+    await gw.router.settle()
+    first, final, completion = notices(adapter)
     assert "ERROR one" in first.text and "ERROR two" not in first.text
     assert "ERROR two: deploy failed" in final.text  # not lost with the job's end
+    assert completion.text.startswith(f"Job {job_id} finished: exit code 1")

@@ -76,6 +76,44 @@ def test_what_the_cooldown_holds_is_handed_over_at_the_end() -> None:
     w = watch(clock, cooldown_seconds=10, max_notices=10)
     assert w.feed("ERROR one") is not None
     assert w.feed("ERROR two") is None
-    held = w.held()
+    held = w.finish()
     assert held is not None and held.lines == ("ERROR two",)
-    assert w.held() is None  # handed over once
+    assert w.finish() is None  # handed over once
+
+
+def test_the_breaker_counts_end_of_job_flushes_and_what_it_drops_is_counted() -> None:
+    clock = Clock()
+    breaker = GlobalBreaker(3, clock)
+    jobs = [watch(clock, breaker, cooldown_seconds=10, max_notices=100) for _ in range(3)]
+    for w in jobs:  # each job: one notice at once, two lines held by its cooldown
+        assert w.feed("ERROR first") is not None
+        assert w.feed("ERROR second") is None
+        assert w.feed("ERROR third") is None
+    flushed = [w.finish() for w in jobs]  # the cap (3 a minute) is already used up
+    assert flushed == [None, None, None]
+    assert [w.dropped for w in jobs] == [2, 2, 2]
+
+
+def test_a_disable_notice_counts_against_the_breaker_too() -> None:
+    clock = Clock()
+    breaker = GlobalBreaker(2, clock)
+    w = watch(clock, breaker, cooldown_seconds=0, max_notices=2)
+    assert [w.feed(f"ERROR {i}") is not None for i in range(3)] == [True, True, False]
+    assert w.disabled and w.dropped == 1
+
+
+def test_a_catastrophic_pattern_matches_in_linear_time() -> None:
+    # a backtracking engine takes over 10 s for 28 a's and doubles with each one more
+    w = JobWatch(compile_patterns(["(a+)+$"]), WatchLimits(cooldown_seconds=0),
+                 GlobalBreaker(1000, Clock()), clock=Clock())
+    assert w.feed("a" * 100_000 + "b") is None
+    assert w.feed("a" * 100_000) is not None
+
+
+def test_patterns_the_re2_engine_cannot_run_are_refused_with_the_reason() -> None:
+    try:
+        compile_patterns([r"(a)\1"])
+    except ValueError as exc:
+        assert "RE2" in str(exc) and "backreferences" in str(exc)
+    else:
+        raise AssertionError("a backreference was accepted")

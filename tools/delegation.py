@@ -20,6 +20,7 @@ import structlog
 from gateway.database import Database, Op
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
+from gateway.processes import identity_alive, process_identity
 from gateway.store import SessionEntry, SessionStore
 
 log = structlog.get_logger(__name__)
@@ -28,7 +29,7 @@ log = structlog.get_logger(__name__)
 SubAgent = Callable[[str], Awaitable[str]]
 
 _COLUMNS = ("id, task, state, session_key, session_id, tab_id, return_address, result, "
-            "created_at, started_at, finished_at")
+            "created_at, started_at, finished_at, owner")
 _RUNNING = ("dispatched", "running")
 
 
@@ -45,12 +46,15 @@ class DelegationRecord:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    #: the daemon process running it (``process_identity``)
+    owner: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> DelegationRecord:
-        (did, task, state, key, sid, tab, address, result, created, started, finished) = row
+        (did, task, state, key, sid, tab, address, result, created, started, finished,
+         owner) = row
         return cls(did, task, state, key, sid, tab, ReturnAddress.from_json(address), result,
-                   created, started, finished)
+                   created, started, finished, owner)
 
 
 class DelegationRefused(Exception):
@@ -68,6 +72,8 @@ class DelegationManager:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._records: dict[str, DelegationRecord] = {}
         self._closing = False
+        #: this manager in this process: an in-process restart (tests) is a new owner
+        self.owner = f"{process_identity()}-{uuid.uuid4().hex[:6]}"
 
     async def delegate(self, task: str, address: ReturnAddress) -> DelegationRecord:
         """Start ``task`` in the background, reporting to ``address``; refuse past the limit."""
@@ -81,11 +87,12 @@ class DelegationManager:
             id="d" + uuid.uuid4().hex[:7], task=task, state="dispatched",
             session_key=address.session_key, session_id=address.session_id,
             tab_id=address.tab_id, address=address, result=None, created_at=time.time(),
-            started_at=None, finished_at=None)
+            started_at=None, finished_at=None, owner=self.owner)
         await self.db.write([(
-            f"INSERT INTO delegations ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO delegations ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (record.id, record.task, record.state, record.session_key, record.session_id,
-             record.tab_id, address.to_json(), None, record.created_at, None, None))])
+             record.tab_id, address.to_json(), None, record.created_at, None, None,
+             self.owner))])
         self._records[record.id] = record
         self._tasks[record.id] = asyncio.create_task(self._run(record),
                                                      name=f"delegation:{record.id}")
@@ -141,17 +148,24 @@ class DelegationManager:
         return len(doomed)
 
     async def recover(self) -> int:
-        """Delegations that were running when the daemon died are lost; tell each owner once."""
+        """Delegations an earlier daemon process was running when it stopped are lost;
+        tell each owner once. Only those: this process's own, and any of a process
+        that still runs, are left alone."""
         rows = await self.db.fetchall(
             f"SELECT {_COLUMNS} FROM delegations WHERE state IN ('dispatched', 'running')")
+        lost = 0
         for row in rows:
             record = DelegationRecord.from_row(row)
+            if record.id in self._records or record.owner == self.owner or (
+                    _runs_elsewhere(record.owner)):
+                continue
+            lost += 1
             text = (f"Delegation {record.id} was lost: the gateway stopped while it ran, so "
                     f"its result never came back.\nTask: {record.task}")
             await self.outbox.produce([_result_notice(record, text, "lost")], with_ops=[(
                 "UPDATE delegations SET state = 'lost', finished_at = ? WHERE id = ? "
                 "AND state IN ('dispatched', 'running')", (time.time(), record.id))])
-        return len(rows)
+        return lost
 
     async def shutdown(self) -> None:
         """Stop the sub-agents; their records stay running and are reported lost on restart."""
@@ -165,6 +179,12 @@ class DelegationManager:
         row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM delegations WHERE id = ?",
                                      (delegation_id,))
         return DelegationRecord.from_row(row) if row else None
+
+
+def _runs_elsewhere(owner: str | None) -> bool:
+    """The owner is a manager in another daemon process that still runs."""
+    process = (owner or "").rsplit("-", 1)[0]
+    return process != process_identity() and identity_alive(process)
 
 
 def _result_notice(record: DelegationRecord, text: str, sequence: str) -> NewNotification:

@@ -3,27 +3,58 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .plain_text import plain_lines
 from .watch import WatchLimits, WatchNotice
 
 if TYPE_CHECKING:
-    from .jobs import JobRecord
+    from .job_record import JobRecord
 
 MAX_OUTPUT_CHARS = 3000
 MAX_COMMAND_CHARS = 200
 
 
-def completion_text(record: JobRecord, tail: list[str]) -> str:
-    took = _duration((record.ended_at or record.started_at) - record.started_at)
+@dataclass(frozen=True, slots=True)
+class EndDetails:
+    """What the record alone does not say about how a job ended."""
+
+    #: the kill needed SIGKILL after ``kill_grace`` seconds
+    escalated: bool = False
+    kill_grace: float = 0.0
+    #: matching lines the watch breaker kept from the chat
+    dropped: int = 0
+    global_max_per_minute: int = 0
+
+
+def completion_text(record: JobRecord, tail: list[str],
+                    details: EndDetails = EndDetails()) -> str:
+    took = _duration(record.duration)
+    if record.state == "failed":
+        return (f"Job {record.id} did not start: the gateway stopped while starting it. "
+                f"Run it again if it is still needed.\n$ {_short(record.command)}")
     if record.state == "lost":
-        head = (f"Job {record.id} ended while the gateway was down; its exit code was "
-                f"not recorded (it was probably killed).")
+        head = (f"Job {record.id} ended without recording an exit code: its shell was "
+                f"killed from outside Homing.")
+    elif record.killed and details.escalated:
+        head = (f"Job {record.id} was killed after {took}: it did not stop within "
+                f"{details.kill_grace:g} s of SIGTERM, so it got SIGKILL.")
     elif record.killed:
         head = f"Job {record.id} was killed ({describe_exit(record.exit_code)}) after {took}."
     else:
         head = f"Job {record.id} finished: {describe_exit(record.exit_code)} after {took}."
-    return f"{head}\n$ {_short(record.command)}\n{_output_block(tail, 'last output')}"
+    lines = [head, f"$ {_short(record.command)}", _output_block(tail, "last output")]
+    if record.left_running:
+        n = record.left_running
+        lines.append(f"It left {n} process{'es' if n != 1 else ''} running; their output "
+                     f"still goes to the job's log (/log {record.id}).")
+    if details.dropped:
+        were = "s were" if details.dropped != 1 else " was"
+        lines.append(f"{details.dropped} matching line{were} not reported: watch notices were over "
+                     f"{details.global_max_per_minute} a minute across all jobs. "
+                     f"/log {record.id} has the output.")
+    return "\n".join(lines)
 
 
 def watch_text(record: JobRecord, notice: WatchNotice, limits: WatchLimits) -> str:
@@ -50,10 +81,15 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def output_text(lines: list[str]) -> str:
+    """Output lines as a chat shows them: plain, and code fences kept intact."""
+    return "\n".join(plain_lines(lines)).replace("```", "`\u200b``")
+
+
 def _output_block(lines: list[str], title: str | None) -> str:
     if not lines:
         return "(no output)"
-    body = "\n".join(lines).replace("```", "`\u200b``")
+    body = output_text(lines)
     if len(body) > MAX_OUTPUT_CHARS:
         body = "…" + body[-MAX_OUTPUT_CHARS:]
     head = f"{title}:\n" if title else ""
@@ -66,6 +102,7 @@ def _short(command: str) -> str:
 
 
 def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.1f} s"
     minutes, secs = divmod(int(seconds), 60)

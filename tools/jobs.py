@@ -1,22 +1,26 @@
 """The process registry: background jobs, their watches, and their notices.
 
-A job is registered together with its return address in one transaction,
-so no crash can leave a job without a way home. Its end is awaited, not
-polled: the completion notice is produced the moment the process exits,
-committed to the outbox in the same transaction that records the exit.
+A job is registered with its return address in one transaction before its
+process exists, so no crash can leave a job running that nobody can report.
+Its process is a single wrapper (``job_process``) whose end is awaited through
+a pidfd — no thread, no polling — and a watched job's output is read from its
+log as it grows (``job_output``), the same way for a job this daemon started
+and one it re-attached after a restart. Each watch notice commits how far the
+log was read, and the completion is committed in the transaction that records
+the end, so a restart resumes reporting exactly where it stopped: every
+matching line once, then one completion.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 import signal
 import time
 import uuid
-from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -24,72 +28,39 @@ from gateway.config import Config
 from gateway.database import Database, Op
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
-from gateway.processes import is_same_process, process_start_time
+from gateway.processes import process_start_time
 from gateway.route import Route
 
 from . import job_process
-from .job_notices import completion_text, watch_text
-from .watch import GlobalBreaker, JobWatch, WatchLimits, WatchNotice, compile_patterns
+from .job_notices import EndDetails, completion_text, watch_text
+from .job_output import LogReader, OutputWatcher
+from .job_process import JobFiles
+from .job_record import JOB_COLUMNS, JobRecord
+from .plain_text import plain, plain_lines
+from .watch import GlobalBreaker, JobWatch, Pattern, WatchLimits, WatchNotice, compile_patterns
 
 log = structlog.get_logger(__name__)
 
-TAIL_KEEP = 200
-JOB_COLUMNS = (
-    "id, command, cwd, state, pid, proc_start, started_at, ended_at, exit_code, killed, "
-    "notify_on_complete, watch_patterns, watch_notices, watch_disabled, session_key, "
-    "session_id, return_address, log_path, exit_path"
-)
+_GROUP_POLL_SECONDS = 0.05
+_SIGKILL_SETTLE_SECONDS = 5.0
 
 
-@dataclass(slots=True)
-class JobRecord:
-    id: str
-    command: str
-    cwd: str
-    state: str  # running, exited, lost
-    pid: int | None
-    proc_start: str | None
-    started_at: float
-    ended_at: float | None
+@dataclass(frozen=True, slots=True)
+class _End:
     exit_code: int | None
-    killed: bool
-    notify_on_complete: bool
-    watch_patterns: list[str]
-    watch_notices: int
-    watch_disabled: bool
-    session_key: str
-    session_id: str
-    address: ReturnAddress
-    log_path: Path
-    exit_path: Path
-
-    @classmethod
-    def from_row(cls, row: Any) -> JobRecord:
-        (jid, command, cwd, state, pid, proc_start, started, ended, code, killed, notify,
-         patterns, notices, disabled, key, sid, address, log_path, exit_path) = row
-        return cls(jid, command, cwd, state, pid, proc_start, started, ended, code, bool(killed),
-                   bool(notify), json.loads(patterns), notices, bool(disabled), key, sid,
-                   ReturnAddress.from_json(address), Path(log_path), Path(exit_path))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "command": self.command, "cwd": self.cwd, "state": self.state,
-            "pid": self.pid, "started_at": self.started_at, "ended_at": self.ended_at,
-            "exit_code": self.exit_code, "killed": self.killed,
-            "notify_on_complete": self.notify_on_complete,
-            "watch_patterns": self.watch_patterns, "watch_disabled": self.watch_disabled,
-            "session_key": self.session_key, "session_id": self.session_id,
-            "thread_id": self.address.route.thread_id, "log_path": str(self.log_path),
-        }
+    state: str
+    ended_at: float
+    #: the daemon saw the wrapper end (not a job that ended while it was down)
+    observed: bool = True
 
 
 @dataclass(slots=True)
 class _Live:
     record: JobRecord
     watch: JobWatch | None
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_KEEP))
     task: asyncio.Task[None] | None = None
-    proc: asyncio.subprocess.Process | None = None
+    #: the kill under way; its result says whether SIGTERM had to become SIGKILL
+    kill: asyncio.Task[bool] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -108,6 +79,7 @@ class JobManager:
         self.limits = WatchLimits(w.cooldown_seconds, w.max_notices, w.max_lines,
                                   w.global_max_per_minute)
         self.breaker = GlobalBreaker(w.global_max_per_minute)
+        self.output = OutputWatcher()
         self._live: dict[str, _Live] = {}
 
     # starting --------------------------------------------------------------
@@ -116,112 +88,125 @@ class JobManager:
                     notify_on_complete: bool = True, watch_patterns: list[str] | None = None,
                     cwd: Path | None = None) -> JobRecord:
         """Start ``command`` in the background, reporting to ``address``."""
-        if not command.strip():
-            raise JobError("no command given")
-        patterns = list(watch_patterns or [])
         try:
+            job_process.check_command(command)
+            patterns = list(watch_patterns or [])
             compiled = compile_patterns(patterns)
         except ValueError as exc:
             raise JobError(str(exc)) from None
-        job_id = "j" + uuid.uuid4().hex[:10]
-        folder = self.jobs_dir / job_id
-        folder.mkdir(parents=True)
         workdir = (cwd or Path.cwd()).resolve()
+        if not workdir.is_dir():
+            raise JobError(f"the working directory {workdir} does not exist")
+        job_id = "j" + uuid.uuid4().hex[:10]
+        files = JobFiles(self.jobs_dir / job_id)
+        files.folder.mkdir(parents=True)
         record = JobRecord(
             id=job_id, command=command, cwd=str(workdir), state="running", pid=None,
             proc_start=None, started_at=time.time(), ended_at=None, exit_code=None,
             killed=False, watch_patterns=patterns,
-            notify_on_complete=self._completion_wanted(notify_on_complete, patterns),
+            # a watched job always ends with its completion, after its last watch notice
+            notify_on_complete=notify_on_complete or bool(patterns),
             watch_notices=0, watch_disabled=False, session_key=address.session_key,
-            session_id=address.session_id, address=address,
-            log_path=folder / "output.log", exit_path=folder / "exit_code")
-        # registered (with its return address) before it runs: no crash can
-        # leave a job running that nobody knows how to report
-        await self.db.write([_insert_op(record)])
+            session_id=address.session_id, address=address, log_path=files.log,
+            exit_path=files.exit_code)
+        await self._register(record)
         try:
-            proc = await job_process.spawn(command, cwd=workdir, log_path=record.log_path,
-                                           exit_path=record.exit_path)
+            pid = self._spawn(record, workdir)
         except OSError as exc:
-            await self.db.write([("UPDATE jobs SET state = 'lost', ended_at = ? WHERE id = ?",
+            await self.db.write([("UPDATE jobs SET state = 'failed', ended_at = ? WHERE id = ?",
                                   (time.time(), job_id))])
             raise JobError(f"could not start the job: {exc}") from None
-        record.pid = proc.pid
-        record.proc_start = process_start_time(proc.pid)
-        await self.db.write([("UPDATE jobs SET pid = ?, proc_start = ? WHERE id = ?",
-                              (record.pid, record.proc_start, job_id))])
+        record.pid, record.proc_start = pid, process_start_time(pid)
+        await self._record_pid(record)
         live = self._track(record, compiled)
-        live.proc = proc
-        live.task = asyncio.create_task(self._follow_child(live, proc), name=f"job:{job_id}")
-        log.info("job_started", job_id=job_id, pid=proc.pid, session_key=record.session_key,
+        live.task = asyncio.create_task(self._follow(live, self._await_end(live)),
+                                        name=f"job:{job_id}")
+        log.info("job_started", job_id=job_id, pid=pid, session_key=record.session_key,
                  command=command)
         return record
 
-    def _track(self, record: JobRecord, compiled: list[Any]) -> _Live:
+    async def _register(self, record: JobRecord) -> None:
+        """The job's row, committed before anything runs."""
+        await self.db.write([record.insert_op()])
+
+    def _spawn(self, record: JobRecord, workdir: Path) -> int:
+        env = {**os.environ, "HOMING_JOB_ID": record.id}
+        return job_process.spawn(record.command, record.files, cwd=workdir, env=env)
+
+    async def _record_pid(self, record: JobRecord) -> None:
+        """For ``homing jobs`` and a quicker recovery; the wrapper's own pid file
+        covers a crash before this lands, so it need not hold the reply up."""
+        self.db.write_behind([("UPDATE jobs SET pid = ?, proc_start = ? WHERE id = ?",
+                               (record.pid, record.proc_start, record.id))])
+
+    def _track(self, record: JobRecord, compiled: list[Pattern]) -> _Live:
         watch = None
-        if compiled and not record.watch_disabled:
+        # watch notices are sent only in ``all`` mode; elsewhere the completion tells
+        if compiled and not record.watch_disabled and self.notify_mode == "all":
             watch = JobWatch(compiled, self.limits, self.breaker, notices=record.watch_notices)
         live = _Live(record, watch)
         self._live[record.id] = live
         return live
 
-    def _completion_wanted(self, notify_on_complete: bool, patterns: list[str]) -> bool:
-        """Watch notices are sent only in ``all`` mode; elsewhere a watch job
-        reports its completion instead, or it would never be heard from."""
-        return notify_on_complete or (bool(patterns) and self.notify_mode != "all")
-
     # following -------------------------------------------------------------
 
-    async def _follow_child(self, live: _Live, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
+    async def _follow(self, live: _Live, end: Awaitable[_End]) -> None:
+        ended = asyncio.ensure_future(end)
         try:
-            await job_process.read_lines(proc.stdout, lambda line: self._on_line(live, line))
+            if live.watch is not None:
+                await self._read_watched(live, ended)
+            outcome = await ended
         except asyncio.CancelledError:
+            ended.cancel()
             raise
-        except Exception:
-            log.exception("job_output_failed", job_id=live.record.id)
-        returncode = await proc.wait()
-        code = job_process.read_exit_code(live.record.exit_path)
-        await self._complete(live, code if code is not None else returncode,
-                             list(live.tail))
+        await self._complete(live, outcome)
 
-    async def _follow_detached(self, live: _Live) -> None:
-        """Watch a job that outlived the daemon that started it."""
+    async def _read_watched(self, live: _Live, ended: asyncio.Future[_End]) -> None:
+        """Feed the watch each line as the log grows, until the job has ended and
+        everything it wrote before that has been read."""
         record = live.record
-        offset = record.log_path.stat().st_size if record.log_path.exists() else 0
-        exited = asyncio.ensure_future(job_process.wait_for_exit(record.pid or 0))
-        await job_process.follow_file(record.log_path, offset,
-                                      lambda line: self._on_line(live, line), exited)
-        code = job_process.read_exit_code(record.exit_path)
-        tail = job_process.tail_file(record.log_path, self.settings.tail_lines)
-        # no exit code: killed (by /kill, whose notice says so, or from outside)
-        await self._complete(live, code, tail,
-                             state="exited" if code is not None or record.killed else "lost")
+        sub = self.output.watch(record.log_path)
+        ended.add_done_callback(lambda _: sub.changed.set())
+        reader = LogReader(record.log_path, record.watch_offset)
+        try:
+            while live.watch is not None and not live.watch.disabled:
+                final = ended.done()
+                sub.changed.clear()
+                more = True
+                while more:
+                    lines, more = reader.read(final=final)
+                    for text, end_offset in lines:
+                        await self._on_line(live, text, end_offset)
+                if final:
+                    return
+                await sub.changed.wait()
+        finally:
+            self.output.unwatch(sub)
 
-    async def _on_line(self, live: _Live, line: str) -> None:
-        live.tail.append(line)
-        if live.watch is None:
-            return
-        notice = live.watch.feed(line)
+    async def _on_line(self, live: _Live, line: str, end_offset: int) -> None:
+        assert live.watch is not None
+        notice = live.watch.feed(plain(line))
         if notice is None:
             return
         try:
-            await self._watch_notice(live, notice)
+            await self._watch_notice(live, notice, end_offset)
         except Exception:
-            # keep reading: a job whose output nobody reads blocks once the pipe fills
+            # keep reading; the lines after the last committed offset are read again
+            # after a restart, so a notice that failed here is not lost for good
             log.exception("watch_notice_failed", job_id=live.record.id)
 
-    async def _watch_notice(self, live: _Live, notice: WatchNotice) -> None:
+    async def _watch_notice(self, live: _Live, notice: WatchNotice, end_offset: int) -> None:
         record = live.record
         record.watch_notices += notice.kind == "watch_match"
-        ops: list[Op] = [("UPDATE jobs SET watch_notices = ? WHERE id = ?",
-                          (record.watch_notices, record.id))]
+        record.watch_offset = end_offset
+        ops: list[Op] = [("UPDATE jobs SET watch_notices = ?, watch_offset = ? WHERE id = ?",
+                          (record.watch_notices, end_offset, record.id))]
         if notice.kind == "watch_disabled":
-            record.watch_disabled = record.notify_on_complete = True
-            ops.append(("UPDATE jobs SET watch_disabled = 1, notify_on_complete = 1 "
-                        "WHERE id = ?", (record.id,)))
+            record.watch_disabled = True
+            ops.append(("UPDATE jobs SET watch_disabled = 1 WHERE id = ?", (record.id,)))
         sequence = record.watch_notices if notice.kind == "watch_match" else 0
-        new = self._watch_new_notification(record, notice, sequence)
-        await self.outbox.produce([new] if self.notify_mode == "all" else [], with_ops=ops)
+        await self.outbox.produce([self._watch_new_notification(record, notice, sequence)],
+                                  with_ops=ops)
 
     def _watch_new_notification(self, record: JobRecord, notice: WatchNotice,
                                 sequence: int | str) -> NewNotification:
@@ -230,52 +215,86 @@ class JobManager:
             address=record.address, job_id=record.id,
             text=watch_text(record, notice, self.limits))
 
-    async def _complete(self, live: _Live, exit_code: int | None, tail: list[str],
-                        state: str = "exited") -> None:
+    async def _await_end(self, live: _Live, pid: int | None = None,
+                         start: str | None = None) -> _End:
+        """The wrapper's end: its wait status when it is this daemon's child, else
+        the exit code it recorded (read off the loop)."""
         record = live.record
-        record.state, record.exit_code = state, exit_code
-        record.ended_at = _ended_at(record.exit_path)
-        ops: list[Op] = [(
-            "UPDATE jobs SET state = ?, exit_code = ?, ended_at = ? WHERE id = ? "
-            "AND state = 'running'", (state, exit_code, record.ended_at, record.id))]
-        notices = []
-        held = live.watch.held() if live.watch is not None else None
-        if held is not None and self.notify_mode == "all":
-            # matches the cooldown held back are reported, not dropped with the job
-            notices.append(self._watch_new_notification(record, held, "final"))
-        if self._should_notify_completion(record):
-            notices.append(NewNotification(
-                idempotency_key=f"{record.id}:completion:0", kind="completion",
-                address=record.address, job_id=record.id,
-                text=completion_text(record, tail[-self.settings.tail_lines:])))
+        pid = pid if pid is not None else record.pid
+        assert pid is not None
+        code = await job_process.wait_for_exit(pid, start)
+        ended_at = time.time()
+        if code is None:
+            code = await asyncio.to_thread(job_process.read_exit_code, record.exit_path)
+        state = "exited" if code is not None or record.killed else "lost"
+        return _End(code, state, ended_at)
+
+    async def _complete(self, live: _Live, end: _End) -> None:
+        record = live.record
+        details = EndDetails(kill_grace=self.settings.kill_grace_seconds,
+                             global_max_per_minute=self.limits.global_max_per_minute)
         try:
-            for attempt in range(5):  # the job is over; its end must still be told
-                try:
-                    await self.outbox.produce(notices, with_ops=ops)
-                    break
-                except Exception:
-                    log.exception("job_end_not_recorded", job_id=record.id, attempt=attempt)
-                    await asyncio.sleep(0.5 * 2 ** attempt)
+            if live.kill is not None:  # reported only once nothing of the job is left
+                details = EndDetails(escalated=await live.kill,
+                                     kill_grace=self.settings.kill_grace_seconds)
+            elif end.observed and record.pid:
+                record.left_running = job_process.group_members(record.pid)
+            record.state, record.exit_code = end.state, end.exit_code
+            record.ended_at = max(end.ended_at, record.started_at)
+            notices = []
+            if live.watch is not None:
+                held = live.watch.finish()
+                if held is not None:
+                    notices.append(self._watch_new_notification(record, held, "final"))
+                details = EndDetails(details.escalated, details.kill_grace, live.watch.dropped,
+                                     self.limits.global_max_per_minute)
+            if self._should_notify_completion(record):
+                tail = job_process.tail_file(record.log_path, self.settings.tail_lines)
+                notices.append(NewNotification(
+                    idempotency_key=f"{record.id}:completion:0", kind="completion",
+                    address=record.address, job_id=record.id,
+                    text=completion_text(record, tail, details)))
+            ops: list[Op] = [(
+                "UPDATE jobs SET state = ?, exit_code = ?, ended_at = ?, left_running = ? "
+                "WHERE id = ? AND state = 'running'",
+                (record.state, record.exit_code, record.ended_at, record.left_running,
+                 record.id))]
+            await self._commit_end(record, notices, ops)
         finally:
             live.ended.set()
             self._live.pop(record.id, None)
-        log.info("job_ended", job_id=record.id, exit_code=exit_code, state=state,
-                 session_key=record.session_key)
+        log.info("job_ended", job_id=record.id, exit_code=record.exit_code, state=record.state,
+                 left_running=record.left_running, session_key=record.session_key)
+
+    async def _commit_end(self, record: JobRecord, notices: list[NewNotification],
+                          ops: list[Op]) -> None:
+        for attempt in range(5):  # the job is over; its end must still be told
+            try:
+                await self.outbox.produce(notices, with_ops=ops)
+                return
+            except Exception:
+                log.exception("job_end_not_recorded", job_id=record.id, attempt=attempt)
+                await asyncio.sleep(0.5 * 2 ** attempt)
+        # still running in the store: the next start's recovery reports it
 
     def _should_notify_completion(self, record: JobRecord) -> bool:
         if not record.notify_on_complete or self.notify_mode == "off":
             return False
+        if record.state == "failed":
+            return True  # the user asked for it and never heard back
         return self.notify_mode != "error" or record.exit_code != 0
 
     # recovery ----------------------------------------------------------------
 
     async def recover(self) -> int:
-        """Re-attach jobs recorded as running; return how many were found.
+        """Re-attach the jobs an earlier daemon left running; return how many it had.
 
-        Alive: followed to the end. Ended while the daemon was down: their
-        completion is produced now, from the job's own exit-code file and log.
-        Gone without a record: reported as lost. The idempotency key makes
-        sure a notice is never produced twice.
+        A job is followed to its end while its wrapper lives (the process it
+        recorded, or a held lock for one spawned a moment before that daemon
+        died). One that ended while the daemon was down reports its recorded
+        exit code, and any matching lines the watch had not reported yet, now.
+        Only a job proven gone — no live wrapper, no exit record — is lost;
+        one whose wrapper never got to run did not start.
         """
         rows = await self.db.fetchall(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'running' ORDER BY started_at")
@@ -283,42 +302,73 @@ class JobManager:
             record = JobRecord.from_row(row)
             if record.id in self._live:
                 continue
-            live = self._track(record, compile_patterns(record.watch_patterns))
-            # alive first, then the exit file: a job ending between the two
-            # checks is then found by the second, not reported lost
-            alive = bool(record.pid) and is_same_process(record.pid or 0, record.proc_start)
-            code = job_process.read_exit_code(record.exit_path)
-            if code is None and alive:
-                live.task = asyncio.create_task(self._follow_detached(live),
-                                                name=f"job:{record.id}")
+            try:
+                compiled = compile_patterns(record.watch_patterns)
+            except ValueError:
+                log.warning("watch_pattern_no_longer_valid", job_id=record.id)
+                compiled = []
+            live = self._track(record, compiled)
+            files = record.files
+            # alive first, then the exit file: a job ending between the two checks
+            # is then found by the second, not reported lost
+            found = await job_process.find_wrapper(record.pid, record.proc_start, files)
+            code = await asyncio.to_thread(job_process.read_exit_code, files.exit_code)
+            if code is None and found is not None:
+                record.pid, record.proc_start = found
+                await self._record_pid(record)
+                end: Awaitable[_End] = self._await_end(live, *found)
                 log.info("job_reattached", job_id=record.id, pid=record.pid)
-                continue
-            tail = job_process.tail_file(record.log_path, self.settings.tail_lines)
-            await self._complete(live, code, tail, state="exited" if code is not None else "lost")
+            else:
+                state = ("exited" if code is not None or record.killed
+                         else "lost" if job_process.was_spawned(files) else "failed")
+                end = _already(_End(code, state, _ended_at(files.exit_code), observed=False))
+            live.task = asyncio.create_task(self._follow(live, end), name=f"job:{record.id}")
         return len(rows)
 
     # control and queries -----------------------------------------------------
 
     async def kill(self, job_id: str) -> JobRecord:
+        """Stop a job: SIGTERM to its whole group, SIGKILL after the grace period;
+        returns once nothing of the job is left and its end is recorded."""
         live = self._live.get(job_id)
         if live is None or live.record.pid is None:
             raise JobError(f"job {job_id} is not running")
-        record = live.record
-        record.killed = True
-        await self.db.write([("UPDATE jobs SET killed = 1 WHERE id = ?", (job_id,))])
-        job_process.signal_group(record.pid, signal.SIGTERM)
+        if live.kill is None:
+            live.kill = asyncio.create_task(self._kill(live), name=f"kill:{job_id}")
+        limit = self.settings.kill_grace_seconds + _SIGKILL_SETTLE_SECONDS + 5.0
         try:
-            async with asyncio.timeout(self.settings.kill_grace_seconds):
+            async with asyncio.timeout(limit):
                 await live.ended.wait()
         except TimeoutError:
-            job_process.signal_group(record.pid, signal.SIGKILL)
-        log.info("job_killed", job_id=job_id)
-        return record
+            raise JobError(f"job {job_id} was signalled but has not ended yet; its processes "
+                           f"may be stuck in the kernel") from None
+        return live.record
+
+    async def _kill(self, live: _Live) -> bool:
+        record = live.record
+        assert record.pid is not None
+        record.killed = True
+        await self.db.write([("UPDATE jobs SET killed = 1 WHERE id = ?", (record.id,))])
+        job_process.signal_group(record.pid, signal.SIGTERM)
+        if await _group_empties(record.pid, self.settings.kill_grace_seconds):
+            log.info("job_killed", job_id=record.id, signal="SIGTERM")
+            return False
+        job_process.signal_group(record.pid, signal.SIGKILL)
+        gone = await _group_empties(record.pid, _SIGKILL_SETTLE_SECONDS)
+        log.info("job_killed", job_id=record.id, signal="SIGKILL", group_empty=gone)
+        return True
 
     async def wait(self, job_id: str) -> None:
         live = self._live.get(job_id)
         if live is not None:
             await live.ended.wait()
+
+    async def consume_completion(self, job_id: str) -> str | None:
+        """Hand a job's completion to whoever is reading it now (the model's
+        ``process wait``): marked delivered in the same transaction, so it does
+        not come again as a notice. None when it was already delivered or there
+        is none."""
+        return await self.outbox.consume(f"{job_id}:completion:0")
 
     async def get(self, job_id: str) -> JobRecord | None:
         live = self._live.get(job_id)
@@ -336,10 +386,8 @@ class JobManager:
                 for r in rows]
 
     def output_tail(self, record: JobRecord, lines: int) -> list[str]:
-        live = self._live.get(record.id)
-        if live is not None and live.tail:
-            return list(live.tail)[-lines:]
-        return job_process.tail_file(record.log_path, lines)
+        """The job's latest output lines, as a chat shows them."""
+        return plain_lines(job_process.tail_file(record.log_path, lines))
 
     @property
     def running(self) -> int:
@@ -354,33 +402,32 @@ class JobManager:
 
     async def detach(self) -> None:
         """Stop following jobs without stopping them: they outlive the daemon."""
-        tasks = [lv.task for lv in self._live.values() if lv.task is not None]
+        tasks = [t for lv in self._live.values() for t in (lv.task, lv.kill) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for live in self._live.values():
-            if live.proc is not None:
-                # let go of the output pipe, or the job would block once it fills
-                transport = live.proc._transport  # type: ignore[attr-defined]
-                pipe = transport.get_pipe_transport(1)
-                if pipe is not None:
-                    pipe.close()
+        self.output.close()
         self._live.clear()
 
 
+async def _already(end: _End) -> _End:
+    return end
+
+
+async def _group_empties(pgid: int, timeout: float) -> bool:
+    """Wait until no live process is left in the group; False after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while job_process.group_members(pgid):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(_GROUP_POLL_SECONDS)
+    return True
+
+
 def _ended_at(exit_path: Path) -> float:
-    """When the job ended: its exit file's time (it may have ended while we were down)."""
+    """When a job ended while the daemon was down: its exit file's time."""
     try:
         return exit_path.stat().st_mtime
     except OSError:
         return time.time()
-
-
-def _insert_op(r: JobRecord) -> Op:
-    return (
-        f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (r.id, r.command, r.cwd, r.state, r.pid, r.proc_start, r.started_at, r.ended_at,
-         r.exit_code, int(r.killed), int(r.notify_on_complete), json.dumps(r.watch_patterns),
-         r.watch_notices, int(r.watch_disabled), r.session_key, r.session_id,
-         r.address.to_json(), str(r.log_path), str(r.exit_path)),
-    )

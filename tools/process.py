@@ -13,7 +13,8 @@ import time
 from gateway.context import current_session
 
 from .job_notices import describe_exit
-from .jobs import JobError, JobManager, JobRecord
+from .job_record import JobRecord
+from .jobs import JobError, JobManager
 
 
 class Processes:
@@ -33,15 +34,19 @@ class Processes:
     def log(self, job: JobRecord, lines: int) -> list[str]:
         return self.jobs.output_tail(job, lines)
 
-    async def wait(self, job_id: str, timeout: float) -> JobRecord:
-        """The job once it has ended, or as it is when ``timeout`` runs out."""
+    async def wait(self, job_id: str, timeout: float) -> tuple[JobRecord, str | None]:
+        """The job once it has ended, or as it is when ``timeout`` runs out — and,
+        when it ended, its completion notice, which is then not delivered again."""
         job = await self.own(job_id)
         try:
             async with asyncio.timeout(timeout):
                 await self.jobs.wait(job.id)
         except TimeoutError:
             pass
-        return await self.own(job_id)
+        job = await self.own(job_id)
+        if job.state == "running":
+            return job, None
+        return job, await self.jobs.consume_completion(job.id)
 
     async def kill(self, job_id: str) -> JobRecord:
         job = await self.own(job_id)
@@ -52,7 +57,11 @@ def job_line(job: JobRecord) -> str:
     if job.state == "running":
         state = f"running for {int(time.time() - job.started_at)} s"
     elif job.state == "lost":
-        state = "lost (ended while the gateway was down)"
+        state = "lost (ended without an exit code)"
+    elif job.state == "failed":
+        state = "did not start"
     else:
         state = describe_exit(job.exit_code)
+    if job.left_running:
+        state += f", left {job.left_running} running"
     return f"{job.id}  {state}  $ {' '.join(job.command.split())[:80]}"

@@ -15,14 +15,19 @@ from pathlib import Path
 from gateway.notifications import ReturnAddress
 
 from . import job_process
-from .jobs import JobManager, JobRecord
+from .job_output import decode_line
+from .job_record import JobRecord
+from .jobs import JobError, JobManager
+from .plain_text import plain
 
 FOREGROUND_KEEP_LINES = 200
+_LINE_LIMIT = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class ForegroundResult:
     exit_code: int | None
+    #: the last lines, as a chat shows them (terminal escapes removed)
     output: list[str]
     timed_out: bool
 
@@ -36,19 +41,19 @@ class Terminal:
 
     async def run(self, command: str, *, timeout: float | None = None) -> ForegroundResult:
         """Run ``command`` to its end (or the timeout, which kills it)."""
+        try:
+            job_process.check_command(command)
+        except ValueError as exc:
+            raise JobError(str(exc)) from None
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", command, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            cwd=self.cwd, start_new_session=True, limit=1024 * 1024)
+            cwd=self.cwd, start_new_session=True, limit=_LINE_LIMIT)
         output: deque[str] = deque(maxlen=FOREGROUND_KEEP_LINES)
-
-        async def keep(line: str) -> None:
-            output.append(line)
-
         assert proc.stdout is not None
         try:
             async with asyncio.timeout(timeout or self.foreground_timeout):
-                await job_process.read_lines(proc.stdout, keep)
+                await _read_lines(proc.stdout, output)
             return ForegroundResult(await proc.wait(), list(output), timed_out=False)
         except TimeoutError:
             job_process.signal_group(proc.pid, signal.SIGKILL)
@@ -63,3 +68,15 @@ class Terminal:
         return await self.jobs.start(command, ReturnAddress.capture(),
                                      notify_on_complete=notify_on_complete,
                                      watch_patterns=watch_patterns, cwd=self.cwd)
+
+
+async def _read_lines(stream: asyncio.StreamReader, into: deque[str]) -> None:
+    while True:
+        try:
+            raw = await stream.readline()
+        except ValueError:  # a line longer than the limit; asyncio skipped it
+            into.append("[homing: an over-long output line was skipped]")
+            continue
+        if not raw:
+            return
+        into.append(plain(decode_line(raw.rstrip(b"\n"))))

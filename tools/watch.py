@@ -1,20 +1,31 @@
 """Watch patterns: which output lines become notices, and how often.
 
-Per job a cooldown between notices (what it suppresses is counted into the
-next notice) and a cap, past which the watch turns itself off with one
-``watch_disabled`` notice. A breaker shared by all jobs stops a flood.
+Patterns are RE2 expressions (``google-re2``): matching takes time linear in
+the line, so no pattern — ``(a+)+$`` included — can stall the event loop the
+way a backtracking engine would. Per job a cooldown between notices (what it
+holds back is counted into the next notice) and a cap, past which the watch
+turns itself off with one ``watch_disabled`` notice. A breaker shared by all
+jobs counts every watch notice, end-of-job flushes included; matching lines
+it keeps from the chat are counted as dropped, for the job's completion to say.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
+
+import re2
 
 MAX_LINE_CHARS = 500
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # RE2 would write its own lines to stderr, past our logs
+
+
+class Pattern(Protocol):
+    def search(self, text: str) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,60 +63,81 @@ class WatchNotice:
 
 @dataclass(slots=True)
 class JobWatch:
-    """The watch state of one job; feed it every output line."""
+    """The watch state of one job; feed it every output line, then ``finish`` it."""
 
-    patterns: list[re.Pattern[str]]
+    patterns: list[Pattern]
     limits: WatchLimits
     breaker: GlobalBreaker
     notices: int = 0
     disabled: bool = False
     clock: Callable[[], float] = time.monotonic
+    #: matching lines that never reached the chat because the breaker was open
+    dropped: int = 0
     _suppressed: int = 0
     _last_notice: float | None = None
     _held: deque[str] = field(default_factory=deque)
-
-    def held(self) -> WatchNotice | None:
-        """Matches still held back by the cooldown or the breaker, as one last notice."""
-        if not self._held or self.disabled:
-            return None
-        notice = WatchNotice("watch_match", tuple(self._held), self._suppressed)
-        self._held.clear()
-        self._suppressed = 0
-        return notice
 
     def feed(self, line: str) -> WatchNotice | None:
         """A notice to send for this line, or None."""
         if self.disabled or not any(p.search(line) for p in self.patterns):
             return None
         line = line[:MAX_LINE_CHARS]
-        now = self.clock()
         if self.notices >= self.limits.max_notices:
             self.disabled = True
-            held = (*self._held, line)[-self.limits.max_lines:]
-            return WatchNotice("watch_disabled", held, self._suppressed)
+            lines = (*self._held, line)[-self.limits.max_lines:]
+            if not self.breaker.allow():
+                self.dropped += self._suppressed + 1
+                self._clear()
+                return None
+            notice = WatchNotice("watch_disabled", lines, self._suppressed)
+            self._clear()
+            return notice
+        now = self.clock()
         cooling = self._last_notice is not None and (
             now - self._last_notice < self.limits.cooldown_seconds)
         if cooling or not self.breaker.allow():
-            self._suppressed += 1
-            self._held.append(line)
-            while len(self._held) > self.limits.max_lines - 1:
-                self._held.popleft()
+            self._hold(line)
             return None
-        lines = (*self._held, line)
-        notice = WatchNotice("watch_match", lines, self._suppressed)
-        self._held.clear()
-        self._suppressed = 0
+        notice = WatchNotice("watch_match", (*self._held, line), self._suppressed)
+        self._clear()
         self._last_notice = now
         self.notices += 1
         return notice
 
+    def finish(self) -> WatchNotice | None:
+        """At the job's end: the lines still held back, as one last notice — if the
+        breaker lets one more through; otherwise they count as dropped."""
+        if not self._held or self.disabled:
+            return None
+        if not self.breaker.allow():
+            self.dropped += self._suppressed
+            self._clear()
+            return None
+        notice = WatchNotice("watch_match", tuple(self._held), self._suppressed)
+        self._clear()
+        self.notices += 1
+        return notice
 
-def compile_patterns(patterns: list[str]) -> list[re.Pattern[str]]:
+    def _hold(self, line: str) -> None:
+        self._suppressed += 1
+        self._held.append(line)
+        while len(self._held) > self.limits.max_lines - 1:
+            self._held.popleft()
+
+    def _clear(self) -> None:
+        self._held.clear()
+        self._suppressed = 0
+
+
+def compile_patterns(patterns: list[str]) -> list[Pattern]:
     """Compile watch patterns; raise ValueError naming the bad one."""
-    compiled = []
+    compiled: list[Pattern] = []
     for pattern in patterns:
         try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise ValueError(f"bad watch pattern {pattern!r}: {exc}") from None
+            compiled.append(re2.compile(pattern, options=_OPTIONS))
+        except re2.error as exc:
+            reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) \
+                else str(exc)
+            raise ValueError(f"bad watch pattern {pattern!r}: {reason} (watch patterns are "
+                             f"RE2 expressions: no backreferences or lookaround)") from None
     return compiled

@@ -1,0 +1,165 @@
+"""Following jobs' ``output.log`` files as they grow.
+
+A job writes its output straight to its log, so the daemon reads it from
+there — the same way for a job it just started and for one an earlier daemon
+left running. One inotify descriptor serves every job: a write to a log wakes
+that job's reader, which reads what was appended (event-driven, no polling, no
+thread). Where inotify is unavailable or out of watches, a reader is woken a
+few times a second instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+try:  # Linux only; elsewhere every reader falls back to the timer
+    from inotify_simple import INotify, flags
+except ImportError:  # pragma: no cover - not on Linux
+    INotify = None  # type: ignore[assignment,misc]
+
+LINE_LIMIT = 64 * 1024  # longer lines are cut here (the log keeps them whole)
+READ_CHUNK = 256 * 1024  # per read, so one chatty job cannot hold the loop
+_FALLBACK_SECONDS = 0.2
+
+
+@dataclass(slots=True)
+class Subscription:
+    """A job's wake-up: ``changed`` is set whenever its log may have grown."""
+
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    wd: int | None = None
+    timer: asyncio.TimerHandle | None = None
+    closed: bool = False
+
+
+class OutputWatcher:
+    def __init__(self) -> None:
+        self._inotify: INotify | None = None
+        self._by_wd: dict[int, Subscription] = {}
+        self._unavailable = INotify is None
+
+    def watch(self, path: Path) -> Subscription:
+        sub = Subscription()
+        sub.changed.set()  # read once at the start, whatever happened before
+        inotify = self._descriptor()
+        if inotify is not None:
+            try:
+                sub.wd = inotify.add_watch(path, flags.MODIFY | flags.CLOSE_WRITE)
+            except OSError as exc:
+                log.warning("job_output_not_watched", path=str(path), error=str(exc),
+                            fallback_seconds=_FALLBACK_SECONDS)
+            else:
+                self._by_wd[sub.wd] = sub
+                return sub
+        self._tick(sub)
+        return sub
+
+    def unwatch(self, sub: Subscription) -> None:
+        sub.closed = True
+        if sub.timer is not None:
+            sub.timer.cancel()
+        if sub.wd is not None and self._by_wd.get(sub.wd) is sub:
+            del self._by_wd[sub.wd]
+            if self._inotify is not None:
+                with contextlib.suppress(OSError):  # the file may be gone
+                    self._inotify.rm_watch(sub.wd)
+
+    def close(self) -> None:
+        for sub in list(self._by_wd.values()):
+            self.unwatch(sub)
+        if self._inotify is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._inotify.fileno())
+            self._inotify.close()
+            self._inotify = None
+
+    def _descriptor(self) -> INotify | None:
+        if self._inotify is None and not self._unavailable:
+            try:
+                self._inotify = INotify(nonblocking=True)
+            except OSError as exc:
+                self._unavailable = True
+                log.warning("inotify_unavailable", error=str(exc))
+                return None
+            asyncio.get_running_loop().add_reader(self._inotify.fileno(), self._on_events)
+        return self._inotify
+
+    def _on_events(self) -> None:
+        assert self._inotify is not None
+        try:
+            events = self._inotify.read(timeout=0)
+        except BlockingIOError:
+            return
+        for event in events:
+            if event.mask & flags.Q_OVERFLOW:  # events were lost: everyone looks
+                for sub in self._by_wd.values():
+                    sub.changed.set()
+                continue
+            sub = self._by_wd.get(event.wd)
+            if sub is not None:
+                sub.changed.set()
+
+    def _tick(self, sub: Subscription) -> None:
+        if sub.closed:
+            return
+        sub.changed.set()
+        sub.timer = asyncio.get_running_loop().call_later(_FALLBACK_SECONDS, self._tick, sub)
+
+
+class LogReader:
+    """Reads complete lines appended to a log since ``offset``, each with the offset
+    just past it (what a watch records as read)."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset  # the end of the last whole line handed out
+        self._partial = b""
+        self._skipping = False  # inside an over-long line, after its cut
+
+    def read(self, *, final: bool = False) -> tuple[list[tuple[str, int]], bool]:
+        """Lines now complete (with ``final``, the last unterminated one too), and
+        whether more is waiting to be read."""
+        position = self.offset + len(self._partial)
+        try:
+            with self.path.open("rb") as file:
+                file.seek(position)
+                chunk = file.read(READ_CHUNK)
+        except FileNotFoundError:
+            chunk = b""
+        lines: list[tuple[str, int]] = []
+        data = self._partial + chunk
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                break
+            if not self._skipping:
+                lines.append((decode_line(data[start:end]), self.offset + end + 1))
+            self._skipping = False
+            start = end + 1
+        rest = data[start:]
+        self.offset += start
+        if len(rest) > LINE_LIMIT and not self._skipping:
+            lines.append((decode_line(rest[:LINE_LIMIT]) + " [line cut]", self.offset))
+            self._skipping = True
+        if self._skipping:  # drop the rest of an over-long line as it comes
+            self.offset += len(rest)
+            rest = b""
+        more = len(chunk) == READ_CHUNK
+        if final and not more and rest:
+            lines.append((decode_line(rest), self.offset + len(rest)))
+            self.offset += len(rest)
+            rest = b""
+        self._partial = rest
+        return lines, more
+
+
+def decode_line(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace").rstrip("\r")

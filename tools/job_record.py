@@ -1,0 +1,93 @@
+"""A background job as the state database keeps it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.database import Op
+from gateway.notifications import ReturnAddress
+
+from .job_process import JobFiles
+
+JOB_COLUMNS = (
+    "id, command, cwd, state, pid, proc_start, started_at, ended_at, exit_code, killed, "
+    "notify_on_complete, watch_patterns, watch_notices, watch_disabled, session_key, "
+    "session_id, return_address, log_path, exit_path, watch_offset, left_running"
+)
+
+#: running; exited (with or without a code: see ``exit_code``); lost (gone while the
+#: daemon was down, without an exit record); failed (never started)
+STATES = ("running", "exited", "lost", "failed")
+
+
+@dataclass(slots=True)
+class JobRecord:
+    id: str
+    command: str
+    cwd: str
+    state: str
+    pid: int | None
+    proc_start: str | None
+    started_at: float
+    ended_at: float | None
+    exit_code: int | None
+    killed: bool
+    notify_on_complete: bool
+    watch_patterns: list[str]
+    watch_notices: int
+    watch_disabled: bool
+    session_key: str
+    session_id: str
+    address: ReturnAddress
+    log_path: Path
+    exit_path: Path
+    #: how far into output.log the watch has reported (committed with each watch notice)
+    watch_offset: int = 0
+    #: processes the job left running when its shell ended
+    left_running: int = 0
+
+    @classmethod
+    def from_row(cls, row: Any) -> JobRecord:
+        (jid, command, cwd, state, pid, proc_start, started, ended, code, killed, notify,
+         patterns, notices, disabled, key, sid, address, log_path, exit_path, offset,
+         left) = row
+        return cls(jid, command, cwd, state, pid, proc_start, started, ended, code, bool(killed),
+                   bool(notify), json.loads(patterns), notices, bool(disabled), key, sid,
+                   ReturnAddress.from_json(address), Path(log_path), Path(exit_path),
+                   offset or 0, left or 0)
+
+    @property
+    def files(self) -> JobFiles:
+        return JobFiles(self.log_path.parent)
+
+    @property
+    def duration(self) -> float:
+        """Seconds from start to end (or to now's record); never negative."""
+        return max(0.0, (self.ended_at or self.started_at) - self.started_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "command": self.command, "cwd": self.cwd, "state": self.state,
+            "pid": self.pid, "started_at": self.started_at, "ended_at": self.ended_at,
+            "exit_code": self.exit_code, "killed": self.killed,
+            "notify_on_complete": self.notify_on_complete,
+            "watch_patterns": self.watch_patterns, "watch_disabled": self.watch_disabled,
+            "session_key": self.session_key, "session_id": self.session_id,
+            "thread_id": self.address.route.thread_id, "log_path": str(self.log_path),
+            "left_running": self.left_running,
+        }
+
+    def insert_op(self) -> Op:
+        return (
+            f"INSERT INTO jobs ({JOB_COLUMNS}) "
+            f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (self.id, self.command, self.cwd, self.state, self.pid, self.proc_start,
+             self.started_at, self.ended_at, self.exit_code, int(self.killed),
+             int(self.notify_on_complete), json.dumps(self.watch_patterns), self.watch_notices,
+             int(self.watch_disabled), self.session_key, self.session_id,
+             self.address.to_json(), str(self.log_path), str(self.exit_path),
+             self.watch_offset, self.left_running),
+        )
