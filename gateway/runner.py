@@ -262,9 +262,18 @@ class GatewayRunner:
 
     async def send(self, session: SessionEntry, route: Route, text: str, *,
                    kind: MessageKind = "reply") -> SendResult:
-        """Record ``text`` in the session's transcript and send it to ``route``."""
-        self.store.record_message(session.id, kind, text)
-        return await self.post(route, text, kind=kind, session_id=session.id)
+        """Send ``text`` to ``route`` and record it in the session's transcript.
+
+        Recorded once it went out, and without a pause before the caller's own
+        record of the send (a notification's sent id, see ``Turn.reply``): both
+        land in the same group commit, so a crash leaves the transcript and the
+        outbox agreeing on whether the notice was said — never a second copy in
+        the transcript when the outbox sends it again.
+        """
+        result = await self.post(route, text, kind=kind, session_id=session.id)
+        if result.ok:
+            self.store.record_message(session.id, kind, text)
+        return result
 
     async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None) -> SendResult:

@@ -164,12 +164,13 @@ def was_spawned(files: JobFiles) -> bool:
 
 
 async def find_wrapper(pid: int | None, start: str | None, files: JobFiles,
-                       *, patience: float = 5.0) -> tuple[int, str | None] | None:
-    """The live wrapper of a job recorded by an earlier daemon, or None when it is gone.
+                       *, patience: float = 0.5) -> tuple[int | None, str | None] | None:
+    """The live wrapper of a job an earlier daemon started: ``(pid, start time)``, with
+    the pid None when only its lock shows it alive; None when it is gone.
 
-    Alive means: the recorded process still runs, or the lock is held (a wrapper
-    spawned a moment before the old daemon died, which may not have written its
-    pid file yet — it does so first thing, so wait for it).
+    Alive means: the recorded process still runs, or the lock is held — by a
+    wrapper spawned a moment before the old daemon died, which may not have
+    written its pid file yet (it does so first thing, so give it a moment).
     """
     if pid is None:
         recorded = read_pid_file(files.pid)
@@ -184,9 +185,19 @@ async def find_wrapper(pid: int | None, start: str | None, files: JobFiles,
         if recorded is not None and is_same_process(*recorded):
             return recorded
         if loop.time() > deadline:
-            # alive but silent (stopped?): follow it by its lock rather than call it lost
-            return (pid, start) if pid is not None else None
+            return None, None
         await asyncio.sleep(0.01)
+    return None
+
+
+async def learn_pid(files: JobFiles) -> tuple[int, str | None] | None:
+    """For a wrapper alive by its lock alone: its pid once its pid file shows it, or
+    None once the lock is released (it ended without us learning which it was)."""
+    while lock_held(files.lock):
+        recorded = read_pid_file(files.pid)
+        if recorded is not None and is_same_process(*recorded):
+            return recorded
+        await asyncio.sleep(_POLL_SECONDS)
     return None
 
 
@@ -281,7 +292,9 @@ def tail_file(path: Path, lines: int, max_bytes: int = 65536) -> list[str]:
             data = file.read()
     except OSError:
         return []
-    text = data.decode("utf-8", "replace").splitlines()
+    text = data.decode("utf-8", "replace").split("\n")
+    if text and not text[-1]:
+        text.pop()  # the newline ending the last line
     if size > max_bytes and text:
         text = text[1:]  # the first line was cut by the seek
     return text[-lines:] if lines else []

@@ -119,7 +119,7 @@ class JobManager:
         record.pid, record.proc_start = pid, process_start_time(pid)
         await self._record_pid(record)
         live = self._track(record, compiled)
-        live.task = asyncio.create_task(self._follow(live, self._await_end(live)),
+        live.task = asyncio.create_task(self._follow(live, self._await_end(live, pid)),
                                         name=f"job:{job_id}")
         log.info("job_started", job_id=job_id, pid=pid, session_key=record.session_key,
                  command=command)
@@ -220,9 +220,14 @@ class JobManager:
         """The wrapper's end: its wait status when it is this daemon's child, else
         the exit code it recorded (read off the loop)."""
         record = live.record
-        pid = pid if pid is not None else record.pid
-        assert pid is not None
-        code = await job_process.wait_for_exit(pid, start)
+        code = None
+        if pid is None:  # alive by its lock alone, so far
+            learned = await job_process.learn_pid(record.files)
+            if learned is not None:
+                pid, start = record.pid, record.proc_start = learned
+                await self._record_pid(record)
+        if pid is not None:
+            code = await job_process.wait_for_exit(pid, start)
         ended_at = time.time()
         if code is None:
             code = await asyncio.to_thread(job_process.read_exit_code, record.exit_path)
@@ -314,8 +319,9 @@ class JobManager:
             found = await job_process.find_wrapper(record.pid, record.proc_start, files)
             code = await asyncio.to_thread(job_process.read_exit_code, files.exit_code)
             if code is None and found is not None:
-                record.pid, record.proc_start = found
-                await self._record_pid(record)
+                if found[0] is not None:
+                    record.pid, record.proc_start = found
+                    await self._record_pid(record)
                 end: Awaitable[_End] = self._await_end(live, *found)
                 log.info("job_reattached", job_id=record.id, pid=record.pid)
             else:
