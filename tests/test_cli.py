@@ -4,45 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-HOMING = [sys.executable, "-m", "gateway.cli"]
-
-
-async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *HOMING, *args, env=env, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    return proc.returncode, out.decode(), err.decode()
-
-
-def web_home(home: Path, extra_config: str = "") -> dict[str, str]:
-    """A fresh home whose daemon serves the web chat on a free port; its environment."""
-    home.mkdir()
-    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n" + extra_config)
-    return _env(home)
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOMING_")}
-    env["HOMING_HOME"] = str(home)
-    return env
-
-
-async def _listening_url(stderr: asyncio.StreamReader) -> str:
-    while True:
-        line = await asyncio.wait_for(stderr.readline(), 20)
-        assert line, "the daemon exited before listening"
-        record = json.loads(line)
-        if record["event"] == "web_chat_listening":
-            return record["url"]
+from .real_daemon import HOMING, run_cli, web_home  # noqa: F401 - used by other tests
+from .real_daemon import home_env as _env
+from .real_daemon import listening_url as _listening_url
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])

@@ -1,31 +1,20 @@
-"""kill -9 the real daemon while jobs run; the restarted one reports them once."""
+"""kill -9 (or SIGTERM) the real daemon while jobs run; the restarted one reports them once."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
 import aiohttp
+import pytest
 
-from .helpers import eventually_async
-from .test_cli import HOMING, _listening_url, run_cli, web_home
-
-
-async def start_daemon(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
-                                                stderr=asyncio.subprocess.PIPE)
-    url = await _listening_url(proc.stderr)
-    # keep draining its log so the daemon never blocks on a full pipe
-    asyncio.get_running_loop().create_task(_drain(proc.stderr))
-    return proc, url
-
-
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.readline():
-        pass
+from .helpers import eventually, eventually_async
+from .kill_window import kill_window_rounds
+from .real_daemon import cli_json, kill_leftover_jobs, run_cli, start_daemon, web_home
 
 
 async def test_a_job_finishing_across_a_kill_9_is_reported_once_in_its_conversation(
@@ -94,3 +83,117 @@ async def test_a_job_finishing_across_a_kill_9_is_reported_once_in_its_conversat
                 os.killpg(job["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+WATCH_EVERY_LINE = ("jobs: {watch: {cooldown_seconds: 0, max_notices: 100, max_lines: 100, "
+                    "global_max_per_minute: 1000}}\n")
+
+
+async def _job_rows(env: dict[str, str], job_id: str) -> list[dict]:
+    return sorted((r for r in await cli_json("notifications", env=env) if r["job_id"] == job_id),
+                  key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+async def test_a_watch_job_spanning_a_restart_reports_every_match_once_then_its_end(
+        tmp_path: Path, stop: signal.Signals) -> None:
+    home = tmp_path / "home"
+    env = web_home(home, WATCH_EVERY_LINE)
+    first, url = await start_daemon(env)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(url + "ws") as ws:
+                ready = await ws.receive_json(timeout=5)
+                await ws.send_json({"type": "message", "text":
+                                    "/watch 'line [0-9]+' for i in $(seq 1 30); do "
+                                    "echo line $i; sleep 0.1; done; exit 3"})
+                job_id = (await ws.receive_json(timeout=5))["text"].split()[2].rstrip(",;")
+                live = await ws.receive_json(timeout=5)
+                assert live["kind"] == "notification" and "line 1" in live["text"]
+            first.send_signal(stop)
+            await first.wait()
+            # the job goes on, and ends, while no daemon runs
+            await eventually(lambda: (home / "jobs" / job_id / "exit_code").exists(),
+                             timeout=15, what="the job's end")
+            second, url = await start_daemon(env)
+            try:
+                async def all_delivered() -> list[dict]:
+                    rows = await _job_rows(env, job_id)
+                    done = any(r["kind"] == "completion" for r in rows) and all(
+                        r["state"] == "delivered" for r in rows)
+                    return rows if done else []
+
+                rows = await eventually_async(all_delivered, timeout=20, what="every notice")
+                watch = [r for r in rows if r["kind"] == "watch_match"]
+                (completion,) = [r for r in rows if r["kind"] == "completion"]
+                assert rows[-1] is completion  # after the last watch notice
+                assert "exit code 3" in completion["text"] and "line 30" in completion["text"]
+                reported = [int(n) for r in watch
+                            for n in re.findall(r"^line (\d+)$", r["text"], re.M)]
+                assert sorted(reported) == list(range(1, 31))  # each line, once
+                assert {r["session_key"] for r in rows} == {ready["session_key"]}
+                # and each was sent once: the conversation's transcript says so
+                async with http.get(f"{url}api/sessions/{ready['session_id']}/messages") as r:
+                    lines = [m["text"] for m in (await r.json())["messages"]
+                             if m["role"] == "notification"]
+                sent = [int(n) for t in lines if "output matched" in t
+                        for n in re.findall(r"^line (\d+)$", t, re.M)]
+                assert sorted(sent) == list(range(1, 31))
+                assert sum(f"Job {job_id} finished" in t for t in lines) == 1
+            finally:
+                second.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(second.wait(), 20) == 0
+    finally:
+        if first.returncode is None:
+            first.kill()
+        await kill_leftover_jobs(env)
+
+
+async def test_kill_9_moments_after_bg_loses_no_job_and_doubles_none(tmp_path: Path) -> None:
+    env = web_home(tmp_path / "home")
+    tally = await kill_window_rounds(env, rounds=6, jobs_per_round=3, seed=12)
+    assert tally.lost == 0 and tally.duplicates == 0 and tally.missing == 0, tally
+    assert tally.jobs == tally.reported + tally.not_started and tally.jobs > 0
+    assert tally.wrong == 0, tally  # every report carried the job's real exit code and output
+
+
+async def test_a_delegation_started_right_after_a_restart_is_never_reported_lost(
+        tmp_path: Path) -> None:
+    env = web_home(tmp_path / "home")
+    first, url = await start_daemon(env)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(url + "ws?conversation=delegating") as ws:
+                await ws.receive_json(timeout=5)
+                await ws.send_json({"type": "message", "text": "/delegate sleep 30"})
+                old = (await ws.receive_json(timeout=5))["text"].split()[2].rstrip(";")
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+            second, url = await start_daemon(env)
+            try:  # at once: the web chat listens only after recovery
+                async with http.ws_connect(url + "ws?conversation=delegating") as ws:
+                    await ws.receive_json(timeout=5)
+                    await ws.send_json({"type": "message",
+                                        "text": "/delegate sleep 1; echo second-result"})
+                    text = ""
+                    while not text.startswith("Delegated as"):
+                        text = (await ws.receive_json(timeout=10))["text"]
+                new = text.split()[2].rstrip(";")
+
+                async def results() -> list[dict]:
+                    rows = [r for r in await cli_json("notifications", env=env)
+                            if r["kind"] == "async_delegation" and r["state"] == "delivered"]
+                    return rows if len(rows) >= 2 else []
+
+                rows = await eventually_async(results, timeout=15, what="both results")
+                assert sorted(r["job_id"] for r in rows) == sorted([old, new])
+                by_id = {r["job_id"]: r["text"] for r in rows}
+                assert "was lost" in by_id[old]
+                assert "finished" in by_id[new] and "second-result" in by_id[new]
+                assert "lost" not in by_id[new]
+            finally:
+                second.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(second.wait(), 20) == 0
+    finally:
+        if first.returncode is None:
+            first.kill()

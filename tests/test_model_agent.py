@@ -308,6 +308,38 @@ async def test_watch_patterns_and_process_wait_through_the_tools(
     await tab.no_frame(0.5)  # notify_on_complete was false: no completion notice
 
 
+async def test_a_completion_the_model_got_from_process_wait_is_not_delivered_again(
+        model_gateway, model, http) -> None:
+    gw, base = model_gateway
+    waited: list[dict] = []
+
+    def brain(req: ChatRequest) -> Response:
+        if is_notice(req):
+            return Say("a notice turn")
+        if req.last["role"] == "tool":
+            result = json.loads(req.last["content"])
+            if "job_id" in result:
+                return CallTools([("process", {"action": "wait", "job_id": result["job_id"],
+                                               "timeout_seconds": 10})])
+            waited.append(result)
+            return Say("the build is done: " + result["completion"].splitlines()[0])
+        return CallTools([("terminal", {"command": "sleep 0.3; echo built; exit 2",
+                                        "background": True})])
+
+    model.brain = brain
+    tab = await open_tab(http, base)
+    await tab.say("build it and wait")
+    reply = await reply_text(tab, timeout=15)
+    assert reply["text"].startswith("the build is done: Job ")
+    assert "exit code 2" in reply["text"]
+    await gw.router.settle()
+    await tab.no_frame(0.5)  # no second word about the same completion
+    assert not [r for r in model.requests if is_notice(r)]
+    (row,) = [n for n in await gw.outbox.list() if n.kind == "completion"]
+    assert (row.state, row.reason) == ("delivered", "consumed")
+    assert "built" in waited[0]["completion"] and waited[0]["ended"] is True
+
+
 async def test_a_delegation_started_before_compression_reports_to_the_live_session(
         model_gateway, model, http) -> None:
     gw, base = model_gateway

@@ -4,7 +4,10 @@ Hypothesis drives conversations (forum topics, the General topic, DMs):
 messages, work started (its return address captured by a real turn, as a
 tool would), work finishing (job completions, watch matches, delegation
 results), ``/new``, ``/compress``, crashes with notices pending or claimed,
-and restarts. After every step, an independent model of the rules predicts
+and restarts — and real background jobs whose daemon is killed between any
+two steps of their life (row committed, process started, pid recorded,
+output written, exit, notice committed), ending while it is down or after.
+After every step, an independent model of the rules predicts
 where each notice must have gone, and the test checks that it went there —
 once — or was parked, and that nothing was lost.
 
@@ -22,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -34,6 +37,7 @@ from gateway.route import Route
 from gateway.router import Router
 from gateway.runner import GatewayRunner
 from gateway.store import SessionStore
+from tools.jobs import JobManager
 
 from .conftest import make_config
 
@@ -46,6 +50,52 @@ CONVERSATIONS = {
     "dm": Route("memory", "dm", "1", user_id="1"),
 }
 JOB_KINDS = ("completion", "watch_match")
+#: where a job's daemon is killed: after its row is committed, after its process was
+#: spawned, after its pid was recorded, after it wrote output, after it exited (its end
+#: not yet committed), after its completion was committed (not yet delivered)
+CRASH_POINTS = ("row", "spawned", "pid", "output", "exit", "notice", None)
+
+
+class SimulatedCrash(Exception):
+    """The daemon dies here: nothing after this point of the job's life runs."""
+
+
+class CrashingJobManager(JobManager):
+    """The real job manager, dying at a chosen step of the next job's life."""
+
+    crash_at: str | None = None
+
+    def _spawn(self, record, workdir):  # type: ignore[no-untyped-def]
+        if self.crash_at == "row":
+            raise SimulatedCrash
+        pid = super()._spawn(record, workdir)
+        if self.crash_at == "spawned":
+            raise SimulatedCrash
+        return pid
+
+    async def _record_pid(self, record) -> None:  # type: ignore[no-untyped-def]
+        await super()._record_pid(record)
+        if self.crash_at == "pid":
+            await self.db.flush()
+            raise SimulatedCrash
+
+    async def _commit_end(self, record, notices, ops) -> None:  # type: ignore[no-untyped-def]
+        if self.crash_at == "exit":
+            await self._die()
+        await super()._commit_end(record, notices, ops)
+        if self.crash_at == "notice":
+            await self._die()
+
+    async def _die(self) -> None:
+        """Go no further; the machine then takes the daemon down around this task."""
+        self.crashed.set()
+        await asyncio.Event().wait()
+
+    @property
+    def crashed(self) -> asyncio.Event:
+        if not hasattr(self, "_crashed"):
+            self._crashed = asyncio.Event()
+        return self._crashed
 
 
 @dataclass
@@ -64,6 +114,19 @@ class Expected:
     conversation: str
     anchor: str | None
     outcome: str  # turn | labelled | parked
+
+
+@dataclass
+class JobExpected:
+    """A real job's notices: its completion (or "did not start"), and a watch notice."""
+
+    marker: str
+    code: int
+    conversation: str
+    anchor: str | None
+    outcome: str  # turn | labelled
+    started: bool  # False: the daemon died before its process existed
+    watched: bool
 
 
 @dataclass
@@ -92,6 +155,8 @@ class RoutingMachine(RuleBasedStateMachine):
         self.model = Model()
         self.work: list[Work] = []
         self.expected: list[Expected] = []
+        self.jobs_expected: list[JobExpected] = []
+        self.gates: list[int] = []
         self.counter = 0
         self.store: SessionStore | None = None
         self.run(self._start())
@@ -108,10 +173,13 @@ class RoutingMachine(RuleBasedStateMachine):
         self.runner.add_adapter(self.adapter)
         await self.adapter.connect(self.runner)
         self.router = Router(self.outbox, self.store, self.runner)
+        self.jobs = CrashingJobManager(self.store.db, self.outbox, self.config)
+        await self.jobs.recover()  # before anything is taken in, as the daemon does
         await self.router.start()
 
     async def _stop(self) -> None:
         await self.router.stop()
+        await self.jobs.detach()
         await self.runner.drain(5)
         await self.router.settle()
         assert self.store is not None
@@ -121,6 +189,9 @@ class RoutingMachine(RuleBasedStateMachine):
         try:
             self.run(self._stop())
         finally:
+            for gate in self.gates:  # let every job still waiting end
+                os.write(gate, b"\n")
+                os.close(gate)
             self.loop.close()
             self.tmp.cleanup()
 
@@ -200,6 +271,68 @@ class RoutingMachine(RuleBasedStateMachine):
             await self._settle()
         self.run(go())
 
+    @rule(conversation=st.sampled_from(sorted(CONVERSATIONS)),
+          crash_at=st.sampled_from(CRASH_POINTS), ends_while_down=st.booleans(),
+          watched=st.booleans())
+    def job_life(self, conversation: str, crash_at: str | None, ends_while_down: bool,
+                 watched: bool) -> None:
+        """A real job, its daemon killed at ``crash_at``; then restarted."""
+        event(f"job killed at {crash_at or 'no point'}")
+        self.run(self._job_life(conversation, crash_at, ends_while_down, watched))
+
+    async def _job_life(self, conversation: str, crash_at: str | None, ends_while_down: bool,
+                        watched: bool) -> None:
+        await self._say(conversation, "/whoami")
+        tool = json.loads(self.adapter.sent_to(CONVERSATIONS[conversation])[-1].text)["tool"]
+        address = ReturnAddress(tool["session_key"], tool["session_id"],
+                                Route.from_dict(tool["route"]), tool["tab_id"])
+        number = int(self._next())
+        marker, code = f"jobmark-{number:06d}", number % 5  # no marker is part of another
+        gate_path = Path(self.tmp.name) / f"gate-{number}"
+        os.mkfifo(gate_path)
+        gate = os.open(gate_path, os.O_RDWR | os.O_NONBLOCK)  # the job's read waits on it
+        self.gates.append(gate)
+        self.jobs_expected.append(JobExpected(
+            marker, code, conversation, address.route.message_id,
+            self.model.outcome(address.session_id, delegation=False),
+            started=crash_at != "row", watched=watched))
+        command = f"echo {marker}; read x < {gate_path}; exit {code}"
+        release = lambda: os.write(gate, b"\n")  # noqa: E731
+        if crash_at == "notice":
+            await self.router.stop()  # committed, then the daemon dies before delivering
+        self.jobs.crash_at = crash_at
+        try:
+            record = await self.jobs.start(command, address,
+                                           watch_patterns=["jobmark-[0-9]+"] if watched else None)
+        except SimulatedCrash:
+            record = None
+        log_path = Path(self.config.home_path) / "jobs"
+        if crash_at == "output" or (crash_at in ("exit", "notice") and record is not None):
+            await _until(lambda: _logged(log_path, marker), "the job's output")
+        if crash_at in ("exit", "notice"):
+            release()
+            await asyncio.wait_for(self.jobs.crashed.wait(), 10)
+        if crash_at is None:
+            release()
+            await _until(lambda: not self.jobs.running, "the job's end")
+            await self._settle()
+            return
+        # the daemon dies: nothing of this process delivers or records anything more
+        if crash_at != "notice":
+            await self.router.stop()
+        await self.jobs.detach()
+        await self.runner.drain(5)
+        await self.store.close()
+        if ends_while_down and crash_at not in ("exit", "notice"):
+            release()
+            if crash_at != "row":
+                await _until(lambda: _exited(log_path, marker), "the job's end while down")
+        await self._start()
+        if not ends_while_down and crash_at not in ("exit", "notice"):
+            release()
+        await _until(lambda: not self.jobs.running, "the re-attached job's end")
+        await self._settle()
+
     # helpers -------------------------------------------------------------------
 
     async def _produce(self, item: Work, watch: bool, twice: bool, settle: bool = True) -> None:
@@ -250,6 +383,54 @@ class RoutingMachine(RuleBasedStateMachine):
                 labelled = sent[0].text.startswith("[from an ended session")
                 assert labelled == (e.outcome == "labelled"), e
         self.run(check())
+
+
+    @invariant()
+    def every_job_reported_its_real_end_once_in_its_conversation(self) -> None:
+        for e in self.jobs_expected:
+            want = CONVERSATIONS[e.conversation]
+            mine = [m for m in self.adapter.sent if m.kind == "notification"
+                    and e.marker in m.text]
+            ends = [m for m in mine if "output matched" not in m.text]
+            assert len(ends) == 1, f"{e}: its end was told {len(ends)} times"
+            text = ends[0].text
+            if e.started:
+                assert f"finished: exit code {e.code} " in text, (e, text)
+            else:
+                assert "did not start" in text, (e, text)
+            matches = [m for m in mine if "output matched" in m.text]
+            assert len(matches) == (1 if e.watched and e.started else 0), (e, matches)
+            for m in mine:
+                assert (m.route.chat_id, m.route.thread_id) == (want.chat_id, want.thread_id), e
+                assert m.route.message_id == e.anchor, e
+                assert m.text.startswith("[from an ended session") == (
+                    e.outcome == "labelled"), e
+            if matches:
+                assert self.adapter.sent.index(matches[0]) < self.adapter.sent.index(ends[0])
+
+
+async def _until(check, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+def _job_folder(jobs: Path, marker: str) -> Path | None:
+    for folder in jobs.iterdir() if jobs.exists() else ():
+        log = folder / "output.log"
+        if log.exists() and marker in log.read_text():
+            return folder
+    return None
+
+
+def _logged(jobs: Path, marker: str) -> bool:
+    return _job_folder(jobs, marker) is not None
+
+
+def _exited(jobs: Path, marker: str) -> bool:
+    folder = _job_folder(jobs, marker)
+    return folder is not None and (folder / "exit_code").exists()
 
 
 RoutingMachine.TestCase.settings = settings(

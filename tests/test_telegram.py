@@ -179,7 +179,7 @@ async def test_a_malformed_update_is_skipped_and_the_next_one_served(gateway, fa
 
 async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
         fake: FakeTelegram, tmp_path: Path) -> None:
-    from .test_crash_recovery import start_daemon
+    from .real_daemon import start_daemon
 
     env = daemon_env(tmp_path / "home", fake)
     first, _ = await start_daemon(env)
@@ -281,7 +281,7 @@ async def test_a_graceful_restart_is_announced_where_work_is_going_on(
 
     from gateway.restart_notices import BACK_ONLINE, RESTARTING
 
-    from .test_crash_recovery import start_daemon
+    from .real_daemon import start_daemon
 
     env = daemon_env(tmp_path / "home", fake)
     topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,

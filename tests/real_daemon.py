@@ -1,0 +1,77 @@
+"""The real ``homing`` command in child processes, for tests and benchmarks that
+start it, signal it and read its store through the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+HOMING = [sys.executable, "-m", "gateway.cli"]
+
+
+async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *HOMING, *args, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def cli_json(*args: str, env: dict[str, str]) -> Any:
+    code, out, err = await run_cli(*args, "--json", env=env)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def web_home(home: Path, extra_config: str = "") -> dict[str, str]:
+    """A fresh home whose daemon serves the web chat on a free port; its environment."""
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms: {web: {port: 0}}\n" + extra_config)
+    return home_env(home)
+
+
+def home_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOMING_")}
+    env["HOMING_HOME"] = str(home)
+    return env
+
+
+async def listening_url(stderr: asyncio.StreamReader) -> str:
+    while True:
+        line = await asyncio.wait_for(stderr.readline(), 20)
+        assert line, "the daemon exited before listening"
+        record = json.loads(line)
+        if record["event"] == "web_chat_listening":
+            return record["url"]
+
+
+async def start_daemon(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, str]:
+    """``homing run`` with its web chat listening; its process and base URL."""
+    proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
+                                                stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    url = await listening_url(proc.stderr)
+    # keep draining its log so the daemon never blocks on a full pipe
+    asyncio.get_running_loop().create_task(_drain(proc.stderr))
+    return proc, url
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.readline():
+        pass
+
+
+async def kill_leftover_jobs(env: dict[str, str]) -> None:
+    """Jobs outlive the daemon by design; a test's must not outlive the test."""
+    import signal
+
+    for job in await cli_json("jobs", env=env):
+        if job["pid"]:
+            try:
+                os.killpg(job["pid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
