@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
 from collections.abc import Awaitable, Callable
 
 from gateway.commands import parse_command
@@ -19,8 +18,14 @@ from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.job_notices import describe_exit
 from tools.jobs import JobError
 from tools.process import Processes, job_line
+from tools.schedule_spec import ScheduleError
+from tools.scheduler import Scheduler
 from tools.session_info import session_info
 from tools.terminal import Terminal
+
+from .arguments import split_first_word
+from .schedule_commands import COMMANDS as SCHEDULE_COMMANDS
+from .schedule_commands import ScheduleCommands
 
 LOG_LINES = 30
 
@@ -38,10 +43,14 @@ class CommandAgent:
     }
 
     def __init__(self, terminal: Terminal | None = None,
-                 delegations: DelegationManager | None = None) -> None:
+                 delegations: DelegationManager | None = None,
+                 scheduler: Scheduler | None = None) -> None:
         self.terminal = terminal
         self.delegations = delegations
         self.processes = Processes(terminal.jobs) if terminal is not None else None
+        self.schedule_commands = ScheduleCommands(scheduler) if scheduler is not None else None
+        if scheduler is not None:
+            self.commands = {**self.commands, **SCHEDULE_COMMANDS}
 
     async def run_turn(self, turn: Turn) -> None:
         command = parse_command(turn.event.text)
@@ -50,6 +59,8 @@ class CommandAgent:
             return
         name, args = command
         handler = getattr(self, f"_cmd_{name}", None)
+        if name in SCHEDULE_COMMANDS and self.schedule_commands is not None:
+            handler = getattr(self.schedule_commands, name)
         if handler is None or name not in self.commands:
             await turn.reply(f"Unknown command /{name}. Send /help for the list.", kind="system")
             return
@@ -58,7 +69,7 @@ class CommandAgent:
             return
         try:
             await handler(turn, args)
-        except (JobError, DelegationRefused) as exc:
+        except (JobError, DelegationRefused, ScheduleError) as exc:
             await turn.reply(str(exc), kind="system")
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
@@ -172,15 +183,10 @@ def _require(value: object, usage: str) -> None:
 
 
 def _split_first_word(args: str) -> tuple[str, str]:
-    """The first shell word (quotes allowed) and the rest of the line verbatim."""
-    lexer = shlex.shlex(args, posix=True)
-    lexer.whitespace_split = True
     try:
-        first = lexer.get_token() or ""
+        return split_first_word(args)
     except ValueError:
         raise JobError("Unbalanced quotes in the watch pattern.") from None
-    rest = args[lexer.instream.tell():] if hasattr(lexer.instream, "tell") else ""
-    return first, rest.strip()
 
 
 def _acknowledge(text: str) -> str:

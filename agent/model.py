@@ -43,7 +43,9 @@ it ends, so do not wait for it or poll it.
 - delegate_task hands a self-contained task to a sub-agent; its summary comes back here.
 - A system message that starts with "[Background notice: not a message from the user]" \
 reports on work started earlier. The user did not write it: tell them in a sentence or \
-two what happened and what it means; do not answer it as a question from the user.
+two what happened and what it means; do not answer it as a question from the user. When \
+it is a "Scheduled task", it is a task the user scheduled with the schedule tool: do it \
+now and report the result.
 - Be brief; this is a chat."""
 
 SUBAGENT_PROMPT = """\
@@ -88,6 +90,9 @@ class ModelAgent:
         await self._converse(turn, {"role": "user", "content": turn.event.text}, "reply")
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
+        if notification.kind == "schedule_note":  # the gateway's own word: no model turn
+            await _post_notice(turn, notification)
+            return
         lineage = await turn.runner.store.lineage(turn.session.id)
         if await self.history.has_notice(lineage, notification.id):
             # a second delivery (its answer could not be sent): the model already had

@@ -19,11 +19,15 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gateway.context import current_session
 from gateway.events import SendResult
+from gateway.notifications import ReturnAddress
 from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.job_notices import describe_exit
 from tools.jobs import JobError
 from tools.process import Processes, job_line
+from tools.schedule_spec import ScheduleError
+from tools.scheduler import Scheduler
 from tools.send_message import MessageSender, UnknownTarget
 from tools.terminal import Terminal
 
@@ -76,6 +80,25 @@ class DelegateTaskArgs(_Args):
     task: str = Field(min_length=1, description="what the sub-agent should do, self-contained")
 
 
+class ScheduleArgs(_Args):
+    """Create or look after this conversation's schedules. A schedule runs a shell command
+    (command) or gives you a turn with a prompt (prompt) at its times, and every run
+    reports back to this conversation, even days later. Create with exactly one of
+    every, cron or at."""
+
+    action: Literal["create", "list", "pause", "resume", "remove", "run"]
+    every: str | None = Field(None, description="create: repeat at this interval: 30s, 10m, "
+                                                "2h, 1d, 1h30m")
+    cron: str | None = Field(None, description="create: a five-field cron expression, "
+                                               "e.g. '0 9 * * 1-5'")
+    at: str | None = Field(None, description="create: once, at HH:MM, YYYY-MM-DD HH:MM or +20m")
+    command: str | None = Field(None, description="create: the shell command each run runs")
+    prompt: str | None = Field(None, description="create: what each run asks you to do")
+    timezone: str | None = Field(None, description="create: an IANA timezone such as "
+                                                   "Europe/Berlin (default: the gateway's)")
+    schedule_id: str | None = Field(None, description="pause, resume, remove, run: which one")
+
+
 class SendMessageArgs(_Args):
     """Post a message to this conversation now (for example, a progress note before a
     long tool call) or to one of the configured home channels."""
@@ -97,11 +120,13 @@ Handler = Callable[[Any, ToolContext], Awaitable[Any]]
 
 class ToolBox:
     def __init__(self, terminal: Terminal, *, delegations: DelegationManager | None = None,
-                 sender: MessageSender | None = None) -> None:
+                 sender: MessageSender | None = None, scheduler: Scheduler | None = None
+                 ) -> None:
         self.terminal = terminal
         self.processes = Processes(terminal.jobs)
         self.delegations = delegations
         self.sender = sender
+        self.scheduler = scheduler
         self._tools: dict[str, tuple[type[_Args], Handler]] = {
             "terminal": (TerminalArgs, self._terminal),
             "process": (ProcessArgs, self._process),
@@ -110,6 +135,8 @@ class ToolBox:
             self._tools["delegate_task"] = (DelegateTaskArgs, self._delegate)
         if sender is not None:
             self._tools["send_message"] = (SendMessageArgs, self._send)
+        if scheduler is not None:
+            self._tools["schedule"] = (ScheduleArgs, self._schedule)
         self._schemas: list[dict[str, Any]] | None = None
 
     @classmethod
@@ -151,7 +178,7 @@ class ToolBox:
             return _error(f"wrong arguments for {call.name}: {problems}")
         try:
             result = await handler(args, ctx)
-        except (JobError, DelegationRefused, UnknownTarget) as exc:
+        except (JobError, DelegationRefused, UnknownTarget, ScheduleError) as exc:
             return _error(str(exc))
         except Exception as exc:  # a tool bug must reach the model, not end the turn
             log.exception("tool_failed", tool=call.name)
@@ -184,12 +211,13 @@ class ToolBox:
             return {"job": job_line(job),
                     "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
         if args.action == "wait":
-            job, completion = await self.processes.wait(args.job_id, args.timeout_seconds)
-            result = {"job": job_line(job), "ended": job.state != "running",
-                      "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
-            if completion is not None:
-                result["completion"] = completion
-                result["note"] = "this is the job's completion notice; it will not be sent again"
+            job, notices = await self.processes.wait(args.job_id, args.timeout_seconds)
+            result: dict[str, Any] = {
+                "job": job_line(job), "ended": job.state != "running",
+                "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
+            if notices:
+                result["notices"] = notices
+                result["note"] = "the job's notices, its completion last; none is sent again"
             return result
         job = await self.processes.kill(args.job_id)
         return {"job": job.id, "status": "killed"}
@@ -199,6 +227,35 @@ class ToolBox:
         record = await delegate_task(self.delegations, args.task)
         return {"delegation_id": record.id, "status": "started",
                 "reports_back": "its summary arrives here as a notice"}
+
+    async def _schedule(self, args: ScheduleArgs, ctx: ToolContext) -> Any:
+        assert self.scheduler is not None
+        key = current_session().session_key
+        if args.action == "create":
+            record = await self.scheduler.create(
+                ReturnAddress.capture(), every=args.every, cron=args.cron, at=args.at,
+                command=args.command, prompt=args.prompt, timezone=args.timezone)
+            return {"schedule_id": record.id, "schedule": record.spec.describe(),
+                    "timezone": record.spec.timezone,
+                    "next_run": record.when(record.next_run_at),
+                    "reports_back": "each run reports to this conversation"}
+        if args.action == "list":
+            records = await self.scheduler.list(key)
+            return {"schedules": [r.line() for r in records] or "no schedules here"}
+        if not args.schedule_id:
+            raise ScheduleError(f"schedule {args.action} needs a schedule_id")
+        record = await self.scheduler.own(args.schedule_id, key)
+        if args.action == "pause":
+            record = await self.scheduler.pause(record.id)
+        elif args.action == "resume":
+            record = await self.scheduler.resume(record.id)
+        elif args.action == "run":
+            await self.scheduler.run_now(record.id)
+            return {"schedule_id": record.id, "status": "running now; its result comes here"}
+        else:
+            await self.scheduler.remove(record.id)
+            return {"schedule_id": record.id, "status": "removed"}
+        return {"schedule": record.line()}
 
     async def _send(self, args: SendMessageArgs, ctx: ToolContext) -> Any:
         assert self.sender is not None

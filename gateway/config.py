@@ -145,6 +145,27 @@ class NotificationsConfig(_Strict):
     background: Literal["all", "result", "error", "off"] = "all"
 
 
+class SchedulesConfig(_Strict):
+    #: an IANA zone; None: the machine's own
+    timezone: str | None = None
+    min_interval_seconds: float = Field(60.0, gt=0)
+    max_per_conversation: int = Field(20, ge=1)
+    missed: Literal["skip", "once", "all"] = "once"
+    max_missed_age_seconds: float = Field(86400.0, gt=0)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown timezone {value!r}: use an IANA name such as "
+                                 f"Europe/Berlin or UTC") from None
+        return value
+
+
 class ShutdownConfig(_Strict):
     drain_timeout_seconds: float = Field(30.0, gt=0)
 
@@ -162,6 +183,7 @@ class Config(_Strict):
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     delegations: DelegationsConfig = Field(default_factory=DelegationsConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 

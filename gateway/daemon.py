@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -18,6 +18,7 @@ from agent.model_client import ModelClient
 from agent.toolbox import ToolBox
 from tools.delegation import DelegationManager
 from tools.jobs import JobManager
+from tools.scheduler import Scheduler
 from tools.send_message import MessageSender
 from tools.terminal import Terminal
 
@@ -56,6 +57,7 @@ class Gateway:
     delegations: DelegationManager
     runner: GatewayRunner
     router: Router
+    scheduler: Scheduler
 
 
 def build_adapters(config: Config) -> list[Adapter]:
@@ -76,9 +78,12 @@ def _require_some(adapters: list[Adapter]) -> list[Adapter]:
 
 
 @asynccontextmanager
-async def running_gateway(config: Config, extra_adapters: list[Adapter] | None = None
-                          ) -> AsyncIterator[Gateway]:
-    """The gateway with its store open, every adapter connected and jobs re-attached."""
+async def running_gateway(config: Config, extra_adapters: list[Adapter] | None = None, *,
+                          clock: Callable[[], float] = time.time) -> AsyncIterator[Gateway]:
+    """The gateway with its store open, every adapter connected and jobs re-attached.
+
+    ``clock`` is the scheduler's (tests move it on instead of waiting).
+    """
     adapters = _require_some([*build_adapters(config), *(extra_adapters or [])])
     async with SessionStore(config.state_db) as store:
         outbox = Outbox(store.db)
@@ -90,15 +95,19 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         delegations = DelegationManager(
             store.db, outbox, store, subagent,
             max_running_per_session=config.delegations.max_running_per_session)
-        command_agent = CommandAgent(terminal, delegations)
+        scheduler = Scheduler(store.db, outbox, store, jobs, config.schedules, clock=clock,
+                              prompts=model is not None)
+        command_agent = CommandAgent(terminal, delegations, scheduler)
         runner = GatewayRunner(config, store, command_agent, pairing=Pairing(store.db))
         if model is not None:
             toolbox = ToolBox(terminal, delegations=delegations,
-                              sender=MessageSender(runner, config.agent.home_channels))
+                              sender=MessageSender(runner, config.agent.home_channels),
+                              scheduler=scheduler)
             runner.agent = ModelAgent(config.agent, model, History(store.db), toolbox,
                                       command_agent)
         runner.session_end_listeners.append(delegations.interrupt_session)
         runner.jobs_running = lambda: jobs.running
+        runner.scheduler = scheduler
         router = Router(outbox, store, runner)
         connected: list[Adapter] = []
         try:
@@ -112,14 +121,16 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 await adapter.connect(runner)
                 connected.append(adapter)
             await router.start()
+            await scheduler.start()
             log.info("gateway_started", platforms=[a.platform for a in connected],
                      state_db=str(config.state_db), jobs_reattached=recovered,
                      delegations_lost=lost, agent=config.agent.backend,
                      model=config.agent.model if model is not None else None)
-            yield Gateway(config, store, outbox, jobs, delegations, runner, router)
+            yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler)
         finally:
             for adapter in connected:
                 await adapter.stop_receiving()
+            await scheduler.stop()
             await router.stop()
             await runner.drain(config.shutdown.drain_timeout_seconds)
             await delegations.shutdown()

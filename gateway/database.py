@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ Op = tuple[str, Sequence[Any]]
 Work = Sequence[Op] | Callable[[sqlite3.Connection], Any]
 
 _BUSY_RETRY = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+MAX_BATCH = 2000  # writes per transaction
 
 
 class StoreClosed(RuntimeError):
@@ -50,7 +52,7 @@ class Database:
         self.path = Path(path)
         self._conn: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: list[_Queued] = []
+        self._queue: deque[_Queued] = deque()
         self._flusher: asyncio.Task[None] | None = None
         self._enqueued = 0  # sequence number of the last queued write
         self._settled = 0  # every write up to this number has committed or failed
@@ -145,7 +147,9 @@ class Database:
 
     async def _flush_loop(self) -> None:
         while self._queue and self._conn is not None:
-            batch, self._queue = self._queue, []
+            # bounded, so a storm of writes cannot grow each transaction past the last
+            # and keep a flush (or the next awaited write) waiting ever longer
+            batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
             await self._commit(batch)
             self._settled = batch[-1].seq
             self._progress.set()

@@ -159,6 +159,44 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN left_running INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE delegations ADD COLUMN owner TEXT;
     """,
+    # 9: schedules, owned by a conversation; each run keyed by (schedule, scheduled time)
+    """
+    CREATE TABLE schedules (
+        id           TEXT PRIMARY KEY,
+        session_key  TEXT NOT NULL,        -- the conversation it belongs to
+        route        TEXT NOT NULL,        -- its place (topic, thread) and the creating message
+        kind         TEXT NOT NULL,        -- every, cron, at
+        spec         TEXT NOT NULL,
+        timezone     TEXT NOT NULL,
+        anchor       REAL NOT NULL,        -- every: the first run, at: the one run
+        command      TEXT,                 -- a shell run, or
+        prompt       TEXT,                 -- an agent turn
+        created_at   REAL NOT NULL,
+        next_run_at  REAL,                 -- NULL: no runs left
+        paused       INTEGER NOT NULL DEFAULT 0,
+        pause_reason TEXT,
+        last_run_for REAL,
+        last_result  TEXT,
+        skipped      INTEGER NOT NULL DEFAULT 0  -- runs skipped for overlap, not told yet
+    );
+    CREATE INDEX schedules_key ON schedules(session_key);
+    CREATE INDEX schedules_due ON schedules(next_run_at) WHERE paused = 0;
+    CREATE TABLE schedule_runs (
+        schedule_id   TEXT NOT NULL,
+        scheduled_for REAL NOT NULL,
+        state         TEXT NOT NULL,      -- claimed, started, finished, skipped, cancelled
+        reason        TEXT,               -- due, manual, missed, overlap
+        job_id        TEXT,
+        claimed_at    REAL NOT NULL,
+        started_at    REAL,
+        finished_at   REAL,
+        result        TEXT,
+        PRIMARY KEY (schedule_id, scheduled_for)
+    );
+    CREATE INDEX schedule_runs_open ON schedule_runs(state) WHERE state IN ('claimed', 'started');
+    -- the schedule run that started a job (JSON)
+    ALTER TABLE jobs ADD COLUMN origin TEXT;
+    """,
 ]
 
 

@@ -41,8 +41,12 @@ class Outbox:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._listeners: list[Callable[[], None]] = []
-        #: rows a tool took (see :meth:`consume`) while a router may hold their claim
+        #: rows a tool took (see :meth:`consume`) while this process's router held them
         self._consumed: set[int] = set()
+        #: rows this process's router is delivering right now: not for :meth:`consume`
+        self._delivering: set[int] = set()
+        #: told of each notification parked, with its reason (after the commit)
+        self.park_listeners: list[Callable[[Notification, str, str | None], None]] = []
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each commit that adds pending notifications."""
@@ -97,16 +101,18 @@ class Outbox:
 
         return await self.db.write(take)
 
+    @staticmethod
+    def sent_op(notification_id: int, claimer: str, message_id: str | None) -> Op:
+        """The write that notes a claimed notification went out, so a crash before
+        :meth:`mark_delivered` is not followed by a second send. The sender commits
+        it together with the transcript line of that send (``GatewayRunner.send``)."""
+        return ("UPDATE notifications SET sent_message_id = ? "
+                "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+                (message_id or "sent", notification_id, claimer))
+
     def record_sent(self, notification_id: int, claimer: str, message_id: str | None) -> None:
-        """Note that a claimed notification went out, so a crash before
-        :meth:`mark_delivered` is not followed by a second send. Written behind:
-        it lands in the next group commit, milliseconds later, without making
-        the conversation's next notice wait for the disk."""
-        self.db.write_behind([(
-            "UPDATE notifications SET sent_message_id = ? "
-            "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
-            (message_id or "sent", notification_id, claimer),
-        )])
+        """:meth:`sent_op` on its own, written behind (lands in the next group commit)."""
+        self.db.write_behind([self.sent_op(notification_id, claimer, message_id)])
 
     async def mark_delivered(self, notification_id: int, claimer: str,
                              message_id: str | None) -> None:
@@ -127,48 +133,57 @@ class Outbox:
             (error, time.time() + retry_in, notification_id, claimer),
         )])
 
-    async def park(self, notification_id: int, claimer: str, reason: str,
+    async def park(self, n: Notification, claimer: str, reason: str,
                    detail: str | None = None) -> None:
         await self.db.write([(
             "UPDATE notifications SET state = 'parked', reason = ?, last_error = ? "
             "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
-            (reason, detail, notification_id, claimer),
+            (reason, detail, n.id, claimer),
         )])
-        log.warning("notification_parked", notification_id=notification_id, reason=reason,
-                    detail=detail)
+        log.warning("notification_parked", notification_id=n.id, reason=reason, detail=detail,
+                    session_key=n.session_key)
+        for listener in self.park_listeners:
+            listener(n, reason, detail)
 
-    async def consume(self, idempotency_key: str) -> str | None:
-        """Take a notice that has not been delivered yet — its text — for a reader who
-        gets it some other way (the model's ``process wait`` returns a completion
-        inline). It is marked delivered in the same transaction, and a router
-        that already claimed it learns from :meth:`was_consumed` not to deliver it."""
+    async def consume(self, job_id: str) -> list[str]:
+        """Take the notices of ``job_id`` not delivered yet — their texts, oldest first —
+        for a reader who gets them some other way (the model's ``process wait`` returns
+        a job's completion inline). They are marked delivered in the same transaction.
+        Only rows this process could deliver are taken: pending ones, and ones its own
+        router claimed but is not delivering right now; that router learns from
+        :meth:`delivering` not to deliver them."""
         now = time.time()
+        mine = f"router-{process_identity()}-%"
+        busy = sorted(self._delivering)
 
-        def take(conn: sqlite3.Connection) -> tuple[int, str, str] | None:
-            row = conn.execute(
-                "SELECT id, state, text FROM notifications WHERE idempotency_key = ? "
-                "AND state IN ('pending', 'claimed')", (idempotency_key,)).fetchone()
-            if row is not None:
-                conn.execute("UPDATE notifications SET state = 'delivered', reason = 'consumed', "
-                             "delivered_at = ?, last_error = NULL WHERE id = ?", (now, row[0]))
-            return row
+        def take(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
+            rows = conn.execute(
+                f"SELECT id, state, text FROM notifications WHERE job_id = ? AND (state = "
+                f"'pending' OR (state = 'claimed' AND claimed_by LIKE ?)) AND id NOT IN "
+                f"({','.join('?' * len(busy))}) ORDER BY id", (job_id, mine, *busy)).fetchall()
+            conn.executemany(
+                "UPDATE notifications SET state = 'delivered', reason = 'consumed', "
+                "delivered_at = ?, last_error = NULL WHERE id = ?", [(now, r[0]) for r in rows])
+            return rows
 
-        row = await self.db.write(take)
-        if row is None:
-            return None
-        notification_id, state, text = row
-        if state == "claimed":
-            self._consumed.add(notification_id)
-        log.info("notification_consumed", notification_id=notification_id,
-                 idempotency_key=idempotency_key)
-        return text
+        rows = await self.db.write(take)
+        for notification_id, state, _ in rows:
+            if state == "claimed":
+                self._consumed.add(notification_id)
+            log.info("notification_consumed", notification_id=notification_id, job_id=job_id)
+        return [text for _, _, text in rows]
 
-    def was_consumed(self, notification_id: int) -> bool:
-        """True once, for a claimed row that :meth:`consume` took meanwhile."""
+    def delivering(self, notification_id: int) -> bool:
+        """A router is about to deliver a claimed row: False when :meth:`consume` took it
+        meanwhile; otherwise it is marked as being delivered until :meth:`delivered`."""
         if notification_id in self._consumed:
             self._consumed.discard(notification_id)
-            return True
-        return False
+            return False
+        self._delivering.add(notification_id)
+        return True
+
+    def delivered(self, notification_id: int) -> None:
+        self._delivering.discard(notification_id)
 
     async def make_due(self, session_key_like: str) -> None:
         """Retry now what waits for a retry, for session keys matching a LIKE pattern."""

@@ -3,8 +3,11 @@
 A notification belongs to a session when (a) its session id is that live
 session's, (b) its session was compressed and the compression lineage leads
 to that live session, or (c) its session cannot be found but the web tab it
-was started from is still open on that session's conversation. Anything that
-cannot be proven is parked with a reason. Nothing here looks at the message
+was started from is still open on that session's conversation. (d) What a
+schedule says — its notes and its prompts — belongs to the conversation the
+schedule belongs to, not to one lifetime of it: when its session has ended,
+the conversation's live session is the owner. Anything that cannot be proven
+is parked with a reason. Nothing here looks at the message
 currently being handled: only the notification's own return address and the
 persisted session store count.
 """
@@ -22,6 +25,8 @@ from .store import SessionEntry, SessionStore
 #: notices of background jobs: for an ended owner they still reach the chat as a
 #: labelled plain message; every other kind (delegation results) is parked
 JOB_KINDS = frozenset({"completion", "watch_match", "watch_disabled"})
+#: a schedule's own notices: they belong to its conversation, whichever session is live
+CONVERSATION_KINDS = frozenset({"schedule_note", "schedule_prompt"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,8 @@ class OwnerFacts:
     session: SessionEntry | None  # the record of the notification's session id
     tip: SessionEntry | None = None  # the end of its compression lineage
     tab_session: SessionEntry | None = None  # live session of a conversation its tab is open on
+    #: the live session of the notification's session key (looked up for CONVERSATION_KINDS)
+    conversation: SessionEntry | None = None
 
 
 def resolve_owner(n: Notification, facts: OwnerFacts, platforms: Collection[str]) -> Decision:
@@ -79,6 +86,9 @@ def resolve_owner(n: Notification, facts: OwnerFacts, platforms: Collection[str]
         return Park("no_route", f"session {owner.id} belongs to {owner.session_key}")
     if not owner.is_live and owner.end_reason == "compression" and facts.tip is not None:
         owner = facts.tip  # (b) the live tip of the compression lineage
+    if (not owner.is_live and n.kind in CONVERSATION_KINDS and facts.conversation is not None
+            and facts.conversation.session_key == n.session_key):
+        owner = facts.conversation  # (d) the conversation as it is now
     # the stored route must be the conversation the key names; chat and thread
     # come from the store, the reply anchor from the address captured at start
     if _key_fields(owner.route) != (parts.platform, parts.chat_type, parts.chat_id,
@@ -108,10 +118,12 @@ async def find_owners(notifications: Sequence[Notification], store: SessionStore
     decisions = []
     for n in notifications:
         session = sessions.get(n.session_id)
-        tab_session = None
+        tab_session = conversation = None
         if session is None and n.tab_id:
             tab_session = await _session_of_open_tab(n, store, open_tabs)
-        facts = OwnerFacts(session, tips.get(n.session_id), tab_session)
+        if n.kind in CONVERSATION_KINDS and (session is None or not session.is_live):
+            conversation = await store.live_session(n.session_key)
+        facts = OwnerFacts(session, tips.get(n.session_id), tab_session, conversation)
         decisions.append(resolve_owner(n, facts, platforms))
     return decisions
 

@@ -4,18 +4,46 @@ from __future__ import annotations
 
 import os
 import resource
+from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of a ``/proc/<pid>/stat`` line that tell a process apart."""
+
+    pid: int
+    state: str  # R, S, D, Z (zombie), X (dead), …
+    pgrp: int
+    start_time: str  # in clock ticks since boot: tells a process from a later one reusing its pid
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X")
+
+
+def parse_stat(line: str) -> ProcStat | None:
+    """A ``/proc/<pid>/stat`` line; None when it is cut short or not one."""
+    # the command name (field 2) may hold spaces and parentheses: split after its last ")"
+    head, close, rest = line.rpartition(")")
+    pid_text = head.split(" ", 1)[0]
+    fields = rest.split()
+    if not close or not pid_text.isdigit() or len(fields) < 20 or not fields[2].isdigit():
+        return None
+    return ProcStat(int(pid_text), fields[0], int(fields[2]), fields[19])
+
+
+def read_stat(pid: int | str) -> ProcStat | None:
+    try:
+        return parse_stat(Path(f"/proc/{pid}/stat").read_text())
+    except OSError:
+        return None
 
 
 def process_start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid``, to tell it from a later process that reuses the id."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) may contain spaces and parentheses
-    fields = stat[stat.rfind(")") + 2:].split()
-    return fields[19] if len(fields) > 19 else None
+    stat = read_stat(pid)
+    return stat.start_time if stat is not None else None
 
 
 def process_identity(pid: int | None = None) -> str:
@@ -48,6 +76,10 @@ def _exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+#: the limit on open files this process started with: what its jobs get back
+ORIGINAL_OPEN_FILES = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def raise_open_file_limit() -> int:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 
+from .database import Op
 from .events import SendResult
 from .notifications import Notification
 from .outbox import Outbox, claimer_name
@@ -164,8 +165,14 @@ class Router:
         The owner may have been reset while this waited behind its turn; an
         owner that is still the live session needs no second look.
         """
-        if self.outbox.was_consumed(n.id):  # a tool handed it over while it waited here
+        if not self.outbox.delivering(n.id):  # a tool handed it over while it waited here
             return _Outcome("consumed")
+        try:
+            return await self._deliver(n, decision)
+        finally:
+            self.outbox.delivered(n.id)
+
+    async def _deliver(self, n: Notification, decision: Decision) -> _Outcome:
         still_live = (isinstance(decision, DeliverTurn)
                       and self.store.is_live_session(decision.session.id))
         if not still_live:
@@ -178,7 +185,7 @@ class Router:
             return _DISCONNECTED
         try:
             turn = await self.runner.notification_turn(
-                decision.session, decision.route, n, on_sent=self._recorder(n))
+                decision.session, decision.route, n, sent_ops=self._sent_ops(n))
         except Exception as exc:
             log.exception("notification_turn_failed", notification_id=n.id)
             if n.attempts + 1 >= MAX_TURN_FAILURES:
@@ -193,16 +200,13 @@ class Router:
         label = (f"[from an ended session {ended.id[:8]} ({ended.end_reason or 'ended'}); "
                  f"it was not reopened]")
         result = await self.runner.send(ended, decision.route, f"{label}\n{n.text}",
-                                        kind="notification")
-        if result.ok:
-            await self._recorder(n)(result)
+                                        kind="notification", recorded_with=self._sent_ops(n))
         return _from_sends(n, [result])
 
-    def _recorder(self, n: Notification) -> Callable[[SendResult], Awaitable[None]]:
-        async def record(result: SendResult) -> None:
-            if result.ok:
-                self.outbox.record_sent(n.id, self.name, result.message_id)
-        return record
+    def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:
+        def ops(result: SendResult) -> list[Op]:
+            return [self.outbox.sent_op(n.id, self.name, result.message_id)]
+        return ops
 
     async def _finish(self, n: Notification, outcome_source: object) -> None:
         bound = log.bind(notification_id=n.id, kind=n.kind, session_key=n.session_key,
@@ -219,7 +223,7 @@ class Router:
         elif outcome.state == "consumed":
             bound.info("notification_consumed_before_delivery")
         elif outcome.state == "parked":
-            await self.outbox.park(n.id, self.name, outcome.reason or "parked", outcome.detail)
+            await self.outbox.park(n, self.name, outcome.reason or "parked", outcome.detail)
         else:
             await self.outbox.release(n.id, self.name, outcome.reason or "retry", outcome.retry_in)
             bound.warning("notification_retry", error=outcome.reason, retry_in=outcome.retry_in)

@@ -32,6 +32,7 @@ from .turn import Turn
 
 if TYPE_CHECKING:
     from agent.base import Agent
+    from tools.scheduler import Scheduler
 
     from .platforms.base import Adapter
 
@@ -64,6 +65,8 @@ class GatewayRunner:
         self.metrics = Metrics()
         #: how many background jobs run (the daemon wires in the job manager)
         self.jobs_running: Callable[[], int] = lambda: 0
+        #: the schedules, for the REST API (the daemon wires in the scheduler)
+        self.scheduler: Scheduler | None = None
         self.adapters: dict[str, Adapter] = {}
         self._lanes: dict[str, _Lane] = {}
         self._accepting = True
@@ -197,7 +200,7 @@ class GatewayRunner:
 
     async def notification_turn(
             self, session: SessionEntry, route: Route, notification: Notification,
-            on_sent: Callable[[SendResult], Awaitable[None]] | None = None) -> Turn:
+            sent_ops: Callable[[SendResult], Sequence[Op]] | None = None) -> Turn:
         """Give ``session`` a turn for a notification: an internal event, never user text.
 
         Call it from the session's lane (see :meth:`run_in_lane`).
@@ -206,7 +209,7 @@ class GatewayRunner:
             text=notification.text, route=route, message_id=route.message_id, internal=True,
             metadata={"notification_id": notification.id, "kind": notification.kind,
                       "job_id": notification.job_id})
-        turn = Turn(event=event, session=session, runner=self, on_sent=on_sent)
+        turn = Turn(event=event, session=session, runner=self, sent_ops=sent_ops)
         self.metrics.turns.labels("notification").inc()
         ctx = SessionContext(route=route, session_key=session.session_key,
                              session_id=session.id, tab_id=notification.tab_id)
@@ -261,18 +264,20 @@ class GatewayRunner:
     # output ------------------------------------------------------------------
 
     async def send(self, session: SessionEntry, route: Route, text: str, *,
-                   kind: MessageKind = "reply") -> SendResult:
+                   kind: MessageKind = "reply",
+                   recorded_with: Callable[[SendResult], Sequence[Op]] | None = None
+                   ) -> SendResult:
         """Send ``text`` to ``route`` and record it in the session's transcript.
 
-        Recorded once it went out, and without a pause before the caller's own
-        record of the send (a notification's sent id, see ``Turn.reply``): both
-        land in the same group commit, so a crash leaves the transcript and the
-        outbox agreeing on whether the notice was said — never a second copy in
-        the transcript when the outbox sends it again.
+        Recorded once it went out, in one write with ``recorded_with(result)`` (a
+        notification's sent id): a crash leaves the transcript and the outbox
+        agreeing on whether the notice was said — never a second copy in the
+        transcript when the outbox sends it again.
         """
         result = await self.post(route, text, kind=kind, session_id=session.id)
         if result.ok:
-            self.store.record_message(session.id, kind, text)
+            extra = recorded_with(result) if recorded_with is not None else ()
+            self.store.record_message(session.id, kind, text, with_ops=extra)
         return result
 
     async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",

@@ -289,11 +289,13 @@ class SessionStore:
 
     # transcript and activity (written behind) ------------------------------
 
-    def record_message(self, session_id: str, role: str, text: str) -> None:
+    def record_message(self, session_id: str, role: str, text: str, *,
+                       with_ops: Sequence[Op] = ()) -> None:
+        """A transcript line, written behind; ``with_ops`` commit in the same transaction."""
         self.db.write_behind([(
             "INSERT INTO messages (session_id, role, text, created_at) VALUES (?, ?, ?, ?)",
             (session_id, role, text, time.time()),
-        )])
+        ), *with_ops])
 
     def touch(self, entry: SessionEntry, route: Route) -> SessionEntry:
         """Note activity and the latest route details (names, reply anchor)."""

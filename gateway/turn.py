@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .database import Op
 from .events import MessageEvent, MessageKind, SendResult
 from .route import Route
 from .store import SessionEntry
@@ -21,8 +22,9 @@ class Turn:
     runner: GatewayRunner
     #: what each reply of this turn came to, in order
     sent: list[SendResult] = field(default_factory=list)
-    #: told of each send as soon as it returns (a notification records that it went out)
-    on_sent: Callable[[SendResult], Awaitable[None]] | None = None
+    #: writes that record a send that went out (a notification's sent id), committed
+    #: with the send's transcript line
+    sent_ops: Callable[[SendResult], Sequence[Op]] | None = None
 
     @property
     def route(self) -> Route:
@@ -30,8 +32,7 @@ class Turn:
         return self.event.route
 
     async def reply(self, text: str, *, kind: MessageKind = "reply") -> SendResult:
-        result = await self.runner.send(self.session, self.route, text, kind=kind)
+        result = await self.runner.send(self.session, self.route, text, kind=kind,
+                                        recorded_with=self.sent_ops)
         self.sent.append(result)
-        if self.on_sent is not None:
-            await self.on_sent(result)
         return result

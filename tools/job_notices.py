@@ -29,7 +29,14 @@ class EndDetails:
 
 
 def completion_text(record: JobRecord, tail: list[str],
-                    details: EndDetails = EndDetails()) -> str:
+                    details: EndDetails = EndDetails(), *, header: str | None = None,
+                    footer: str | None = None) -> str:
+    """The completion notice; ``header`` and ``footer`` frame it (a schedule's run)."""
+    body = _completion_body(record, tail, details)
+    return "\n".join(part for part in (header, body, footer) if part)
+
+
+def _completion_body(record: JobRecord, tail: list[str], details: EndDetails) -> str:
     took = _duration(record.duration)
     if record.state == "failed":
         return (f"Job {record.id} did not start: the gateway stopped while starting it. "

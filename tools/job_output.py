@@ -24,8 +24,8 @@ try:  # Linux only; elsewhere every reader falls back to the timer
 except ImportError:  # pragma: no cover - not on Linux
     INotify = None  # type: ignore[assignment,misc]
 
-LINE_LIMIT = 64 * 1024  # longer lines are cut here (the log keeps them whole)
-READ_CHUNK = 256 * 1024  # per read, so one chatty job cannot hold the loop
+LINE_LIMIT = 64 * 1024  # longer lines are cut here for watching (the log keeps them whole)
+READ_CHUNK = 256 * 1024  # per read; the reader yields between reads
 _FALLBACK_SECONDS = 0.2
 
 
@@ -115,50 +115,52 @@ class OutputWatcher:
 
 class LogReader:
     """Reads complete lines appended to a log since ``offset``, each with the offset
-    just past it (what a watch records as read)."""
+    just past its newline (what a watch records as read). A line longer than
+    ``LINE_LIMIT`` is handed out cut, once its end has been read."""
 
     def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
         self.offset = offset  # the end of the last whole line handed out
-        self._partial = b""
-        self._skipping = False  # inside an over-long line, after its cut
+        self._position = offset  # how far the file has been read
+        self._partial = b""  # the line being read, at most LINE_LIMIT + 1 bytes of it
 
-    def read(self, *, final: bool = False) -> tuple[list[tuple[str, int]], bool]:
-        """Lines now complete (with ``final``, the last unterminated one too), and
-        whether more is waiting to be read."""
-        position = self.offset + len(self._partial)
-        try:
-            with self.path.open("rb") as file:
-                file.seek(position)
-                chunk = file.read(READ_CHUNK)
-        except FileNotFoundError:
-            chunk = b""
+    def read(self, *, final: bool = False, limit: int | None = None
+             ) -> tuple[list[tuple[str, int]], bool]:
+        """Lines now complete, and whether more is waiting. ``limit``: read no further
+        than this offset; with ``final``, the last unterminated line comes too once
+        everything up to it has been read."""
+        want = READ_CHUNK if limit is None else max(0, min(READ_CHUNK, limit - self._position))
+        chunk = b""
+        if want:
+            try:
+                with self.path.open("rb") as file:
+                    file.seek(self._position)
+                    chunk = file.read(want)
+            except FileNotFoundError:
+                pass
+        base, self._position = self._position, self._position + len(chunk)
         lines: list[tuple[str, int]] = []
-        data = self._partial + chunk
         start = 0
-        while True:
-            end = data.find(b"\n", start)
-            if end < 0:
-                break
-            if not self._skipping:
-                lines.append((decode_line(data[start:end]), self.offset + end + 1))
-            self._skipping = False
+        while (end := chunk.find(b"\n", start)) >= 0:
+            lines.append((_cut(self._partial + chunk[start:min(end, start + LINE_LIMIT + 1)]),
+                          base + end + 1))
+            self._partial = b""
             start = end + 1
-        rest = data[start:]
-        self.offset += start
-        if len(rest) > LINE_LIMIT and not self._skipping:
-            lines.append((decode_line(rest[:LINE_LIMIT]) + " [line cut]", self.offset))
-            self._skipping = True
-        if self._skipping:  # drop the rest of an over-long line as it comes
-            self.offset += len(rest)
-            rest = b""
-        more = len(chunk) == READ_CHUNK
-        if final and not more and rest:
-            lines.append((decode_line(rest), self.offset + len(rest)))
-            self.offset += len(rest)
-            rest = b""
-        self._partial = rest
+        self._partial = (self._partial + chunk[start:start + LINE_LIMIT + 1])[:LINE_LIMIT + 1]
+        more = bool(want) and len(chunk) == want and (
+            limit is None or self._position < limit)
+        if final and not more and self._partial:
+            lines.append((_cut(self._partial), self._position))
+            self._partial = b""
+        if lines:
+            self.offset = lines[-1][1]
         return lines, more
+
+
+def _cut(raw: bytes) -> str:
+    if len(raw) > LINE_LIMIT:
+        return decode_line(raw[:LINE_LIMIT]) + " [line cut]"
+    return decode_line(raw)
 
 
 def decode_line(raw: bytes) -> str:

@@ -1,19 +1,22 @@
 """The operating-system side of a background job: one wrapper process and its files.
 
-A job is one ``/bin/sh`` — the wrapper — in its own session and process
-group, which runs the command itself (``eval``, no subshell) with its output
-going straight to the job's ``output.log``. Nothing sits in between: no pipe
-to the daemon that a left-behind child could hold open, no ``tee``, no thread
-in the daemon waiting on the process. The wrapper writes what a daemon that
-restarts needs to know, in the job's folder:
+A job is a small ``/bin/sh`` — the wrapper — in its own session and process
+group, and the command, which the wrapper starts as its one child (under
+bash when there is one: it runs a simple command by exec'ing it, so
+``sleep 60`` or ``sh -c '…'`` costs exactly one more process). The command's
+output goes straight to the job's ``output.log``: no pipe to the daemon that
+a left-behind child could hold open, no ``tee``, no thread in the daemon
+waiting on the process. Nothing the command does — ``exec``, traps, ``cd``,
+``exit`` — reaches the wrapper, which writes what a restarted daemon needs in
+the job's folder:
 
 - ``pid`` (its first act): its own ``/proc`` stat line, so the pid can be told
   from a later process that reuses it;
-- ``exit_code`` (its last act, from an EXIT trap): how the command ended;
-- ``lock``: flocked by the daemon *before* the wrapper is spawned and inherited
-  as the wrapper's stdin, so from the moment the job's row is committed the
-  job is provably either alive (the lock is held) or gone (it is not). No
-  window is left in which a running job looks lost.
+- ``exit_code`` (its last act): how the command ended;
+- ``lock``: flocked by the daemon *before* the wrapper is spawned and handed to
+  it as its stdin (the command gets ``/dev/null``), so from the moment the
+  job's row is committed the job is provably either alive (the lock is held)
+  or gone (it is not). No window is left in which a running job looks lost.
 """
 
 from __future__ import annotations
@@ -26,26 +29,27 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.processes import is_same_process, process_start_time
+from gateway.processes import is_same_process, parse_stat, process_start_time, read_stat
 
-# $1 the command, $2 the job folder, $3 the working directory. The command runs in
-# the wrapper itself, so ``exit 3`` ends the wrapper — and the EXIT trap records it.
-# A TERM/INT/HUP trap makes those signals end the job the way they end a shell,
-# after the running child (signalled with the whole group) has gone.
+# $1 the command, $2 the job folder, $3 the working directory, $4 the shell, $5 the
+# limit on open files to give the command (the daemon's own is raised). The traps keep
+# the wrapper alive through a SIGTERM to the group, to record how the command took it.
 _WRAPPER = """\
-__homing_dir=$2
-__homing_cmd=$1
-read -r __homing_stat < /proc/self/stat && printf '%s\\n' "$__homing_stat" > "$__homing_dir/pid"
-trap 'echo $? > "$__homing_dir/exit_code"' EXIT
-trap 'exit 129' HUP
-trap 'exit 130' INT
-trap 'exit 143' TERM
-cd -- "$3" || exit 126
-set --
-eval "$__homing_cmd" </dev/null
+read -r s < /proc/self/stat && printf '%s\\n' "$s" > "$2/pid"
+trap : HUP INT TERM
+( ulimit -n "$5" 2>/dev/null; cd -- "$3" && exec "$4" -c "$1" ) </dev/null
+code=$?
+echo "$code" > "$2/exit_code"
+exit "$code"
 """
-_SHELL = "/bin/sh"
-_POLL_SECONDS = 0.25  # only where pidfds are missing
+_WRAPPER_SHELL = "/bin/sh"
+#: what runs the command: bash where there is one (it execs a simple command), else sh
+COMMAND_SHELL = "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
+#: signals Python ignores, which a job must not inherit ignored (``yes | head`` needs
+#: SIGPIPE); resetting a caught one is harmless
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
+                    signal.SIGHUP, signal.SIGQUIT)
+_POLL_SECONDS = 0.25  # only where pidfds are missing, or for a wrapper known by its lock
 
 
 def check_command(command: str) -> None:
@@ -80,7 +84,8 @@ class JobFiles:
         return self.folder / "lock"
 
 
-def spawn(command: str, files: JobFiles, *, cwd: Path, env: dict[str, str]) -> int:
+def spawn(command: str, files: JobFiles, *, cwd: Path, env: dict[str, str],
+          open_files: int) -> int:
     """Start the wrapper for ``command``; return its pid (also its process group's id).
 
     The lock is taken here, before the spawn, and handed to the wrapper as its
@@ -94,15 +99,30 @@ def spawn(command: str, files: JobFiles, *, cwd: Path, env: dict[str, str]) -> i
         log = _open_above_stdio(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             return os.posix_spawn(
-                _SHELL, [_SHELL, "-c", _WRAPPER, "homing-job", command, str(files.folder),
-                         str(cwd)], env,
+                _WRAPPER_SHELL,
+                [_WRAPPER_SHELL, "-c", _WRAPPER, "homing-job", command, str(files.folder),
+                 str(cwd), COMMAND_SHELL, str(open_files)], env,
                 file_actions=[(os.POSIX_SPAWN_DUP2, lock, 0), (os.POSIX_SPAWN_DUP2, log, 1),
-                              (os.POSIX_SPAWN_DUP2, log, 2)],
-                setsid=True)
+                              (os.POSIX_SPAWN_DUP2, log, 2),
+                              *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds())],
+                setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=())
         finally:
             os.close(log)
     finally:
         os.close(lock)
+
+
+def _inherited_fds() -> list[int]:
+    """Descriptors above 2 that a spawned process would inherit — ones the daemon was
+    itself given without close-on-exec (a supervisor's pipe): no job may keep them."""
+    fds = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            with contextlib.suppress(OSError):
+                if fd > 2 and os.get_inheritable(fd):
+                    fds.append(fd)
+    return fds
 
 
 def _open_above_stdio(path: Path, flags: int) -> int:
@@ -128,19 +148,14 @@ def read_exit_code(path: Path) -> int | None:
         return None
 
 
-def read_pid_file(path: Path) -> tuple[int, str | None] | None:
+def read_pid_file(path: Path) -> tuple[int, str] | None:
     """The wrapper's pid and kernel start time from its ``pid`` file, once fully written."""
     try:
         line = path.read_text()
     except OSError:
         return None
-    if not line.endswith("\n") or ")" not in line:
-        return None  # not yet written (or cut short): no proof of anything
-    pid_text = line.split(" ", 1)[0]
-    fields = line[line.rfind(")") + 2:].split()
-    if not pid_text.isdigit():
-        return None
-    return int(pid_text), (fields[19] if len(fields) > 19 else None)
+    stat = parse_stat(line) if line.endswith("\n") else None  # else not yet written
+    return (stat.pid, stat.start_time) if stat is not None else None
 
 
 def lock_held(path: Path) -> bool:
@@ -168,35 +183,34 @@ async def find_wrapper(pid: int | None, start: str | None, files: JobFiles,
     """The live wrapper of a job an earlier daemon started: ``(pid, start time)``, with
     the pid None when only its lock shows it alive; None when it is gone.
 
-    Alive means: the recorded process still runs, or the lock is held — by a
-    wrapper spawned a moment before the old daemon died, which may not have
-    written its pid file yet (it does so first thing, so give it a moment).
+    Alive means: the recorded process still runs, or — for a wrapper spawned a
+    moment before the old daemon died, which may not have written its pid file
+    yet (it does so first thing, so it gets a moment) — the lock is held.
     """
-    if pid is None:
-        recorded = read_pid_file(files.pid)
-        if recorded is not None:
-            pid, start = recorded
-    if pid is not None and start is not None and is_same_process(pid, start):
-        return pid, start
+    recorded = read_pid_file(files.pid)
+    if recorded is not None:
+        pid, start = recorded
+    if pid is not None and start is not None:
+        return (pid, start) if is_same_process(pid, start) else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience
     while lock_held(files.lock):
         recorded = read_pid_file(files.pid)
-        if recorded is not None and is_same_process(*recorded):
-            return recorded
+        if recorded is not None:
+            return recorded if is_same_process(*recorded) else None
         if loop.time() > deadline:
             return None, None
         await asyncio.sleep(0.01)
     return None
 
 
-async def learn_pid(files: JobFiles) -> tuple[int, str | None] | None:
+async def learn_pid(files: JobFiles) -> tuple[int, str] | None:
     """For a wrapper alive by its lock alone: its pid once its pid file shows it, or
-    None once the lock is released (it ended without us learning which it was)."""
+    None once it is gone (lock released, or its recorded process ended)."""
     while lock_held(files.lock):
         recorded = read_pid_file(files.pid)
-        if recorded is not None and is_same_process(*recorded):
-            return recorded
+        if recorded is not None:
+            return recorded if is_same_process(*recorded) else None
         await asyncio.sleep(_POLL_SECONDS)
     return None
 
@@ -204,19 +218,22 @@ async def learn_pid(files: JobFiles) -> tuple[int, str | None] | None:
 # waiting for the end ----------------------------------------------------------
 
 
-async def wait_for_exit(pid: int, start: str | None = None) -> int | None:
+async def wait_for_exit(pid: int, start: str | None = None, *, child: bool = True
+                        ) -> int | None:
     """Wait until ``pid`` ends, without a thread: its pidfd becomes readable.
 
-    For the daemon's own child the wait status is reaped and returned as an exit
-    code (negative: killed by that signal); for a process an earlier daemon
-    started, None — its wrapper's ``exit_code`` file tells.
+    For the daemon's own ``child`` the wait status is reaped and returned as an
+    exit code (negative: killed by that signal). For a process an earlier daemon
+    started, None: its wrapper's ``exit_code`` file tells (and when it is our
+    child after all — a restart inside one process — it is reaped unread, so
+    that file is what counts, as it would after a real restart).
     """
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
-        return _reap(pid)
+        return _reap(pid) if child else _discard(pid)
     except (AttributeError, OSError):
-        return await _poll_for_exit(pid, start)
+        return await _poll_for_exit(pid, start, child)
     try:
         if start is not None and process_start_time(pid) not in (start, None):
             return None  # the pid was reused: the process we wanted is gone
@@ -229,7 +246,7 @@ async def wait_for_exit(pid: int, start: str | None = None) -> int | None:
             loop.remove_reader(fd)
     finally:
         os.close(fd)
-    return _reap(pid)
+    return _reap(pid) if child else _discard(pid)
 
 
 def _reap(pid: int) -> int | None:
@@ -240,11 +257,15 @@ def _reap(pid: int) -> int | None:
     return os.waitstatus_to_exitcode(status) if got == pid else None
 
 
-async def _poll_for_exit(pid: int, start: str | None) -> int | None:
+def _discard(pid: int) -> None:
+    _reap(pid)
+
+
+async def _poll_for_exit(pid: int, start: str | None, child: bool) -> int | None:
     while True:
         code = _reap(pid)
         if code is not None or not is_same_process(pid, start):
-            return code
+            return code if child else None
         await asyncio.sleep(_POLL_SECONDS)
 
 
@@ -260,26 +281,29 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def group_members(pgid: int) -> int:
-    """How many live (not zombie) processes are left in the job's process group."""
+def group_empty(pgid: int) -> bool:
+    """No process is left in the group (one syscall; zombies still count)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
-        return 0
+        return True
     except PermissionError:
         pass
+    return False
+
+
+def group_members(pgid: int) -> int:
+    """How many live (not zombie) processes are left in the job's process group; scans
+    /proc when the group is not empty, so call it off the event loop."""
+    if group_empty(pgid):
+        return 0
     count = 0
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2:].split()
-            if len(fields) > 2 and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
-                count += 1
+            if entry.name.isdigit():
+                stat = read_stat(entry.name)
+                if stat is not None and stat.alive and stat.pgrp == pgid:
+                    count += 1
     return count
 
 

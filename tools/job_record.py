@@ -15,7 +15,7 @@ from .job_process import JobFiles
 JOB_COLUMNS = (
     "id, command, cwd, state, pid, proc_start, started_at, ended_at, exit_code, killed, "
     "notify_on_complete, watch_patterns, watch_notices, watch_disabled, session_key, "
-    "session_id, return_address, log_path, exit_path, watch_offset, left_running"
+    "session_id, return_address, log_path, exit_path, watch_offset, left_running, origin"
 )
 
 #: running; exited (with or without a code: see ``exit_code``); lost (gone while the
@@ -48,16 +48,18 @@ class JobRecord:
     watch_offset: int = 0
     #: processes the job left running when its shell ended
     left_running: int = 0
+    #: what started it, when not a person: ``{"schedule_id": …, "scheduled_for": …}``
+    origin: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
         (jid, command, cwd, state, pid, proc_start, started, ended, code, killed, notify,
          patterns, notices, disabled, key, sid, address, log_path, exit_path, offset,
-         left) = row
+         left, origin) = row
         return cls(jid, command, cwd, state, pid, proc_start, started, ended, code, bool(killed),
                    bool(notify), json.loads(patterns), notices, bool(disabled), key, sid,
                    ReturnAddress.from_json(address), Path(log_path), Path(exit_path),
-                   offset or 0, left or 0)
+                   offset or 0, left or 0, json.loads(origin) if origin else None)
 
     @property
     def files(self) -> JobFiles:
@@ -77,17 +79,18 @@ class JobRecord:
             "watch_patterns": self.watch_patterns, "watch_disabled": self.watch_disabled,
             "session_key": self.session_key, "session_id": self.session_id,
             "thread_id": self.address.route.thread_id, "log_path": str(self.log_path),
-            "left_running": self.left_running,
+            "left_running": self.left_running, "origin": self.origin,
         }
 
     def insert_op(self) -> Op:
         return (
             f"INSERT INTO jobs ({JOB_COLUMNS}) "
-            f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (self.id, self.command, self.cwd, self.state, self.pid, self.proc_start,
              self.started_at, self.ended_at, self.exit_code, int(self.killed),
              int(self.notify_on_complete), json.dumps(self.watch_patterns), self.watch_notices,
              int(self.watch_disabled), self.session_key, self.session_id,
              self.address.to_json(), str(self.log_path), str(self.exit_path),
-             self.watch_offset, self.left_running),
+             self.watch_offset, self.left_running,
+             json.dumps(self.origin) if self.origin is not None else None),
         )

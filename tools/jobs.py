@@ -4,23 +4,21 @@ A job is registered with its return address in one transaction before its
 process exists, so no crash can leave a job running that nobody can report.
 Its process is a single wrapper (``job_process``) whose end is awaited through
 a pidfd — no thread, no polling — and a watched job's output is read from its
-log as it grows (``job_output``), the same way for a job this daemon started
-and one it re-attached after a restart. Each watch notice commits how far the
-log was read, and the completion is committed in the transaction that records
-the end, so a restart resumes reporting exactly where it stopped: every
-matching line once, then one completion.
+log as it grows (``job_watching``), the same way for a job this daemon
+started and one it re-attached after a restart. The completion is committed
+in the transaction that records the end, after the job's last watch notice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import structlog
 
@@ -28,21 +26,45 @@ from gateway.config import Config
 from gateway.database import Database, Op
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
-from gateway.processes import process_start_time
+from gateway.processes import ORIGINAL_OPEN_FILES, process_start_time
 from gateway.route import Route
 
 from . import job_process
-from .job_notices import EndDetails, completion_text, watch_text
-from .job_output import LogReader, OutputWatcher
+from .job_kill import SIGKILL_SETTLE_SECONDS, kill_group
+from .job_notices import EndDetails, completion_text
+from .job_output import OutputWatcher
 from .job_process import JobFiles
 from .job_record import JOB_COLUMNS, JobRecord
-from .plain_text import plain, plain_lines
-from .watch import GlobalBreaker, JobWatch, Pattern, WatchLimits, WatchNotice, compile_patterns
+from .job_watching import WatchReporter
+from .plain_text import plain_lines
+from .watch import GlobalBreaker, JobWatch, Pattern, WatchLimits, compile_patterns
 
 log = structlog.get_logger(__name__)
 
-_GROUP_POLL_SECONDS = 0.05
-_SIGKILL_SETTLE_SECONDS = 5.0
+
+def completion_key(job_id: str) -> str:
+    """The idempotency key of a job's completion notice (there is one per job)."""
+    return f"{job_id}:completion:0"
+
+
+@dataclass(frozen=True, slots=True)
+class EndNote:
+    """What a job's originator adds to its end: lines around the completion notice,
+    and writes that commit with it."""
+
+    header: str | None = None
+    footer: str | None = None
+    ops: Sequence[Op] = ()
+
+
+class JobObserver(Protocol):
+    """Told of the end of every job (the scheduler, for its runs)."""
+
+    async def job_ending(self, record: JobRecord) -> EndNote | None:
+        """Before the end is committed: anything to add to it."""
+
+    def job_ended(self, record: JobRecord) -> None:
+        """After the end is committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +84,8 @@ class _Live:
     #: the kill under way; its result says whether SIGTERM had to become SIGKILL
     kill: asyncio.Task[bool] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set with ``ended`` when the daemon let go of the job before its end
+    detached: bool = False
 
 
 class JobError(Exception):
@@ -74,20 +98,30 @@ class JobManager:
         self.outbox = outbox
         self.settings = config.jobs
         self.notify_mode = config.notifications.background
-        self.jobs_dir = config.home_path / "jobs"
+        # absolute: the wrapper writes there from the job's own working directory
+        self.jobs_dir = (config.home_path / "jobs").resolve()
         w = config.jobs.watch
         self.limits = WatchLimits(w.cooldown_seconds, w.max_notices, w.max_lines,
                                   w.global_max_per_minute)
         self.breaker = GlobalBreaker(w.global_max_per_minute)
         self.output = OutputWatcher()
+        self.watching = WatchReporter(outbox, self.output, self.limits)
+        #: told of every job's end (set before :meth:`recover`, so re-attached jobs are too)
+        self.observer: JobObserver | None = None
         self._live: dict[str, _Live] = {}
 
     # starting --------------------------------------------------------------
 
     async def start(self, command: str, address: ReturnAddress, *,
                     notify_on_complete: bool = True, watch_patterns: list[str] | None = None,
-                    cwd: Path | None = None) -> JobRecord:
-        """Start ``command`` in the background, reporting to ``address``."""
+                    cwd: Path | None = None, origin: dict[str, Any] | None = None,
+                    registered_with: Callable[[str], Sequence[Op]] | None = None
+                    ) -> JobRecord:
+        """Start ``command`` in the background, reporting to ``address``.
+
+        ``registered_with(job_id)`` gives writes that commit with the job's row (a
+        schedule marks its run started in the same transaction).
+        """
         try:
             job_process.check_command(command)
             patterns = list(watch_patterns or [])
@@ -108,13 +142,17 @@ class JobManager:
             notify_on_complete=notify_on_complete or bool(patterns),
             watch_notices=0, watch_disabled=False, session_key=address.session_key,
             session_id=address.session_id, address=address, log_path=files.log,
-            exit_path=files.exit_code)
-        await self._register(record)
+            exit_path=files.exit_code, origin=origin)
+        try:
+            await self._register(record, registered_with(job_id) if registered_with else ())
+        except asyncio.CancelledError:
+            # the row may have committed: it must not show a job that never ran as running
+            self.db.write_behind([_failed_op(job_id)])
+            raise
         try:
             pid = self._spawn(record, workdir)
         except OSError as exc:
-            await self.db.write([("UPDATE jobs SET state = 'failed', ended_at = ? WHERE id = ?",
-                                  (time.time(), job_id))])
+            await self.db.write([_failed_op(job_id)])
             raise JobError(f"could not start the job: {exc}") from None
         record.pid, record.proc_start = pid, process_start_time(pid)
         await self._record_pid(record)
@@ -125,13 +163,14 @@ class JobManager:
                  command=command)
         return record
 
-    async def _register(self, record: JobRecord) -> None:
+    async def _register(self, record: JobRecord, with_ops: Sequence[Op] = ()) -> None:
         """The job's row, committed before anything runs."""
-        await self.db.write([record.insert_op()])
+        await self.db.write([record.insert_op(), *with_ops])
 
     def _spawn(self, record: JobRecord, workdir: Path) -> int:
         env = {**os.environ, "HOMING_JOB_ID": record.id}
-        return job_process.spawn(record.command, record.files, cwd=workdir, env=env)
+        return job_process.spawn(record.command, record.files, cwd=workdir, env=env,
+                                 open_files=ORIGINAL_OPEN_FILES)
 
     async def _record_pid(self, record: JobRecord) -> None:
         """For ``homing jobs`` and a quicker recovery; the wrapper's own pid file
@@ -151,73 +190,28 @@ class JobManager:
     # following -------------------------------------------------------------
 
     async def _follow(self, live: _Live, end: Awaitable[_End]) -> None:
+        """Report the job's output and its end. Whatever fails on the way, the end is
+        still reported (from the job's own files at worst)."""
         ended = asyncio.ensure_future(end)
         try:
             if live.watch is not None:
-                await self._read_watched(live, ended)
-            outcome = await ended
+                try:
+                    await self.watching.follow(live.record, live.watch, ended)
+                except Exception:
+                    log.exception("job_output_not_followed", job_id=live.record.id)
+            try:
+                outcome = await ended
+            except Exception:
+                log.exception("job_end_not_observed", job_id=live.record.id)
+                outcome = await self._end_from_files(live.record)
         except asyncio.CancelledError:
             ended.cancel()
             raise
         await self._complete(live, outcome)
 
-    async def _read_watched(self, live: _Live, ended: asyncio.Future[_End]) -> None:
-        """Feed the watch each line as the log grows, until the job has ended and
-        everything it wrote before that has been read."""
-        record = live.record
-        sub = self.output.watch(record.log_path)
-        ended.add_done_callback(lambda _: sub.changed.set())
-        reader = LogReader(record.log_path, record.watch_offset)
-        try:
-            while live.watch is not None and not live.watch.disabled:
-                final = ended.done()
-                sub.changed.clear()
-                more = True
-                while more:
-                    lines, more = reader.read(final=final)
-                    for text, end_offset in lines:
-                        await self._on_line(live, text, end_offset)
-                if final:
-                    return
-                await sub.changed.wait()
-        finally:
-            self.output.unwatch(sub)
-
-    async def _on_line(self, live: _Live, line: str, end_offset: int) -> None:
-        assert live.watch is not None
-        notice = live.watch.feed(plain(line))
-        if notice is None:
-            return
-        try:
-            await self._watch_notice(live, notice, end_offset)
-        except Exception:
-            # keep reading; the lines after the last committed offset are read again
-            # after a restart, so a notice that failed here is not lost for good
-            log.exception("watch_notice_failed", job_id=live.record.id)
-
-    async def _watch_notice(self, live: _Live, notice: WatchNotice, end_offset: int) -> None:
-        record = live.record
-        record.watch_notices += notice.kind == "watch_match"
-        record.watch_offset = end_offset
-        ops: list[Op] = [("UPDATE jobs SET watch_notices = ?, watch_offset = ? WHERE id = ?",
-                          (record.watch_notices, end_offset, record.id))]
-        if notice.kind == "watch_disabled":
-            record.watch_disabled = True
-            ops.append(("UPDATE jobs SET watch_disabled = 1 WHERE id = ?", (record.id,)))
-        sequence = record.watch_notices if notice.kind == "watch_match" else 0
-        await self.outbox.produce([self._watch_new_notification(record, notice, sequence)],
-                                  with_ops=ops)
-
-    def _watch_new_notification(self, record: JobRecord, notice: WatchNotice,
-                                sequence: int | str) -> NewNotification:
-        return NewNotification(
-            idempotency_key=f"{record.id}:{notice.kind}:{sequence}", kind=notice.kind,
-            address=record.address, job_id=record.id,
-            text=watch_text(record, notice, self.limits))
-
     async def _await_end(self, live: _Live, pid: int | None = None,
-                         start: str | None = None) -> _End:
-        """The wrapper's end: its wait status when it is this daemon's child, else
+                         start: str | None = None, *, child: bool = True) -> _End:
+        """The wrapper's end: its wait status when it is this daemon's ``child``, else
         the exit code it recorded (read off the loop)."""
         record = live.record
         code = None
@@ -226,48 +220,60 @@ class JobManager:
             if learned is not None:
                 pid, start = record.pid, record.proc_start = learned
                 await self._record_pid(record)
+                if record.killed and live.kill is None:  # a kill cut short by a restart
+                    live.kill = asyncio.create_task(self._kill(live))
         if pid is not None:
-            code = await job_process.wait_for_exit(pid, start)
-        ended_at = time.time()
-        if code is None:
-            code = await asyncio.to_thread(job_process.read_exit_code, record.exit_path)
-        state = "exited" if code is not None or record.killed else "lost"
-        return _End(code, state, ended_at)
+            code = await job_process.wait_for_exit(pid, start, child=child)
+        if code is not None:
+            return _End(code, "exited", time.time())
+        return await self._end_from_files(record)
+
+    async def _end_from_files(self, record: JobRecord) -> _End:
+        code = await asyncio.to_thread(job_process.read_exit_code, record.exit_path)
+        return _End(code, _end_state(code, record, spawned=True), time.time())
 
     async def _complete(self, live: _Live, end: _End) -> None:
         record = live.record
-        details = EndDetails(kill_grace=self.settings.kill_grace_seconds,
-                             global_max_per_minute=self.limits.global_max_per_minute)
+        escalated = False
         try:
             if live.kill is not None:  # reported only once nothing of the job is left
-                details = EndDetails(escalated=await live.kill,
-                                     kill_grace=self.settings.kill_grace_seconds)
+                try:
+                    escalated = await live.kill
+                except Exception:
+                    log.exception("job_kill_failed", job_id=record.id)
             elif end.observed and record.pid:
-                record.left_running = job_process.group_members(record.pid)
+                record.left_running = await asyncio.to_thread(job_process.group_members,
+                                                              record.pid)
             record.state, record.exit_code = end.state, end.exit_code
             record.ended_at = max(end.ended_at, record.started_at)
-            notices = []
+            notices: list[NewNotification] = []
+            dropped = 0
             if live.watch is not None:
-                held = live.watch.finish()
-                if held is not None:
-                    notices.append(self._watch_new_notification(record, held, "final"))
-                details = EndDetails(details.escalated, details.kill_grace, live.watch.dropped,
-                                     self.limits.global_max_per_minute)
+                final = self.watching.final_notice(record, live.watch)
+                notices += [final] if final is not None else []
+                dropped = live.watch.dropped
+            details = EndDetails(escalated, self.settings.kill_grace_seconds, dropped,
+                                 self.limits.global_max_per_minute)
+            note = await self._ending_note(record)
             if self._should_notify_completion(record):
-                tail = job_process.tail_file(record.log_path, self.settings.tail_lines)
+                tail = await asyncio.to_thread(job_process.tail_file, record.log_path,
+                                               self.settings.tail_lines)
                 notices.append(NewNotification(
-                    idempotency_key=f"{record.id}:completion:0", kind="completion",
+                    idempotency_key=completion_key(record.id), kind="completion",
                     address=record.address, job_id=record.id,
-                    text=completion_text(record, tail, details)))
+                    text=completion_text(record, tail, details, header=note.header,
+                                         footer=note.footer)))
             ops: list[Op] = [(
                 "UPDATE jobs SET state = ?, exit_code = ?, ended_at = ?, left_running = ? "
                 "WHERE id = ? AND state = 'running'",
                 (record.state, record.exit_code, record.ended_at, record.left_running,
-                 record.id))]
+                 record.id)), *note.ops]
             await self._commit_end(record, notices, ops)
         finally:
             live.ended.set()
             self._live.pop(record.id, None)
+        if self.observer is not None:
+            self.observer.job_ended(record)
         log.info("job_ended", job_id=record.id, exit_code=record.exit_code, state=record.state,
                  left_running=record.left_running, session_key=record.session_key)
 
@@ -281,6 +287,15 @@ class JobManager:
                 log.exception("job_end_not_recorded", job_id=record.id, attempt=attempt)
                 await asyncio.sleep(0.5 * 2 ** attempt)
         # still running in the store: the next start's recovery reports it
+
+    async def _ending_note(self, record: JobRecord) -> EndNote:
+        if self.observer is None:
+            return EndNote()
+        try:
+            return await self.observer.job_ending(record) or EndNote()
+        except Exception:  # the end is still told, without the extras
+            log.exception("job_end_note_failed", job_id=record.id)
+            return EndNote()
 
     def _should_notify_completion(self, record: JobRecord) -> bool:
         if not record.notify_on_complete or self.notify_mode == "off":
@@ -299,7 +314,8 @@ class JobManager:
         died). One that ended while the daemon was down reports its recorded
         exit code, and any matching lines the watch had not reported yet, now.
         Only a job proven gone — no live wrapper, no exit record — is lost;
-        one whose wrapper never got to run did not start.
+        one whose wrapper never got to run did not start. A kill that a restart
+        cut short is finished.
         """
         rows = await self.db.fetchall(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'running' ORDER BY started_at")
@@ -312,6 +328,9 @@ class JobManager:
             except ValueError:
                 log.warning("watch_pattern_no_longer_valid", job_id=record.id)
                 compiled = []
+            if record.watch_notices and not record.watch_offset:
+                # a job of a version that kept no offset: read on from the log's end
+                record.watch_offset = _size(record.log_path)
             live = self._track(record, compiled)
             files = record.files
             # alive first, then the exit file: a job ending between the two checks
@@ -322,11 +341,12 @@ class JobManager:
                 if found[0] is not None:
                     record.pid, record.proc_start = found
                     await self._record_pid(record)
-                end: Awaitable[_End] = self._await_end(live, *found)
+                    if record.killed:  # a kill cut short by a restart
+                        live.kill = asyncio.create_task(self._kill(live))
+                end: Awaitable[_End] = self._await_end(live, *found, child=False)
                 log.info("job_reattached", job_id=record.id, pid=record.pid)
             else:
-                state = ("exited" if code is not None or record.killed
-                         else "lost" if job_process.was_spawned(files) else "failed")
+                state = _end_state(code, record, spawned=job_process.was_spawned(files))
                 end = _already(_End(code, state, _ended_at(files.exit_code), observed=False))
             live.task = asyncio.create_task(self._follow(live, end), name=f"job:{record.id}")
         return len(rows)
@@ -341,10 +361,10 @@ class JobManager:
             raise JobError(f"job {job_id} is not running")
         if live.kill is None:
             live.kill = asyncio.create_task(self._kill(live), name=f"kill:{job_id}")
-        limit = self.settings.kill_grace_seconds + _SIGKILL_SETTLE_SECONDS + 5.0
+        limit = self.settings.kill_grace_seconds + SIGKILL_SETTLE_SECONDS + 5.0
         try:
             async with asyncio.timeout(limit):
-                await live.ended.wait()
+                await self._ended(live)
         except TimeoutError:
             raise JobError(f"job {job_id} was signalled but has not ended yet; its processes "
                            f"may be stuck in the kernel") from None
@@ -353,28 +373,29 @@ class JobManager:
     async def _kill(self, live: _Live) -> bool:
         record = live.record
         assert record.pid is not None
-        record.killed = True
-        await self.db.write([("UPDATE jobs SET killed = 1 WHERE id = ?", (record.id,))])
-        job_process.signal_group(record.pid, signal.SIGTERM)
-        if await _group_empties(record.pid, self.settings.kill_grace_seconds):
-            log.info("job_killed", job_id=record.id, signal="SIGTERM")
-            return False
-        job_process.signal_group(record.pid, signal.SIGKILL)
-        gone = await _group_empties(record.pid, _SIGKILL_SETTLE_SECONDS)
-        log.info("job_killed", job_id=record.id, signal="SIGKILL", group_empty=gone)
-        return True
+        if not record.killed:
+            record.killed = True
+            await self.db.write([("UPDATE jobs SET killed = 1 WHERE id = ?", (record.id,))])
+        escalated = await kill_group(record.pid, self.settings.kill_grace_seconds)
+        log.info("job_killed", job_id=record.id, signal="SIGKILL" if escalated else "SIGTERM")
+        return escalated
 
     async def wait(self, job_id: str) -> None:
         live = self._live.get(job_id)
         if live is not None:
-            await live.ended.wait()
+            await self._ended(live)
 
-    async def consume_completion(self, job_id: str) -> str | None:
-        """Hand a job's completion to whoever is reading it now (the model's
-        ``process wait``): marked delivered in the same transaction, so it does
-        not come again as a notice. None when it was already delivered or there
-        is none."""
-        return await self.outbox.consume(f"{job_id}:completion:0")
+    async def _ended(self, live: _Live) -> None:
+        await live.ended.wait()
+        if live.detached:
+            raise JobError(f"the gateway is stopping; job {live.record.id} goes on, and is "
+                           f"followed again after the restart")
+
+    async def take_notices(self, job_id: str) -> list[str]:
+        """Hand a job's notices not delivered yet — its completion, and watch notices
+        still waiting — to whoever reads them now (the model's ``process wait``):
+        marked delivered in the same transaction, so they do not come again."""
+        return await self.outbox.consume(job_id)
 
     async def get(self, job_id: str) -> JobRecord | None:
         live = self._live.get(job_id)
@@ -407,28 +428,43 @@ class JobManager:
         return [lv.record for lv in self._live.values() if lv.record.session_key == session_key]
 
     async def detach(self) -> None:
-        """Stop following jobs without stopping them: they outlive the daemon."""
-        tasks = [t for lv in self._live.values() for t in (lv.task, lv.kill) if t is not None]
+        """Stop following jobs without stopping them: they outlive the daemon (a kill
+        under way is finished by the next start). Whoever waits on one is told."""
+        lives = list(self._live.values())
+        tasks = [t for lv in lives for t in (lv.task, lv.kill) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for live in lives:
+            live.detached = True
+            live.ended.set()
         self.output.close()
+        self.watching.close()
         self._live.clear()
+
+
+def _end_state(code: int | None, record: JobRecord, *, spawned: bool) -> str:
+    """How a job whose wrapper is gone ended: with its code; killed by us; proven gone
+    without a record (lost); or never started."""
+    if code is not None or record.killed:
+        return "exited"
+    return "lost" if spawned else "failed"
+
+
+def _failed_op(job_id: str) -> Op:
+    return ("UPDATE jobs SET state = 'failed', ended_at = ? WHERE id = ? AND state = 'running'",
+            (time.time(), job_id))
 
 
 async def _already(end: _End) -> _End:
     return end
 
 
-async def _group_empties(pgid: int, timeout: float) -> bool:
-    """Wait until no live process is left in the group; False after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while job_process.group_members(pgid):
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(_GROUP_POLL_SECONDS)
-    return True
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _ended_at(exit_path: Path) -> float:

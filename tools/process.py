@@ -34,9 +34,10 @@ class Processes:
     def log(self, job: JobRecord, lines: int) -> list[str]:
         return self.jobs.output_tail(job, lines)
 
-    async def wait(self, job_id: str, timeout: float) -> tuple[JobRecord, str | None]:
-        """The job once it has ended, or as it is when ``timeout`` runs out — and,
-        when it ended, its completion notice, which is then not delivered again."""
+    async def wait(self, job_id: str, timeout: float) -> tuple[JobRecord, list[str]]:
+        """The job once it has ended, or as it is when ``timeout`` runs out — and, when it
+        ended, its notices not delivered yet (its completion), which then are not
+        delivered again."""
         job = await self.own(job_id)
         try:
             async with asyncio.timeout(timeout):
@@ -45,8 +46,8 @@ class Processes:
             pass
         job = await self.own(job_id)
         if job.state == "running":
-            return job, None
-        return job, await self.jobs.consume_completion(job.id)
+            return job, []
+        return job, await self.jobs.take_notices(job.id)
 
     async def kill(self, job_id: str) -> JobRecord:
         job = await self.own(job_id)

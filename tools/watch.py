@@ -1,8 +1,10 @@
 """Watch patterns: which output lines become notices, and how often.
 
 Patterns are RE2 expressions (``google-re2``): matching takes time linear in
-the line, so no pattern — ``(a+)+$`` included — can stall the event loop the
-way a backtracking engine would. Per job a cooldown between notices (what it
+the line and the pattern's size, never exponential the way a backtracking
+engine can be on ``(a+)+$``; patterns are bounded in size, and the job
+manager matches in a worker thread (RE2 releases the GIL), so no pattern can
+stall the event loop. Per job a cooldown between notices (what it
 holds back is counted into the next notice) and a cap, past which the watch
 turns itself off with one ``watch_disabled`` notice. A breaker shared by all
 jobs counts every watch notice, end-of-job flushes included; matching lines
@@ -20,6 +22,7 @@ from typing import Literal, Protocol
 import re2
 
 MAX_LINE_CHARS = 500
+MAX_PROGRAM_SIZE = 2000  # RE2 instructions; ``ERROR|FATAL`` is about 20
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # RE2 would write its own lines to stderr, past our logs
 
@@ -77,9 +80,17 @@ class JobWatch:
     _last_notice: float | None = None
     _held: deque[str] = field(default_factory=deque)
 
+    def matches(self, line: str) -> bool:
+        """Whether ``line`` matches (pure: safe to call from a worker thread)."""
+        return any(p.search(line) for p in self.patterns)
+
     def feed(self, line: str) -> WatchNotice | None:
         """A notice to send for this line, or None."""
-        if self.disabled or not any(p.search(line) for p in self.patterns):
+        return self.matched(line) if self.matches(line) else None
+
+    def matched(self, line: str) -> WatchNotice | None:
+        """A notice to send for a line known to match, or None."""
+        if self.disabled:
             return None
         line = line[:MAX_LINE_CHARS]
         if self.notices >= self.limits.max_notices:
@@ -134,10 +145,16 @@ def compile_patterns(patterns: list[str]) -> list[Pattern]:
     compiled: list[Pattern] = []
     for pattern in patterns:
         try:
-            compiled.append(re2.compile(pattern, options=_OPTIONS))
+            program = re2.compile(pattern, options=_OPTIONS)
         except re2.error as exc:
             reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) \
                 else str(exc)
             raise ValueError(f"bad watch pattern {pattern!r}: {reason} (watch patterns are "
                              f"RE2 expressions: no backreferences or lookaround)") from None
+        if program.programsize > MAX_PROGRAM_SIZE:
+            # linear in the line, but also in the pattern's size: keep each line's match cheap
+            raise ValueError(f"bad watch pattern {pattern!r}: it is too large "
+                             f"({program.programsize} RE2 instructions, at most "
+                             f"{MAX_PROGRAM_SIZE}); use a simpler pattern")
+        compiled.append(program)
     return compiled

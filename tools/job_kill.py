@@ -1,0 +1,42 @@
+"""Stopping a job: its whole process group, SIGTERM first, then SIGKILL.
+
+A job is stopped when nothing of its process group is left — its shell, and
+whatever it started that stayed in the group — not when its shell exits. The
+group is polled while a kill waits (a kill is rare and short); the /proc scan
+that tells zombies from live processes runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from . import job_process
+
+POLL_SECONDS = 0.05
+SIGKILL_SETTLE_SECONDS = 5.0
+
+
+async def kill_group(pgid: int, grace: float) -> bool:
+    """SIGTERM the group, SIGKILL what is left after ``grace`` seconds; True when it
+    took SIGKILL. Returns once the group is empty (or SIGKILL had its time)."""
+    job_process.signal_group(pgid, signal.SIGTERM)
+    if await group_empties(pgid, grace):
+        return False
+    job_process.signal_group(pgid, signal.SIGKILL)
+    await group_empties(pgid, SIGKILL_SETTLE_SECONDS)
+    return True
+
+
+async def group_empties(pgid: int, timeout: float) -> bool:
+    """Wait until no live process is left in the group; False after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not job_process.group_empty(pgid):
+        # zombies count for killpg; only a scan tells them from the living
+        if not await asyncio.to_thread(job_process.group_members, pgid):
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(POLL_SECONDS)
+    return True

@@ -1,0 +1,453 @@
+"""The scheduler: runs each schedule at its times, each scheduled time exactly once.
+
+A run is keyed by (schedule, scheduled time) and claimed in the transaction
+that advances the schedule to its next time, so no crash can run a time twice
+or lose it: a claimed run is started after a restart, and starting it is the
+transaction that registers its job. The job's return address is taken when it
+starts, from the conversation's live session, so after ``/new`` or a
+compression the runs report into the conversation as it is now; from there a
+run is ordinary background work under the one ownership rule.
+
+Times that passed while the daemon was down follow ``schedules.missed``, and
+the conversation always hears once what was missed and what was done. A time
+that comes due while the schedule's previous run still runs is skipped and
+counted, and that run's notice says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from gateway.config import SchedulesConfig
+from gateway.database import Database, Op
+from gateway.notifications import NewNotification, Notification, ReturnAddress
+from gateway.outbox import Outbox
+from gateway.store import SessionStore
+
+from . import schedule_spec
+from .job_notices import describe_exit
+from .job_process import check_command
+from .job_record import JobRecord
+from .jobs import EndNote, JobError, JobManager
+from .schedule_spec import ScheduleError, Spec, zone_name
+from .schedules import (
+    SCHEDULE_COLUMNS,
+    ScheduleNotFound,
+    ScheduleRecord,
+    list_schedules,
+    remove,
+    set_paused,
+)
+
+log = structlog.get_logger(__name__)
+
+#: a run this late is just late; later than this, its time counts as missed
+MISSED_GRACE_SECONDS = 60.0
+#: changes made by another process (``homing schedules pause``) are seen this soon
+RESCAN_SECONDS = 30.0
+_CATCH_UP_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    scheduled_for: float
+    reason: str  # due, missed, manual
+
+
+class Scheduler:
+    def __init__(self, db: Database, outbox: Outbox, store: SessionStore, jobs: JobManager,
+                 settings: SchedulesConfig, *, clock: Callable[[], float] = time.time,
+                 prompts: bool = False) -> None:
+        self.db = db
+        self.outbox = outbox
+        self.store = store
+        self.jobs = jobs
+        self.settings = settings
+        self.timezone = settings.timezone or schedule_spec.local_zone_name()
+        self.clock = clock
+        #: prompt schedules need an agent that can answer them (the model agent)
+        self.prompts = prompts
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        jobs.observer = self
+        outbox.park_listeners.append(self._parked)
+
+    # creating and changing -----------------------------------------------------
+
+    async def create(self, address: ReturnAddress, *, every: str | None = None,
+                     cron: str | None = None, at: str | None = None,
+                     command: str | None = None, prompt: str | None = None,
+                     timezone: str | None = None) -> ScheduleRecord:
+        """A new schedule for ``address``'s conversation; ScheduleError says what is wrong."""
+        if sum(x is not None for x in (every, cron, at)) != 1:
+            raise ScheduleError("give exactly one of every, cron or at")
+        if (command is None) == (prompt is None):
+            raise ScheduleError("give exactly one of command (a shell run) or prompt "
+                                "(an agent turn)")
+        if prompt is not None and not self.prompts:
+            raise ScheduleError("prompt schedules need the model agent (agent.backend: openai)")
+        task = command if command is not None else prompt
+        if not (task or "").strip():
+            raise ScheduleError("the scheduled command or prompt is empty")
+        if command is not None:
+            try:
+                check_command(command)
+            except ValueError as exc:
+                raise ScheduleError(str(exc)) from None
+        zone = zone_name(timezone or self.timezone)
+        now = self.clock()
+        spec = (schedule_spec.every(every, zone, now, self.settings.min_interval_seconds)
+                if every is not None else schedule_spec.cron(cron, zone, now)
+                if cron is not None else schedule_spec.at(at or "", zone, now))
+        record = ScheduleRecord(
+            id="s" + uuid.uuid4().hex[:7], session_key=address.session_key,
+            route=address.route, spec=spec, command=command, prompt=prompt, created_at=now,
+            next_run_at=spec.next_after(now), paused=False, pause_reason=None,
+            last_run_for=None, last_result=None, skipped=0)
+        limit = self.settings.max_per_conversation
+
+        def insert(conn: sqlite3.Connection) -> None:
+            (count,) = conn.execute("SELECT COUNT(*) FROM schedules WHERE session_key = ?",
+                                    (record.session_key,)).fetchone()
+            if count >= limit:
+                raise ScheduleError(f"this conversation already has {count} schedules, the most "
+                                    f"it may have (schedules.max_per_conversation); remove one "
+                                    f"first")
+            conn.execute(f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES "
+                         f"({','.join('?' * 16)})", record.insert_params())
+
+        await self.db.write(insert)
+        log.info("schedule_created", schedule_id=record.id, session_key=record.session_key,
+                 spec=spec.describe(), next_run_at=record.next_run_at)
+        self.wake()
+        return record
+
+    async def list(self, session_key: str | None = None) -> list[ScheduleRecord]:
+        return await list_schedules(self.db, session_key)
+
+    async def own(self, schedule_id: str, session_key: str) -> ScheduleRecord:
+        """``schedule_id`` when this conversation made it; ScheduleNotFound otherwise."""
+        for record in await self.list(session_key):
+            if record.id == schedule_id.strip():
+                return record
+        raise ScheduleNotFound(f"No schedule {schedule_id!r} in this conversation; "
+                               f"/schedules lists them.")
+
+    async def pause(self, schedule_id: str, reason: str | None = None) -> ScheduleRecord:
+        return await set_paused(self.db, schedule_id, True, reason=reason, now=self.clock())
+
+    async def resume(self, schedule_id: str) -> ScheduleRecord:
+        record = await set_paused(self.db, schedule_id, False, now=self.clock())
+        self.wake()
+        return record
+
+    async def remove(self, schedule_id: str) -> ScheduleRecord:
+        return await remove(self.db, schedule_id)
+
+    async def run_now(self, schedule_id: str) -> ScheduleRecord:
+        """Run a schedule once now, out of turn (its next time stays as it is)."""
+        now = self.clock()
+
+        def claim(conn: sqlite3.Connection) -> ScheduleRecord:
+            row = conn.execute(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
+                               (schedule_id,)).fetchone()
+            if row is None:
+                raise ScheduleNotFound(f"no schedule {schedule_id!r}")
+            if _busy(conn, schedule_id):
+                raise ScheduleError(f"schedule {schedule_id} has a run under way; try again "
+                                    f"when it has ended")
+            _insert_run(conn, schedule_id, _Claim(now, "manual"), "claimed", now)
+            return ScheduleRecord.from_row(row)
+
+        record = await self.db.write(claim)
+        self.wake()
+        return record
+
+    # the loop ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="scheduler")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self.wake()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                delay = await self.tick()
+            except Exception:
+                log.exception("scheduler_cycle_failed")
+                delay = RESCAN_SECONDS
+            if self._stopping:
+                return
+            try:
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def tick(self) -> float:
+        """Fire what is due, start what is claimed; seconds until the next time is due."""
+        now = self.clock()
+        rows = await self.db.fetchall(
+            f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE paused = 0 "
+            f"AND next_run_at IS NOT NULL AND next_run_at <= ? ORDER BY next_run_at", (now,))
+        for row in rows:
+            await self._fire(ScheduleRecord.from_row(row), now)
+        await self._start_claimed()
+        row = await self.db.fetchone(
+            "SELECT MIN(next_run_at) FROM schedules WHERE paused = 0 AND next_run_at IS NOT NULL")
+        if row is None or row[0] is None:
+            return RESCAN_SECONDS
+        return min(RESCAN_SECONDS, max(0.0, row[0] - self.clock()))
+
+    async def _fire(self, s: ScheduleRecord, now: float) -> None:
+        """Claim the due time(s) of ``s`` and advance it, in one transaction."""
+        assert s.next_run_at is not None
+        times = [s.next_run_at, *s.spec.occurrences(s.next_run_at, now, _CATCH_UP_LIMIT)]
+        following = s.spec.next_after(now)
+        note = None
+        if len(times) == 1 and now - times[0] <= MISSED_GRACE_SECONDS:
+            claims = [_Claim(times[0], "due")]
+        else:
+            claims = self._missed_claims(times, now)
+            note = NewNotification(
+                idempotency_key=f"{s.id}:missed:{times[0]}", kind="schedule_note",
+                address=await self.address(s),
+                text=_missed_text(s, times, claims, self.settings.missed, following))
+
+        def claim(conn: sqlite3.Connection) -> bool:
+            current = conn.execute("SELECT next_run_at, paused FROM schedules WHERE id = ?",
+                                   (s.id,)).fetchone()
+            if current is None or current[0] != s.next_run_at or current[1]:
+                return False  # changed meanwhile (removed, paused, or fired elsewhere)
+            conn.execute("UPDATE schedules SET next_run_at = ? WHERE id = ?", (following, s.id))
+            busy = _busy(conn, s.id)
+            for c in claims:
+                if busy:  # never two runs of one schedule at once: skipped, and counted
+                    _insert_run(conn, s.id, c, "skipped", now, reason="overlap")
+                    conn.execute("UPDATE schedules SET skipped = skipped + 1 WHERE id = ?",
+                                 (s.id,))
+                else:
+                    _insert_run(conn, s.id, c, "claimed", now)
+            if note is not None:
+                conn.execute(*Outbox.insert_op(note))
+            return True
+
+        if await self.db.write(claim):
+            log.info("schedule_fired", schedule_id=s.id, times=len(times),
+                     claimed=[c.scheduled_for for c in claims], next_run_at=following)
+            if note is not None:
+                self.outbox.wake()
+
+    def _missed_claims(self, times: list[float], now: float) -> list[_Claim]:
+        policy = self.settings.missed
+        if policy == "skip":
+            return []
+        if policy == "once":
+            return [_Claim(times[-1], "missed")]
+        return [_Claim(t, "missed") for t in times
+                if now - t <= self.settings.max_missed_age_seconds]
+
+    async def _start_claimed(self) -> None:
+        """Start the oldest claimed run of every schedule that has none under way."""
+        rows = await self.db.fetchall(
+            f"SELECT r.schedule_id, r.scheduled_for, r.reason FROM schedule_runs r "
+            f"WHERE r.state = 'claimed' AND NOT EXISTS (SELECT 1 FROM schedule_runs o "
+            f"WHERE o.schedule_id = r.schedule_id AND {_UNDER_WAY}) ORDER BY r.scheduled_for")
+        started: set[str] = set()
+        for schedule_id, scheduled_for, reason in rows:
+            if schedule_id in started:
+                continue
+            started.add(schedule_id)
+            record = await self._get(schedule_id)
+            if record is None:
+                await self.db.write([("UPDATE schedule_runs SET state = 'cancelled' WHERE "
+                                      "schedule_id = ? AND state = 'claimed'", (schedule_id,))])
+                continue
+            try:
+                await self._start_run(record, _Claim(scheduled_for, reason))
+            except Exception:
+                log.exception("schedule_run_not_started", schedule_id=schedule_id,
+                              scheduled_for=scheduled_for)
+
+    async def _start_run(self, s: ScheduleRecord, run: _Claim) -> None:
+        address = await self.address(s)
+        where = (s.id, run.scheduled_for)
+        now = time.time()
+        if s.prompt is not None:
+            notice = NewNotification(
+                idempotency_key=f"{s.id}:run:{run.scheduled_for}", kind="schedule_prompt",
+                address=address, text=self._prompt_text(s, run))
+            await self.outbox.produce([notice], with_ops=[
+                *_finish_ops(s.id, run.scheduled_for, "handed to the agent", now),
+                ("UPDATE schedule_runs SET started_at = ? WHERE schedule_id = ? "
+                 "AND scheduled_for = ?", (now, *where))])
+            return
+
+        def started(job_id: str) -> list[Op]:
+            return [("UPDATE schedule_runs SET state = 'started', job_id = ?, started_at = ? "
+                     "WHERE schedule_id = ? AND scheduled_for = ? AND state = 'claimed'",
+                     (job_id, now, *where))]
+
+        assert s.command is not None
+        try:
+            await self.jobs.start(s.command, address, registered_with=started,
+                                  origin={"schedule_id": s.id, "scheduled_for": run.scheduled_for})
+        except JobError as exc:  # told, once, and the schedule goes on
+            text = (f"Schedule {s.id} ({s.spec.describe()}): the run of "
+                    f"{s.when(run.scheduled_for)} could not start: {exc}")
+            await self.outbox.produce([NewNotification(
+                f"{s.id}:failed:{run.scheduled_for}", "schedule_note", address, text)],
+                with_ops=_finish_ops(s.id, run.scheduled_for, f"could not start: {exc}", now))
+
+    def _prompt_text(self, s: ScheduleRecord, run: _Claim) -> str:
+        return (f"Scheduled task {s.id} ({s.spec.describe()}), the run of "
+                f"{s.when(run.scheduled_for)}; not a message from the user:\n{s.prompt}")
+
+    async def address(self, s: ScheduleRecord) -> ReturnAddress:
+        """Where a run reports: the conversation's live session now, in the schedule's place
+        and under the message that created it."""
+        session = await self.store.live_session(s.session_key)
+        if session is None:
+            session = await self.store.get_or_create(s.session_key, s.route)
+        return ReturnAddress(s.session_key, session.id, s.route)
+
+    async def _get(self, schedule_id: str) -> ScheduleRecord | None:
+        row = await self.db.fetchone(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
+                                     (schedule_id,))
+        return ScheduleRecord.from_row(row) if row else None
+
+    # what jobs and the outbox tell -----------------------------------------------
+
+    async def job_ending(self, record: JobRecord) -> EndNote | None:
+        """A scheduled run's job ends: its notice names the schedule, the run's time and
+        the next run, and says how many times were skipped while it ran."""
+        origin = record.origin or {}
+        if "schedule_id" not in origin:
+            return None
+        schedule_id, scheduled_for = origin["schedule_id"], origin["scheduled_for"]
+        result = _result(record)
+        ops = _finish_ops(schedule_id, scheduled_for, result, time.time())
+        s = await self._get(schedule_id)
+        if s is None:
+            return EndNote(header=f"Schedule {schedule_id} (removed since): the run of "
+                                  f"{_plain_time(scheduled_for)}.", ops=ops)
+        footer = []
+        if s.skipped:
+            were = "times were" if s.skipped != 1 else "time was"
+            footer.append(f"{s.skipped} later scheduled {were} skipped: this run was still "
+                          f"going.")
+            ops.append(("UPDATE schedules SET skipped = MAX(0, skipped - ?) WHERE id = ?",
+                        (s.skipped, s.id)))
+        footer.append(_next_line(s))
+        return EndNote(header=f"Schedule {s.id} ({s.spec.describe()}): the run of "
+                              f"{s.when(scheduled_for)}.", footer=" ".join(footer), ops=ops)
+
+    def job_ended(self, record: JobRecord) -> None:
+        if record.origin and "schedule_id" in record.origin:
+            self.wake()  # the schedule's next claimed run may start now
+
+    def _parked(self, n: Notification, reason: str, detail: str | None) -> None:
+        """The conversation's place is gone: its schedules pause, saying why, instead of
+        failing at every run."""
+        if reason != "route_gone":
+            return
+        why = f"route_gone: {detail}" if detail else "route_gone"
+        self.db.write_behind([("UPDATE schedules SET paused = 1, pause_reason = ? "
+                               "WHERE session_key = ? AND paused = 0", (why, n.session_key))])
+        log.warning("schedules_paused", session_key=n.session_key, reason=why)
+
+
+#: run ``o`` is under way: started, and its job still runs (a job whose end was
+#: committed without its run's — it cannot hold the schedule up)
+_UNDER_WAY = ("(o.state = 'started' AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = o.job_id "
+              "AND j.state = 'running'))")
+
+
+def _busy(conn: sqlite3.Connection, schedule_id: str) -> bool:
+    """A run of the schedule is under way or waiting to start."""
+    return conn.execute(
+        f"SELECT 1 FROM schedule_runs o WHERE o.schedule_id = ? AND (o.state = 'claimed' OR "
+        f"{_UNDER_WAY}) LIMIT 1", (schedule_id,)).fetchone() is not None
+
+
+def _insert_run(conn: sqlite3.Connection, schedule_id: str, claim: _Claim, state: str,
+                now: float, *, reason: str | None = None) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO schedule_runs (schedule_id, scheduled_for, state, reason, "
+        "claimed_at) VALUES (?, ?, ?, ?, ?)",
+        (schedule_id, claim.scheduled_for, state, reason or claim.reason, now))
+
+
+def _finish_ops(schedule_id: str, scheduled_for: float, result: str, now: float) -> list[Op]:
+    return [
+        ("UPDATE schedule_runs SET state = 'finished', finished_at = ?, result = ? "
+         "WHERE schedule_id = ? AND scheduled_for = ?", (now, result, schedule_id, scheduled_for)),
+        ("UPDATE schedules SET last_run_for = ?, last_result = ? WHERE id = ? "
+         "AND (last_run_for IS NULL OR last_run_for <= ?)",
+         (scheduled_for, result, schedule_id, scheduled_for)),
+    ]
+
+
+def _result(record: JobRecord) -> str:
+    if record.state == "failed":
+        return "did not start"
+    if record.state == "lost":
+        return "lost (no exit code)"
+    if record.killed:
+        return "killed"
+    return describe_exit(record.exit_code)
+
+
+def _next_line(s: ScheduleRecord) -> str:
+    if s.paused:
+        return f"The schedule is paused{f' ({s.pause_reason})' if s.pause_reason else ''}."
+    if s.next_run_at is None:
+        return "No runs are left."
+    return f"Next run: {s.when(s.next_run_at)}."
+
+
+def _missed_text(s: ScheduleRecord, times: list[float], claims: list[_Claim], policy: str,
+                 following: float | None) -> str:
+    n = len(times)
+    span = (f"at {s.when(times[0])}" if n == 1
+            else f"from {s.when(times[0])} to {s.when(times[-1])}")
+    head = (f"Schedule {s.id} ({s.spec.describe()}): {n} scheduled "
+            f"time{'s' if n != 1 else ''} passed while the gateway was down ({span}).")
+    if not claims:
+        done = "None was run (schedules.missed: skip)."
+    elif policy == "once":
+        done = "It runs once now for them (schedules.missed: once)."
+    else:
+        dropped = n - len(claims)
+        done = (f"{'Each' if not dropped else f'{len(claims)} of them'} "
+                f"run{'s' if len(claims) == 1 and not dropped else ''} now, oldest first "
+                f"(schedules.missed: all)"
+                + (f"; {dropped} older than schedules.max_missed_age_seconds "
+                   f"{'were' if dropped != 1 else 'was'} not run." if dropped else "."))
+    nxt = f" Next run: {s.when(following)}." if following is not None else ""
+    return f"{head} {done}{nxt}"
+
+
+def _plain_time(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+__all__ = ["Scheduler", "ScheduleError", "ScheduleNotFound", "Spec"]

@@ -1,0 +1,142 @@
+"""Schedules as the state database keeps them, and the changes anyone may make.
+
+A schedule belongs to a conversation (its session key and stored route, with
+the forum topic or thread and the message that created it), not to one
+session lifetime. The scheduler, the ``/schedules`` commands, the model's
+``schedule`` tool, the CLI and the REST API all change schedules through the
+functions here, so pausing, resuming and removing mean the same everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.database import Database
+from gateway.route import Route
+
+from .schedule_spec import ScheduleError, Spec, format_time
+
+SCHEDULE_COLUMNS = (
+    "id, session_key, route, kind, spec, timezone, anchor, command, prompt, created_at, "
+    "next_run_at, paused, pause_reason, last_run_for, last_result, skipped"
+)
+
+
+@dataclass(slots=True)
+class ScheduleRecord:
+    id: str
+    session_key: str
+    route: Route
+    spec: Spec
+    command: str | None
+    prompt: str | None
+    created_at: float
+    next_run_at: float | None
+    paused: bool
+    pause_reason: str | None
+    last_run_for: float | None
+    last_result: str | None
+    skipped: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> ScheduleRecord:
+        (sid, key, route, kind, spec, zone, anchor, command, prompt, created, next_run,
+         paused, reason, last_for, last_result, skipped) = row
+        return cls(sid, key, Route.from_dict(json.loads(route)), Spec(kind, spec, zone, anchor),
+                   command, prompt, created, next_run, bool(paused), reason, last_for,
+                   last_result, skipped)
+
+    @property
+    def task(self) -> str:
+        return f"$ {self.command}" if self.command is not None else f"prompt: {self.prompt}"
+
+    def when(self, t: float | None) -> str:
+        return format_time(t, self.spec.timezone) if t is not None else "none"
+
+    def line(self) -> str:
+        """One line of ``/schedules`` and ``homing schedules``."""
+        state = f"paused ({self.pause_reason})" if self.paused and self.pause_reason else (
+            "paused" if self.paused else f"next {self.when(self.next_run_at)}")
+        last = (f"last {self.when(self.last_run_for)}: {self.last_result}"
+                if self.last_run_for is not None else "not run yet")
+        task = " ".join(self.task.split())[:80]
+        return f"{self.id}  {self.spec.describe()}  {state}  {last}  {task}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "session_key": self.session_key, "route": self.route.to_dict(),
+            "kind": self.spec.kind, "spec": self.spec.text, "timezone": self.spec.timezone,
+            "description": self.spec.describe(), "command": self.command, "prompt": self.prompt,
+            "created_at": self.created_at, "next_run_at": self.next_run_at,
+            "paused": self.paused, "pause_reason": self.pause_reason,
+            "last_run_for": self.last_run_for, "last_result": self.last_result,
+        }
+
+    def insert_params(self) -> tuple[Any, ...]:
+        return (self.id, self.session_key, json.dumps(self.route.to_dict()), self.spec.kind,
+                self.spec.text, self.spec.timezone, self.spec.anchor, self.command, self.prompt,
+                self.created_at, self.next_run_at, int(self.paused), self.pause_reason,
+                self.last_run_for, self.last_result, self.skipped)
+
+
+class ScheduleNotFound(ScheduleError):
+    pass
+
+
+async def get(db: Database, schedule_id: str) -> ScheduleRecord | None:
+    row = await db.fetchone(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
+                            (schedule_id,))
+    return ScheduleRecord.from_row(row) if row else None
+
+
+async def list_schedules(db: Database, session_key: str | None = None) -> list[ScheduleRecord]:
+    where, params = ("WHERE session_key = ?", (session_key,)) if session_key else ("", ())
+    rows = await db.fetchall(
+        f"SELECT {SCHEDULE_COLUMNS} FROM schedules {where} ORDER BY created_at", params)
+    return [ScheduleRecord.from_row(r) for r in rows]
+
+
+async def set_paused(db: Database, schedule_id: str, paused: bool, *, reason: str | None = None,
+                     now: float | None = None) -> ScheduleRecord:
+    """Pause, or resume: a resumed schedule runs next at its first time from now on —
+    the times it was paused through are not missed runs."""
+    now = time.time() if now is None else now
+
+    def change(conn: sqlite3.Connection) -> ScheduleRecord:
+        record = _select(conn, schedule_id)
+        if paused:
+            conn.execute("UPDATE schedules SET paused = 1, pause_reason = ? WHERE id = ?",
+                         (reason, schedule_id))
+        else:
+            nxt = record.next_run_at
+            if nxt is not None and nxt <= now:
+                nxt = record.spec.next_after(now)
+            conn.execute("UPDATE schedules SET paused = 0, pause_reason = NULL, next_run_at = ? "
+                         "WHERE id = ?", (nxt, schedule_id))
+        return _select(conn, schedule_id)
+
+    return await db.write(change)
+
+
+async def remove(db: Database, schedule_id: str) -> ScheduleRecord:
+    """Delete a schedule; runs not started yet are cancelled, a run under way finishes."""
+    def delete(conn: sqlite3.Connection) -> ScheduleRecord:
+        record = _select(conn, schedule_id)
+        conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
+        conn.execute("UPDATE schedule_runs SET state = 'cancelled' WHERE schedule_id = ? "
+                     "AND state = 'claimed'", (schedule_id,))
+        return record
+
+    return await db.write(delete)
+
+
+def _select(conn: sqlite3.Connection, schedule_id: str) -> ScheduleRecord:
+    row = conn.execute(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
+                       (schedule_id,)).fetchone()
+    if row is None:
+        raise ScheduleNotFound(f"no schedule {schedule_id!r}")
+    return ScheduleRecord.from_row(row)
