@@ -64,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     notes.add_argument("--json", action="store_true", help="one JSON array on stdout")
     notes.set_defaults(func=_notifications)
 
+    schedules = sub.add_parser("schedules", parents=[common],
+                               help="list schedules, or pause, resume or remove one")
+    schedules.add_argument("action", nargs="?", choices=("pause", "resume", "remove"),
+                           help="what to do with the schedule ID (default: list them all)")
+    schedules.add_argument("schedule_id", nargs="?", metavar="ID")
+    schedules.add_argument("--json", action="store_true", help="JSON on stdout")
+    schedules.set_defaults(func=_schedules)
+
     status = sub.add_parser("status", parents=[common],
                             help="whether the daemon runs, its platforms, sessions, jobs, notices")
     status.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -212,6 +220,43 @@ def _notifications(config: Config, args: argparse.Namespace) -> int:
     return _listing(config, args, "notifications", fetch,
                     f"{'ID':>6}  {'KIND':16}  {'STATE':9}  {'REASON / ERROR':24}  "
                     f"{'CREATED':19}  SESSION KEY", line)
+
+
+def _schedules(config: Config, args: argparse.Namespace) -> int:
+    from tools import schedules
+    from tools.schedule_spec import ScheduleError
+
+    if args.action is None:
+        async def fetch(store: SessionStore) -> list[dict]:
+            return [r.to_dict() | {"line": r.line()}
+                    for r in await schedules.list_schedules(store.db)]
+
+        return _listing(config, args, "schedules", fetch,
+                        "ID  WHEN  NEXT OR STATE  LAST  TASK  (session key below)",
+                        lambda r: f"{r['line']}\n    {r['session_key']}")
+    if not args.schedule_id:
+        print(f"homing: schedules {args.action} needs a schedule id", file=sys.stderr)
+        return EXIT_CONFIG
+    if not _existing_store(config):
+        return 1
+
+    async def change(store: SessionStore) -> schedules.ScheduleRecord:
+        if args.action == "remove":
+            return await schedules.remove(store.db, args.schedule_id)
+        return await schedules.set_paused(store.db, args.schedule_id, args.action == "pause")
+
+    try:
+        record = _with_store(config, change)
+    except ScheduleError as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(record.to_dict(), indent=2))
+    else:
+        done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[args.action]
+        print(f"schedule {record.id} {done}" + (
+            f"; next run {record.when(record.next_run_at)}" if args.action == "resume" else ""))
+    return 0
 
 
 def _status(config: Config, args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ async def kill_window_rounds(env: dict[str, str], *, rounds: int, jobs_per_round
     async with aiohttp.ClientSession() as http:
         for _ in range(rounds):
             daemon, url = await start_daemon(env)
+            killed = False
             try:
                 async with http.ws_connect(f"{url}ws?conversation={CONVERSATION}") as ws:
                     await ws.receive_json(timeout=10)
@@ -55,8 +56,11 @@ async def kill_window_rounds(env: dict[str, str], *, rounds: int, jobs_per_round
                         number += 1
                     await asyncio.sleep(rng.uniform(0, max_delay))
                     daemon.send_signal(signal.SIGKILL)
+                    killed = True
             finally:
-                if daemon.returncode is None:
+                # once only: a second signal makes the library poll, and reap, the dead
+                # daemon behind asyncio's back
+                if not killed:
                     daemon.send_signal(signal.SIGKILL)
                 await daemon.wait()
                 tally.kills += 1

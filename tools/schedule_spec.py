@@ -191,8 +191,9 @@ def local_zone_name() -> str:
 
 def format_time(t: float, timezone: str) -> str:
     """A run's time as a user reads it: local date and time, and the zone."""
-    local = datetime.fromtimestamp(t, ZoneInfo(timezone))
-    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+    local = datetime.fromtimestamp(round(t), ZoneInfo(timezone))
+    clock = f"{local:%H:%M}" if local.second == 0 else f"{local:%H:%M:%S}"
+    return f"{local:%Y-%m-%d} {clock} {local.tzname()}"
 
 
 def _local(wall: datetime, zone: ZoneInfo) -> float:

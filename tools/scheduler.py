@@ -77,6 +77,8 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        #: one tick at a time: two would both start the same claimed run
+        self._ticking = asyncio.Lock()
         jobs.observer = self
         outbox.park_listeners.append(self._parked)
 
@@ -204,6 +206,10 @@ class Scheduler:
 
     async def tick(self) -> float:
         """Fire what is due, start what is claimed; seconds until the next time is due."""
+        async with self._ticking:
+            return await self._tick()
+
+    async def _tick(self) -> float:
         now = self.clock()
         rows = await self.db.fetchall(
             f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE paused = 0 "

@@ -27,6 +27,7 @@ from ..route import Route
 from ..runner import GatewayClosed
 from ..store import ARCHIVED_FILTERS, SessionEntry, SessionNotFound
 from .base import Adapter
+from .web_schedules import schedule_routes
 
 if TYPE_CHECKING:
     from ..runner import GatewayRunner
@@ -69,6 +70,7 @@ class WebAdapter(Adapter):
             web.get("/healthz", self._healthz),
             web.get("/readyz", self._readyz),
             web.get("/metrics", self._metrics),
+            *schedule_routes(lambda: self.runner.scheduler, _json_error),
         ])
         self._site_runner = web.AppRunner(app, access_log=None)
         await self._site_runner.setup()
