@@ -153,7 +153,8 @@ class ModelAgent:
         if notice is not None and (answer is None or not convo.said):
             # the notice must arrive whatever the model did with it; its text goes last,
             # as the send that decides the delivery
-            await _post_notice(turn, notice, f"The model {stopped}." if answer is None else None)
+            await _post_notice(turn, notice, f"The model {stopped}." if answer is None
+                               else "The model gave no answer to this.")
         elif answer is None:
             await turn.reply(f"I {stopped}. Tell me how to go on.", kind="system")
         elif not convo.said:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .timezones import check_zone
+
 DEFAULT_HOME = "~/.homing"
 
 
@@ -156,14 +158,7 @@ class SchedulesConfig(_Strict):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str | None) -> str | None:
-        if value is not None:
-            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-            try:
-                ZoneInfo(value)
-            except (ZoneInfoNotFoundError, ValueError):
-                raise ValueError(f"unknown timezone {value!r}: use an IANA name such as "
-                                 f"Europe/Berlin or UTC") from None
-        return value
+        return check_zone(value) if value is not None else None
 
 
 class ShutdownConfig(_Strict):

@@ -38,7 +38,9 @@ class SendResult:
     """The outcome of one ``send``: the platform message id, or why it failed.
 
     ``retry_after`` (seconds) is set when the platform asked us to wait;
-    ``permanent`` when retrying can never succeed (the route is gone).
+    ``permanent`` when retrying can never succeed, and ``route_gone`` when that
+    is because the place itself is gone (a deleted topic, a locked thread) rather
+    than this one message being refused.
     """
 
     ok: bool
@@ -46,6 +48,7 @@ class SendResult:
     error: str | None = None
     retry_after: float | None = None
     permanent: bool = False
+    route_gone: bool = False
 
     @classmethod
     def sent(cls, message_id: str | None) -> SendResult:
@@ -53,5 +56,7 @@ class SendResult:
 
     @classmethod
     def failed(cls, error: str, *, retry_after: float | None = None,
-               permanent: bool = False) -> SendResult:
-        return cls(ok=False, error=error, retry_after=retry_after, permanent=permanent)
+               permanent: bool = False, route_gone: bool | None = None) -> SendResult:
+        """``route_gone`` defaults to ``permanent``: most permanent failures are that."""
+        return cls(ok=False, error=error, retry_after=retry_after, permanent=permanent,
+                   route_gone=permanent if route_gone is None else route_gone)

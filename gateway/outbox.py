@@ -37,6 +37,10 @@ def claimer_alive(claimer: str | None) -> bool:
     return identity != process_identity() and identity_alive(identity)
 
 
+#: told of a notification's settled state: (notification, state, reason, detail)
+Settled = Callable[[Notification, str, "str | None", "str | None"], None]
+
+
 class Outbox:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -45,8 +49,9 @@ class Outbox:
         self._consumed: set[int] = set()
         #: rows this process's router is delivering right now: not for :meth:`consume`
         self._delivering: set[int] = set()
-        #: told of each notification parked, with its reason (after the commit)
-        self.park_listeners: list[Callable[[Notification, str, str | None], None]] = []
+        #: told, after the commit, of each notification a router delivered or parked:
+        #: ``(notification, state, reason, detail)``
+        self.settle_listeners: list[Settled] = []
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each commit that adds pending notifications."""
@@ -114,14 +119,15 @@ class Outbox:
         """:meth:`sent_op` on its own, written behind (lands in the next group commit)."""
         self.db.write_behind([self.sent_op(notification_id, claimer, message_id)])
 
-    async def mark_delivered(self, notification_id: int, claimer: str,
+    async def mark_delivered(self, n: Notification, claimer: str,
                              message_id: str | None) -> None:
         await self.db.write([(
             "UPDATE notifications SET state = 'delivered', delivered_at = ?, "
             "sent_message_id = ?, attempts = attempts + 1, last_error = NULL "
             "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
-            (time.time(), message_id, notification_id, claimer),
+            (time.time(), message_id, n.id, claimer),
         )])
+        self._settled(n, "delivered", None, None)
 
     async def release(self, notification_id: int, claimer: str, error: str,
                       retry_in: float) -> None:
@@ -142,8 +148,15 @@ class Outbox:
         )])
         log.warning("notification_parked", notification_id=n.id, reason=reason, detail=detail,
                     session_key=n.session_key)
-        for listener in self.park_listeners:
-            listener(n, reason, detail)
+        self._settled(n, "parked", reason, detail)
+
+    def _settled(self, n: Notification, state: str, reason: str | None,
+                 detail: str | None) -> None:
+        for listener in self.settle_listeners:
+            try:
+                listener(n, state, reason, detail)
+            except Exception:  # a listener's fault must not undo the delivery's record
+                log.exception("settle_listener_failed", notification_id=n.id)
 
     async def consume(self, job_id: str) -> list[str]:
         """Take the notices of ``job_id`` not delivered yet — their texts, oldest first —

@@ -217,7 +217,7 @@ class Router:
             bound.exception("notification_delivery_crashed")
             outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}", retry_in=_backoff(n))
         if outcome.state == "delivered":
-            await self.outbox.mark_delivered(n.id, self.name, outcome.message_id)
+            await self.outbox.mark_delivered(n, self.name, outcome.message_id)
             self.runner.metrics.delivery_latency.observe(max(0.0, time.time() - n.created_at))
             bound.info("notification_delivered", message_id=outcome.message_id)
         elif outcome.state == "consumed":
@@ -254,7 +254,8 @@ def _from_sends(n: Notification, results: list[SendResult]) -> _Outcome:
         return _Outcome("delivered", message_id=last)
     result = results[-1]
     if result.permanent:
-        return _Outcome("parked", reason="route_gone", detail=result.error)
+        return _Outcome("parked", reason="route_gone" if result.route_gone else "rejected",
+                        detail=result.error)
     retry_in = result.retry_after if result.retry_after is not None else _backoff(n)
     return _Outcome("retry", reason=result.error, retry_in=retry_in)
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 import signal
+import sqlite3
 from pathlib import Path
 
 import aiohttp
@@ -122,12 +123,14 @@ async def test_web_runs_follow_the_conversation_and_no_other_tab_sees_them(
 async def test_the_model_schedules_a_prompt_and_does_it_when_it_comes_due(
         tmp_path: Path, model, http) -> None:
     clock = Clock(START)
-    failing = {"on": False}
+    failing, empty = {"on": False}, {"on": False}
 
     def brain(req: ChatRequest) -> Response:
         if is_notice(req):
             if failing["on"]:
                 return Fail(500, "the model is down")
+            if empty["on"]:
+                return Say("")
             assert "Scheduled task" in req.last["content"]
             assert not any("Scheduled task" in t for t in req.texts("user"))
             return Say("Here is your morning summary: all green.")
@@ -153,12 +156,28 @@ async def test_the_model_schedules_a_prompt_and_does_it_when_it_comes_due(
         done = await tab.frame(timeout=10)
         assert (done["kind"], done["text"]) == ("notification",
                                                 "Here is your morning summary: all green.")
+        async def first_run_over() -> bool:  # its turn is recorded as given
+            rows = await gw.store.db.fetchall("SELECT state FROM schedule_runs")
+            return rows == [("finished",)]
+
+        await eventually_async(first_run_over, what="the first run's end")
         failing["on"] = True  # the next morning the model fails: the task is still told
         clock.now = START + 86400 + 3601
         gw.scheduler.wake()
         told = (await tab.frame(timeout=15))["text"]
         assert "Scheduled task" in told and "summarise the overnight builds" in told
         assert "could not comment" in told
+        await eventually_async(lambda: _all_finished(gw), what="the second run's end")
+        failing["on"], empty["on"] = False, True  # and the third it says nothing at all
+        clock.now = START + 2 * 86400 + 3601
+        gw.scheduler.wake()
+        told = (await tab.frame(timeout=15))["text"]
+        assert "summarise the overnight builds" in told and "gave no answer" in told
+
+
+async def _all_finished(gw) -> bool:
+    rows = await gw.store.db.fetchall("SELECT state FROM schedule_runs")
+    return bool(rows) and all(state == "finished" for (state,) in rows)
 
 
 async def test_the_cli_and_the_rest_api_list_pause_resume_and_remove(
@@ -236,6 +255,15 @@ async def test_kill_9_while_runs_are_in_flight_reports_each_scheduled_time_once(
                    for n in completions)
         jobs = await cli_json("jobs", env=env)
         assert len(jobs) == len(completions)  # every run that started was reported
+        # and no scheduled time was lost: every second from the first to the last has its
+        # run, run once (finished) or skipped because the one before was still going
+        with sqlite3.connect(tmp_path / "home" / "state.db") as db:
+            runs = db.execute("SELECT scheduled_for, state FROM schedule_runs "
+                              "ORDER BY scheduled_for").fetchall()
+        assert {state for _, state in runs} <= {"finished", "skipped"}, runs
+        gaps = [b - a for (a, _), (b, _) in zip(runs, runs[1:], strict=False)]
+        assert gaps == [1.0] * (len(runs) - 1), gaps
+        assert sum(state == "finished" for _, state in runs) == len(completions)
     finally:
         await kill_leftover_jobs(env)
 

@@ -7,6 +7,7 @@ background jobs.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -251,7 +252,7 @@ async def test_a_run_claimed_when_the_daemon_died_is_started_once_after_the_rest
     config = schedule_config(tmp_path / "home")
     first = MemoryAdapter("memory")
 
-    class DiedAfterTheClaim(Exception):
+    class DiedAfterTheClaim(BaseException):  # not an error the scheduler handles: a crash
         pass
 
     async with running_gateway(config, [first], clock=clock) as gw:
@@ -262,7 +263,8 @@ async def test_a_run_claimed_when_the_daemon_died_is_started_once_after_the_rest
 
         gw.scheduler._start_run = die  # type: ignore[method-assign]
         clock.now = START + 601
-        await gw.scheduler.tick()  # claims 08:10 and advances the schedule; starts nothing
+        with pytest.raises(DiedAfterTheClaim):  # claims 08:10, advances, starts nothing
+            await gw.scheduler.tick()
         (state,) = await gw.store.db.fetchone("SELECT state FROM schedule_runs")
         assert state == "claimed"
     second = MemoryAdapter("memory")
@@ -346,3 +348,161 @@ async def test_without_an_injected_clock_runs_come_on_the_real_one(tmp_path: Pat
         first, second = (re.search(r"the run of (.+?)\.\n", m.text)[1]
                          for m in runs(adapter, sid)[:2])
         assert first != second  # two scheduled times, one run each
+
+
+# --- after review: long downtime, busy restarts, pauses, limits --------------------------------
+
+@pytest.mark.parametrize(("policy", "max_age", "ran", "says"), [
+    ("all", 300, 5, "The latest 5 run now, oldest first"),
+    ("once", 86400, 1, "It runs once now, for 2027-01-25 08:00 UTC"),
+    ("all", 20, 0, "None was run: all were older than schedules.max_missed_age_seconds"),
+])
+async def test_ten_days_of_a_minutely_schedule_missed(tmp_path: Path, clock, policy: str,
+                                                      max_age: int, ran: int, says: str) -> None:
+    config = schedule_config(tmp_path / "home", schedules__missed=policy,
+                             schedules__max_missed_age_seconds=max_age)
+    first = MemoryAdapter("memory")
+    async with running_gateway(config, [first], clock=clock) as gw:
+        sid = schedule_id(await say(first, "/every 1m echo minutely", CHAT))
+    clock.now = START + 10 * 86400 + 30  # down for ten days
+    second = MemoryAdapter("memory")
+    async with running_gateway(config, [second], clock=clock) as gw:
+        await settle(gw)
+        (note,) = [m.text for m in second.sent if "passed while" in m.text]
+        assert "14,400 scheduled times passed" in note and says in note, note
+        assert len(runs(second, sid)) == ran
+        if ran:
+            last = re.search(r"the run of (\S+ \S+)", runs(second, sid)[-1].text)[1]
+            assert last == "2027-01-25 08:00"  # the latest time, not an old one
+
+
+async def test_times_missed_behind_a_run_still_under_way_wait_for_it(
+        tmp_path: Path, clock) -> None:
+    config = schedule_config(tmp_path / "home", schedules__missed="once")
+    gate = tmp_path / "gate"
+    first = MemoryAdapter("memory")
+    async with running_gateway(config, [first], clock=clock) as gw:
+        sid = schedule_id(await say(
+            first, f"/every 10m while [ ! -e {gate} ]; do sleep 0.05; done; echo ran", CHAT))
+        await move_to(gw, clock, START + 601)
+        await eventually(lambda: gw.jobs.running == 1, what="the 08:10 run")
+        await gw.router.stop()
+    clock.now = START + 45 * 60  # down across 08:20, 08:30 and 08:40
+    second = MemoryAdapter("memory")
+    async with running_gateway(config, [second], clock=clock) as gw:
+        note = await eventually(lambda: [m.text for m in second.sent if "passed while" in m.text],
+                                what="the note")
+        assert "It runs once now after the run still under way, for 2027-01-15 08:40" in note[0]
+        gate.touch()
+        await settle(gw)
+        times = [re.search(r"the run of (\S+ \S+)", m.text)[1] for m in runs(second, sid)]
+        assert times == ["2027-01-15 08:10", "2027-01-15 08:40"]  # one after the other
+        assert not any("skipped" in m.text for m in runs(second, sid))  # nothing was
+
+
+async def test_a_pause_stops_runs_already_waiting_to_start(tmp_path: Path, clock) -> None:
+    config = schedule_config(tmp_path / "home", schedules__missed="all")
+    gate = tmp_path / "gate"
+    first = MemoryAdapter("memory")
+    async with running_gateway(config, [first], clock=clock) as gw:
+        sid = schedule_id(await say(
+            first, f"/every 10m while [ ! -e {gate} ]; do sleep 0.05; done; echo ran", CHAT))
+    clock.now = START + 35 * 60
+    second = MemoryAdapter("memory")
+    async with running_gateway(config, [second], clock=clock) as gw:
+        await eventually(lambda: gw.jobs.running == 1, what="the first of three")
+        assert "is paused" in await say(second, f"/schedules pause {sid}", CHAT)
+        gate.touch()
+        await settle(gw)
+        assert len(runs(second, sid)) == 1
+        states = sorted(r[0] for r in await gw.store.db.fetchall(
+            "SELECT state FROM schedule_runs"))
+        assert states == ["cancelled", "cancelled", "finished"]
+
+
+async def test_one_shots_that_ran_do_not_count_against_the_limit(tmp_path: Path, clock) -> None:
+    adapter = MemoryAdapter("memory")
+    config = schedule_config(tmp_path / "home", schedules__max_per_conversation=2)
+    async with running_gateway(config, [adapter], clock=clock) as gw:
+        for minute in (1, 2):
+            schedule_id(await say(adapter, f"/at +{minute}m echo once", CHAT))
+        await move_to(gw, clock, START + 180)
+        await settle(gw)
+        schedule_id(await say(adapter, "/at +5m echo third", CHAT))
+        assert [r.spec.describe().startswith("once") for r in await gw.scheduler.list()] == [
+            True]
+
+
+async def test_a_skip_count_waits_for_a_notice_to_say_it(tmp_path: Path, clock) -> None:
+    config = schedule_config(tmp_path / "home", notifications__background="error")
+    gate = tmp_path / "gate"
+    adapter = MemoryAdapter("memory")
+    async with running_gateway(config, [adapter], clock=clock) as gw:
+        sid = schedule_id(await say(
+            adapter, f"/every 10m while [ ! -e {gate} ]; do sleep 0.05; done; "
+                     f"[ -e {tmp_path}/fail ] && exit 1; echo fine", CHAT))
+        await move_to(gw, clock, START + 601)
+        await eventually(lambda: gw.jobs.running == 1, what="a run")
+        await move_to(gw, clock, START + 1201)
+        await gw.scheduler.tick()  # skipped: the first still runs
+        gate.touch()
+        await settle(gw)
+        assert runs(adapter, sid) == []  # it succeeded: nothing is sent in "error" mode
+        (tmp_path / "fail").touch()
+        await move_to(gw, clock, START + 1801)
+        await settle(gw)
+        (failed,) = runs(adapter, sid)
+        assert "1 later scheduled time was skipped" in failed.text  # not lost on the way
+
+
+async def test_a_claimed_run_is_started_by_one_starter_only(gateway, clock) -> None:
+    gw, adapter = gateway
+    from tools.scheduler import RunTaken, _Claim
+
+    sid = schedule_id(await say(adapter, "/every 10m echo once-only", CHAT))
+    record = (await gw.scheduler.list())[0]
+    await gw.store.db.write([(
+        "INSERT INTO schedule_runs (schedule_id, scheduled_for, state, reason, claimed_at) "
+        "VALUES (?, ?, 'claimed', 'due', 0)", (sid, START + 600))])
+    run = _Claim(START + 600, "due")
+    # as two daemons on one store would: both try to start the same claimed run
+    results = await asyncio.gather(gw.scheduler._start_run(record, run),
+                                   gw.scheduler._start_run(record, run),
+                                   return_exceptions=True)
+    assert sum(isinstance(r, RunTaken) for r in results) == 1
+    await settle(gw)
+    assert len(runs(adapter, sid)) == 1 and len(await gw.jobs.list()) == 1
+
+
+async def test_a_message_the_platform_refuses_does_not_pause_the_schedule(gateway, clock) -> None:
+    gw, adapter = gateway
+    from gateway.events import SendResult
+
+    schedule_id(await say(adapter, "/every 10m echo x", CHAT))
+    adapter.scripted_failures[CHAT.chat_id] = [SendResult.failed(
+        "rejected: message is too long", permanent=True, route_gone=False)]
+    await move_to(gw, clock, START + 601)
+    await settle(gw)
+    assert [n.reason for n in await gw.outbox.list("parked")] == ["rejected"]
+    (record,) = await gw.scheduler.list()
+    assert not record.paused
+
+
+async def test_a_daily_schedule_made_on_the_eve_of_a_dst_change_keeps_its_hour(
+        tmp_path: Path) -> None:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    berlin = ZoneInfo("Europe/Berlin")
+    clock = Clock(datetime(2027, 3, 27, 9, 0, tzinfo=berlin).timestamp())
+    adapter = MemoryAdapter("memory")
+    async with running_gateway(schedule_config(tmp_path / "home"), [adapter],
+                               clock=clock) as gw:
+        reply = await say(adapter, "/every --tz Europe/Berlin 1d echo daily", CHAT)
+        assert "next run 2027-03-28 09:00 CEST" in reply
+        sid = schedule_id(reply)
+        for day in (28, 29):
+            await move_to(gw, clock, datetime(2027, 3, day, 9, 0, 30, tzinfo=berlin).timestamp())
+            await settle(gw)
+        times = [re.search(r"the run of (.+?)\.\n", m.text)[1] for m in runs(adapter, sid)]
+        assert times == ["2027-03-28 09:00 CEST", "2027-03-29 09:00 CEST"]

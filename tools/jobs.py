@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -60,8 +61,9 @@ class EndNote:
 class JobObserver(Protocol):
     """Told of the end of every job (the scheduler, for its runs)."""
 
-    async def job_ending(self, record: JobRecord) -> EndNote | None:
-        """Before the end is committed: anything to add to it."""
+    async def job_ending(self, record: JobRecord, notified: bool) -> EndNote | None:
+        """Before the end is committed (with a completion notice when ``notified``):
+        anything to add to it."""
 
     def job_ended(self, record: JobRecord) -> None:
         """After the end is committed."""
@@ -115,12 +117,13 @@ class JobManager:
     async def start(self, command: str, address: ReturnAddress, *,
                     notify_on_complete: bool = True, watch_patterns: list[str] | None = None,
                     cwd: Path | None = None, origin: dict[str, Any] | None = None,
-                    registered_with: Callable[[str], Sequence[Op]] | None = None
+                    in_registration: Callable[[sqlite3.Connection, str], None] | None = None
                     ) -> JobRecord:
         """Start ``command`` in the background, reporting to ``address``.
 
-        ``registered_with(job_id)`` gives writes that commit with the job's row (a
-        schedule marks its run started in the same transaction).
+        ``in_registration(conn, job_id)`` runs in the transaction that registers the job
+        (a schedule marks its run started there); when it raises, nothing is registered
+        or started and the exception comes back to the caller.
         """
         try:
             job_process.check_command(command)
@@ -144,7 +147,7 @@ class JobManager:
             session_id=address.session_id, address=address, log_path=files.log,
             exit_path=files.exit_code, origin=origin)
         try:
-            await self._register(record, registered_with(job_id) if registered_with else ())
+            await self._register(record, in_registration)
         except asyncio.CancelledError:
             # the row may have committed: it must not show a job that never ran as running
             self.db.write_behind([_failed_op(job_id)])
@@ -163,9 +166,18 @@ class JobManager:
                  command=command)
         return record
 
-    async def _register(self, record: JobRecord, with_ops: Sequence[Op] = ()) -> None:
+    async def _register(self, record: JobRecord,
+                        also: Callable[[sqlite3.Connection, str], None] | None = None) -> None:
         """The job's row, committed before anything runs."""
-        await self.db.write([record.insert_op(), *with_ops])
+        if also is None:
+            await self.db.write([record.insert_op()])
+            return
+
+        def register(conn: sqlite3.Connection) -> None:
+            conn.execute(*record.insert_op())
+            also(conn, record.id)
+
+        await self.db.write(register)
 
     def _spawn(self, record: JobRecord, workdir: Path) -> int:
         env = {**os.environ, "HOMING_JOB_ID": record.id}
@@ -254,8 +266,9 @@ class JobManager:
                 dropped = live.watch.dropped
             details = EndDetails(escalated, self.settings.kill_grace_seconds, dropped,
                                  self.limits.global_max_per_minute)
-            note = await self._ending_note(record)
-            if self._should_notify_completion(record):
+            notify = self._should_notify_completion(record)
+            note = await self._ending_note(record, notify)
+            if notify:
                 tail = await asyncio.to_thread(job_process.tail_file, record.log_path,
                                                self.settings.tail_lines)
                 notices.append(NewNotification(
@@ -288,11 +301,11 @@ class JobManager:
                 await asyncio.sleep(0.5 * 2 ** attempt)
         # still running in the store: the next start's recovery reports it
 
-    async def _ending_note(self, record: JobRecord) -> EndNote:
+    async def _ending_note(self, record: JobRecord, notified: bool) -> EndNote:
         if self.observer is None:
             return EndNote()
         try:
-            return await self.observer.job_ending(record) or EndNote()
+            return await self.observer.job_ending(record, notified) or EndNote()
         except Exception:  # the end is still told, without the extras
             log.exception("job_end_note_failed", job_id=record.id)
             return EndNote()

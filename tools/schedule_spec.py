@@ -10,15 +10,18 @@ spring-forward once at the new time and a time repeated by a fall-back once.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
+
+from gateway.timezones import check_zone
 
 Kind = Literal["every", "cron", "at"]
 
@@ -30,6 +33,22 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 class ScheduleError(ValueError):
     """A schedule that cannot be made; the message names the problem."""
+
+
+_WALK_LIMIT = 200_000  # a cron time a minute for over four months
+_KEEP_LIMIT = 10_000  # missed runs ever run at once
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """Times that came due: their number, first and last, and the recent ones."""
+
+    count: int
+    first: float
+    last: float
+    kept: list[float]
+    #: counting stopped at the walk limit; there were at least ``count``
+    capped: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +101,27 @@ class Spec:
             t = nxt
         return times
 
+    def due(self, first: float, now: float, keep_since: float) -> Due:
+        """The times from ``first`` (a run's time) up to ``now``: how many, the first and
+        the last, and those since ``keep_since``. Exact elapsed intervals are counted,
+        not walked, so a long downtime costs nothing; cron and whole days are walked
+        (at most ``_WALK_LIMIT`` steps: call it off the event loop)."""
+        if self.kind == "every" and (seconds := parse_interval(self.text)) % 86400:
+            count = int((now - first) // seconds) + 1
+            last = first + (count - 1) * seconds
+            start = max(0, math.ceil((keep_since - first) / seconds))
+            kept = [first + k * seconds for k in range(start, count)]
+            return Due(count, first, last, kept[-_KEEP_LIMIT:], capped=False)
+        count, last, kept, t = 1, first, [first] if first >= keep_since else [], first
+        while count < _WALK_LIMIT:
+            nxt = self.next_after(t)
+            if nxt is None or nxt > now:
+                break
+            count, last, t = count + 1, nxt, nxt
+            if nxt >= keep_since:
+                kept.append(nxt)
+        return Due(count, first, last, kept[-_KEEP_LIMIT:], capped=count >= _WALK_LIMIT)
+
     def describe(self) -> str:
         if self.kind == "every":
             return f"every {self.text}"
@@ -95,8 +135,13 @@ def every(text: str, timezone: str, now: float, min_interval: float) -> Spec:
     if seconds < min_interval:
         raise ScheduleError(f"the interval {text} is shorter than the minimum of "
                             f"{_human(min_interval)} (schedules.min_interval_seconds)")
-    zone_name(timezone)
-    return Spec("every", text.replace(" ", ""), timezone, now + seconds)
+    zone = ZoneInfo(zone_name(timezone))
+    if seconds % 86400 == 0:  # the same local time of day, even across a DST change
+        wall = datetime.fromtimestamp(now, zone).replace(tzinfo=None)
+        first = _local(wall + timedelta(days=seconds // 86400), zone)
+    else:
+        first = now + seconds
+    return Spec("every", text.replace(" ", ""), timezone, first)
 
 
 def cron(expr: str, timezone: str, now: float) -> Spec:
@@ -133,8 +178,13 @@ def _parse_local(text: str, zone: ZoneInfo, now: float) -> float:
     if clock:
         today = datetime.fromtimestamp(now, zone).replace(tzinfo=None)
         wall = today.replace(hour=int(clock[1]), minute=int(clock[2]), second=0, microsecond=0)
-        when = _local(wall, zone)
-        return when if when > now else _local(wall + timedelta(days=1), zone)
+        # the first time ahead: today's (either of two, in the hour a fall-back repeats),
+        # else tomorrow's
+        for candidate in (_local(wall, zone), _local(wall, zone, fold=1),
+                          _local(wall + timedelta(days=1), zone)):
+            if candidate > now:
+                return candidate
+        return _local(wall + timedelta(days=1), zone)
     date, _, clock_text = text.partition(" ")
     clock = _CLOCK.match(clock_text or "00:00")
     if not _DATE.match(date) or not clock:
@@ -161,11 +211,9 @@ def parse_interval(text: str) -> int:
 def zone_name(name: str) -> str:
     """``name`` when it is a known IANA timezone; ScheduleError otherwise."""
     try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(f"unknown timezone '{name}': use an IANA name such as "
-                            f"Europe/Berlin or UTC") from None
-    return name
+        return check_zone(name)
+    except ValueError as exc:
+        raise ScheduleError(str(exc)) from None
 
 
 def local_zone_name() -> str:
@@ -196,10 +244,24 @@ def format_time(t: float, timezone: str) -> str:
     return f"{local:%Y-%m-%d} {clock} {local.tzname()}"
 
 
-def _local(wall: datetime, zone: ZoneInfo) -> float:
-    """Unix time of a local wall-clock time (the earlier one when a fall-back repeats it;
-    a time a spring-forward skips is moved past the gap)."""
-    return wall.replace(tzinfo=zone, fold=0).timestamp()
+def _local(wall: datetime, zone: ZoneInfo, *, fold: int = 0) -> float:
+    """Unix time of a local wall-clock time: the earlier of two when a fall-back repeats
+    it (``fold=1``: the later); one a spring-forward skips becomes the moment the clocks
+    jump (as cron runs it: 02:30 on that night runs at 03:00)."""
+    t = wall.replace(tzinfo=zone, fold=fold).timestamp()
+    if datetime.fromtimestamp(t, zone).replace(tzinfo=None) == wall:
+        return t
+    # in the gap: the jump lies between the two readings of the missing time
+    low, high = sorted((wall.replace(tzinfo=zone, fold=0).timestamp(),
+                        wall.replace(tzinfo=zone, fold=1).timestamp()))
+    while high - low > 1:
+        middle = (low + high) // 2
+        if datetime.fromtimestamp(middle, zone).utcoffset() == datetime.fromtimestamp(
+                low, zone).utcoffset():
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def _human(seconds: float) -> str:

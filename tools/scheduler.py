@@ -2,11 +2,13 @@
 
 A run is keyed by (schedule, scheduled time) and claimed in the transaction
 that advances the schedule to its next time, so no crash can run a time twice
-or lose it: a claimed run is started after a restart, and starting it is the
-transaction that registers its job. The job's return address is taken when it
-starts, from the conversation's live session, so after ``/new`` or a
-compression the runs report into the conversation as it is now; from there a
-run is ordinary background work under the one ownership rule.
+or lose it. Starting a claimed run is itself conditional: the transaction that
+registers its job (or hands its prompt to the outbox) first moves the run from
+claimed to started, and registers nothing when someone else already did. The
+return address is taken at that moment, from the conversation's live session,
+so after ``/new`` or a compression the runs report into the conversation as it
+is now; from there a run is ordinary background work under the one ownership
+rule.
 
 Times that passed while the daemon was down follow ``schedules.missed``, and
 the conversation always hears once what was missed and what was done. A time
@@ -31,19 +33,18 @@ from gateway.notifications import NewNotification, Notification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.store import SessionStore
 
-from . import schedule_spec
+from . import schedule_spec, schedules
 from .job_notices import describe_exit
 from .job_process import check_command
 from .job_record import JobRecord
 from .jobs import EndNote, JobError, JobManager
-from .schedule_spec import ScheduleError, Spec, zone_name
+from .schedule_spec import Due, ScheduleError, zone_name
 from .schedules import (
     SCHEDULE_COLUMNS,
     ScheduleNotFound,
     ScheduleRecord,
-    list_schedules,
-    remove,
-    set_paused,
+    run_header,
+    select_schedule,
 )
 
 log = structlog.get_logger(__name__)
@@ -52,13 +53,18 @@ log = structlog.get_logger(__name__)
 MISSED_GRACE_SECONDS = 60.0
 #: changes made by another process (``homing schedules pause``) are seen this soon
 RESCAN_SECONDS = 30.0
-_CATCH_UP_LIMIT = 10_000
+#: a schedule whose runs cannot be started this many times in a row is paused
+MAX_START_FAILURES = 3
 
 
 @dataclass(frozen=True, slots=True)
 class _Claim:
     scheduled_for: float
     reason: str  # due, missed, manual
+
+
+class RunTaken(Exception):
+    """The claimed run was started, cancelled or removed meanwhile."""
 
 
 class Scheduler:
@@ -77,10 +83,11 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        #: one tick at a time: two would both start the same claimed run
+        #: one tick at a time in this process (the claims themselves hold across processes)
         self._ticking = asyncio.Lock()
+        self._start_failures: dict[str, int] = {}
         jobs.observer = self
-        outbox.park_listeners.append(self._parked)
+        outbox.settle_listeners.append(self._settled)
 
     # creating and changing -----------------------------------------------------
 
@@ -96,8 +103,7 @@ class Scheduler:
                                 "(an agent turn)")
         if prompt is not None and not self.prompts:
             raise ScheduleError("prompt schedules need the model agent (agent.backend: openai)")
-        task = command if command is not None else prompt
-        if not (task or "").strip():
+        if not ((command if command is not None else prompt) or "").strip():
             raise ScheduleError("the scheduled command or prompt is empty")
         if command is not None:
             try:
@@ -133,41 +139,40 @@ class Scheduler:
         return record
 
     async def list(self, session_key: str | None = None) -> list[ScheduleRecord]:
-        return await list_schedules(self.db, session_key)
+        return await schedules.list_schedules(self.db, session_key)
 
     async def own(self, schedule_id: str, session_key: str) -> ScheduleRecord:
         """``schedule_id`` when this conversation made it; ScheduleNotFound otherwise."""
-        for record in await self.list(session_key):
-            if record.id == schedule_id.strip():
-                return record
-        raise ScheduleNotFound(f"No schedule {schedule_id!r} in this conversation; "
-                               f"/schedules lists them.")
+        record = await schedules.get(self.db, schedule_id.strip())
+        if record is None or record.session_key != session_key:
+            raise ScheduleNotFound(f"No schedule {schedule_id!r} in this conversation; "
+                                   f"/schedules lists them.")
+        return record
 
     async def pause(self, schedule_id: str, reason: str | None = None) -> ScheduleRecord:
-        return await set_paused(self.db, schedule_id, True, reason=reason, now=self.clock())
+        return await schedules.set_paused(self.db, schedule_id, True, reason=reason,
+                                          now=self.clock())
 
     async def resume(self, schedule_id: str) -> ScheduleRecord:
-        record = await set_paused(self.db, schedule_id, False, now=self.clock())
+        record = await schedules.set_paused(self.db, schedule_id, False, now=self.clock())
+        self._start_failures.pop(schedule_id, None)
         self.wake()
         return record
 
     async def remove(self, schedule_id: str) -> ScheduleRecord:
-        return await remove(self.db, schedule_id)
+        return await schedules.remove(self.db, schedule_id)
 
     async def run_now(self, schedule_id: str) -> ScheduleRecord:
         """Run a schedule once now, out of turn (its next time stays as it is)."""
         now = self.clock()
 
         def claim(conn: sqlite3.Connection) -> ScheduleRecord:
-            row = conn.execute(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
-                               (schedule_id,)).fetchone()
-            if row is None:
-                raise ScheduleNotFound(f"no schedule {schedule_id!r}")
+            record = select_schedule(conn, schedule_id)
             if _busy(conn, schedule_id):
-                raise ScheduleError(f"schedule {schedule_id} has a run under way; try again "
-                                    f"when it has ended")
+                raise ScheduleError(f"schedule {schedule_id} has a run under way or waiting; "
+                                    f"try again when it has ended")
             _insert_run(conn, schedule_id, _Claim(now, "manual"), "claimed", now)
-            return ScheduleRecord.from_row(row)
+            return record
 
         record = await self.db.write(claim)
         self.wake()
@@ -215,7 +220,10 @@ class Scheduler:
             f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE paused = 0 "
             f"AND next_run_at IS NOT NULL AND next_run_at <= ? ORDER BY next_run_at", (now,))
         for row in rows:
-            await self._fire(ScheduleRecord.from_row(row), now)
+            try:  # one schedule's trouble must not stop the others
+                await self._fire(ScheduleRecord.from_row(row), now)
+            except Exception:
+                log.exception("schedule_not_fired", schedule_id=row[0])
         await self._start_claimed()
         row = await self.db.fetchone(
             "SELECT MIN(next_run_at) FROM schedules WHERE paused = 0 AND next_run_at IS NOT NULL")
@@ -226,17 +234,19 @@ class Scheduler:
     async def _fire(self, s: ScheduleRecord, now: float) -> None:
         """Claim the due time(s) of ``s`` and advance it, in one transaction."""
         assert s.next_run_at is not None
-        times = [s.next_run_at, *s.spec.occurrences(s.next_run_at, now, _CATCH_UP_LIMIT)]
+        # walking a cron expression over a long downtime is work: off the event loop
+        due = await asyncio.to_thread(s.spec.due, s.next_run_at, now,
+                                      now - self.settings.max_missed_age_seconds)
         following = s.spec.next_after(now)
-        note = None
-        if len(times) == 1 and now - times[0] <= MISSED_GRACE_SECONDS:
-            claims = [_Claim(times[0], "due")]
-        else:
-            claims = self._missed_claims(times, now)
-            note = NewNotification(
-                idempotency_key=f"{s.id}:missed:{times[0]}", kind="schedule_note",
-                address=await self.address(s),
-                text=_missed_text(s, times, claims, self.settings.missed, following))
+        missed = due.count > 1 or now - due.first > MISSED_GRACE_SECONDS
+        claims = self._missed_claims(due) if missed else [_Claim(due.first, "due")]
+        notes: dict[bool, NewNotification] = {}
+        if missed:
+            address = await self.address(s)
+            notes = {busy: NewNotification(
+                idempotency_key=f"{s.id}:missed:{due.first}", kind="schedule_note",
+                address=address, text=_missed_text(s, due, claims, self.settings, following,
+                                                   busy=busy)) for busy in (False, True)}
 
         def claim(conn: sqlite3.Connection) -> bool:
             current = conn.execute("SELECT next_run_at, paused FROM schedules WHERE id = ?",
@@ -246,30 +256,30 @@ class Scheduler:
             conn.execute("UPDATE schedules SET next_run_at = ? WHERE id = ?", (following, s.id))
             busy = _busy(conn, s.id)
             for c in claims:
-                if busy:  # never two runs of one schedule at once: skipped, and counted
+                if busy and c.reason == "due":
+                    # never two runs of one schedule at once: skipped, and counted
                     _insert_run(conn, s.id, c, "skipped", now, reason="overlap")
                     conn.execute("UPDATE schedules SET skipped = skipped + 1 WHERE id = ?",
                                  (s.id,))
-                else:
+                else:  # missed times wait their turn behind a run under way
                     _insert_run(conn, s.id, c, "claimed", now)
-            if note is not None:
-                conn.execute(*Outbox.insert_op(note))
+            if notes:
+                conn.execute(*Outbox.insert_op(notes[busy]))
             return True
 
         if await self.db.write(claim):
-            log.info("schedule_fired", schedule_id=s.id, times=len(times),
+            log.info("schedule_fired", schedule_id=s.id, due=due.count,
                      claimed=[c.scheduled_for for c in claims], next_run_at=following)
-            if note is not None:
+            if notes:
                 self.outbox.wake()
 
-    def _missed_claims(self, times: list[float], now: float) -> list[_Claim]:
+    def _missed_claims(self, due: Due) -> list[_Claim]:
         policy = self.settings.missed
         if policy == "skip":
             return []
         if policy == "once":
-            return [_Claim(times[-1], "missed")]
-        return [_Claim(t, "missed") for t in times
-                if now - t <= self.settings.max_missed_age_seconds]
+            return [_Claim(due.last, "missed")]
+        return [_Claim(t, "missed") for t in due.kept]
 
     async def _start_claimed(self) -> None:
         """Start the oldest claimed run of every schedule that has none under way."""
@@ -282,50 +292,74 @@ class Scheduler:
             if schedule_id in started:
                 continue
             started.add(schedule_id)
-            record = await self._get(schedule_id)
-            if record is None:
-                await self.db.write([("UPDATE schedule_runs SET state = 'cancelled' WHERE "
-                                      "schedule_id = ? AND state = 'claimed'", (schedule_id,))])
+            record = await schedules.get(self.db, schedule_id)
+            if record is None or record.paused:  # removed or paused: nothing more runs
+                await self.db.write([schedules.cancel_claimed_op(schedule_id)])
                 continue
+            run = _Claim(scheduled_for, reason)
             try:
-                await self._start_run(record, _Claim(scheduled_for, reason))
-            except Exception:
-                log.exception("schedule_run_not_started", schedule_id=schedule_id,
-                              scheduled_for=scheduled_for)
+                await self._start_run(record, run)
+            except RunTaken:
+                continue
+            except Exception as exc:
+                await self._start_failed(record, run, exc)
+            else:
+                self._start_failures.pop(schedule_id, None)
 
     async def _start_run(self, s: ScheduleRecord, run: _Claim) -> None:
         address = await self.address(s)
-        where = (s.id, run.scheduled_for)
-        now = time.time()
+        now = self.clock()
         if s.prompt is not None:
             notice = NewNotification(
-                idempotency_key=f"{s.id}:run:{run.scheduled_for}", kind="schedule_prompt",
+                idempotency_key=_prompt_key(s.id, run.scheduled_for), kind="schedule_prompt",
                 address=address, text=self._prompt_text(s, run))
-            await self.outbox.produce([notice], with_ops=[
-                *_finish_ops(s.id, run.scheduled_for, "handed to the agent", now),
-                ("UPDATE schedule_runs SET started_at = ? WHERE schedule_id = ? "
-                 "AND scheduled_for = ?", (now, *where))])
+
+            def hand_over(conn: sqlite3.Connection) -> None:
+                _mark_started(conn, s.id, run.scheduled_for, None, now)
+                conn.execute(*Outbox.insert_op(notice))
+
+            await self.db.write(hand_over)
+            self.outbox.wake()
             return
 
-        def started(job_id: str) -> list[Op]:
-            return [("UPDATE schedule_runs SET state = 'started', job_id = ?, started_at = ? "
-                     "WHERE schedule_id = ? AND scheduled_for = ? AND state = 'claimed'",
-                     (job_id, now, *where))]
+        def started(conn: sqlite3.Connection, job_id: str) -> None:
+            _mark_started(conn, s.id, run.scheduled_for, job_id, now)
 
         assert s.command is not None
         try:
-            await self.jobs.start(s.command, address, registered_with=started,
+            await self.jobs.start(s.command, address, in_registration=started,
                                   origin={"schedule_id": s.id, "scheduled_for": run.scheduled_for})
         except JobError as exc:  # told, once, and the schedule goes on
-            text = (f"Schedule {s.id} ({s.spec.describe()}): the run of "
-                    f"{s.when(run.scheduled_for)} could not start: {exc}")
-            await self.outbox.produce([NewNotification(
-                f"{s.id}:failed:{run.scheduled_for}", "schedule_note", address, text)],
-                with_ops=_finish_ops(s.id, run.scheduled_for, f"could not start: {exc}", now))
+            await self._tell_not_started(s, run, address, str(exc))
+
+    async def _start_failed(self, s: ScheduleRecord, run: _Claim, exc: Exception) -> None:
+        """A run that cannot be started is told and finished, so it cannot hold its
+        schedule up; after a few in a row the schedule pauses, saying why."""
+        log.exception("schedule_run_not_started", schedule_id=s.id,
+                      scheduled_for=run.scheduled_for)
+        failures = self._start_failures.get(s.id, 0) + 1
+        self._start_failures[s.id] = failures
+        why = f"{type(exc).__name__}: {exc}"
+        if failures >= MAX_START_FAILURES:
+            await self.pause(s.id, reason=f"runs could not be started ({why})")
+            why += f"; the schedule is paused after {failures} such failures"
+        try:
+            await self._tell_not_started(s, run, await self.address(s), why)
+        except Exception:
+            log.exception("schedule_failure_not_told", schedule_id=s.id)
+
+    async def _tell_not_started(self, s: ScheduleRecord, run: _Claim,
+                                address: ReturnAddress, why: str) -> None:
+        text = f"{run_header(s, run.scheduled_for)} could not start: {why}"
+        await self.outbox.produce(
+            [NewNotification(f"{s.id}:failed:{run.scheduled_for}", "schedule_note", address,
+                             text)],
+            with_ops=_finish_ops(s, run.scheduled_for, f"could not start: {why}",
+                                 self.clock()))
 
     def _prompt_text(self, s: ScheduleRecord, run: _Claim) -> str:
-        return (f"Scheduled task {s.id} ({s.spec.describe()}), the run of "
-                f"{s.when(run.scheduled_for)}; not a message from the user:\n{s.prompt}")
+        return (f"Scheduled task: {run_header(s, run.scheduled_for)}; not a message from the "
+                f"user:\n{s.prompt}")
 
     async def address(self, s: ScheduleRecord) -> ReturnAddress:
         """Where a run reports: the conversation's live session now, in the schedule's place
@@ -335,56 +369,65 @@ class Scheduler:
             session = await self.store.get_or_create(s.session_key, s.route)
         return ReturnAddress(s.session_key, session.id, s.route)
 
-    async def _get(self, schedule_id: str) -> ScheduleRecord | None:
-        row = await self.db.fetchone(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
-                                     (schedule_id,))
-        return ScheduleRecord.from_row(row) if row else None
-
     # what jobs and the outbox tell -----------------------------------------------
 
-    async def job_ending(self, record: JobRecord) -> EndNote | None:
+    async def job_ending(self, record: JobRecord, notified: bool) -> EndNote | None:
         """A scheduled run's job ends: its notice names the schedule, the run's time and
         the next run, and says how many times were skipped while it ran."""
         origin = record.origin or {}
         if "schedule_id" not in origin:
             return None
         schedule_id, scheduled_for = origin["schedule_id"], origin["scheduled_for"]
-        result = _result(record)
-        ops = _finish_ops(schedule_id, scheduled_for, result, time.time())
-        s = await self._get(schedule_id)
+        s = await schedules.get(self.db, schedule_id)
         if s is None:
             return EndNote(header=f"Schedule {schedule_id} (removed since): the run of "
-                                  f"{_plain_time(scheduled_for)}.", ops=ops)
+                                  f"{_plain_time(scheduled_for)}.",
+                           ops=[_finish_run_op(schedule_id, scheduled_for, _result(record),
+                                               self.clock())])
+        ops = _finish_ops(s, scheduled_for, _result(record), self.clock())
         footer = []
-        if s.skipped:
+        if s.skipped and notified:  # counted down only once it is told
             were = "times were" if s.skipped != 1 else "time was"
             footer.append(f"{s.skipped} later scheduled {were} skipped: this run was still "
                           f"going.")
             ops.append(("UPDATE schedules SET skipped = MAX(0, skipped - ?) WHERE id = ?",
                         (s.skipped, s.id)))
         footer.append(_next_line(s))
-        return EndNote(header=f"Schedule {s.id} ({s.spec.describe()}): the run of "
-                              f"{s.when(scheduled_for)}.", footer=" ".join(footer), ops=ops)
+        return EndNote(header=f"{run_header(s, scheduled_for)}.", footer=" ".join(footer),
+                       ops=ops)
 
     def job_ended(self, record: JobRecord) -> None:
         if record.origin and "schedule_id" in record.origin:
             self.wake()  # the schedule's next claimed run may start now
 
-    def _parked(self, n: Notification, reason: str, detail: str | None) -> None:
-        """The conversation's place is gone: its schedules pause, saying why, instead of
-        failing at every run."""
-        if reason != "route_gone":
-            return
-        why = f"route_gone: {detail}" if detail else "route_gone"
-        self.db.write_behind([("UPDATE schedules SET paused = 1, pause_reason = ? "
-                               "WHERE session_key = ? AND paused = 0", (why, n.session_key))])
-        log.warning("schedules_paused", session_key=n.session_key, reason=why)
+    def _settled(self, n: Notification, state: str, reason: str | None,
+                 detail: str | None) -> None:
+        if n.kind == "schedule_prompt" and n.idempotency_key.count(":") == 2:
+            # a prompt run ends when its turn was given (or its notice parked)
+            schedule_id, _, when = n.idempotency_key.split(":")
+            result = "answered in a turn" if state == "delivered" else f"parked: {reason}"
+            self.db.write_behind([
+                _finish_run_op(schedule_id, float(when), result, self.clock()),
+                _last_result_op(schedule_id, float(when), result),
+                _one_shot_done_op(schedule_id)])
+            self.wake()
+        if state == "parked" and reason == "route_gone":
+            # the conversation's place is gone: its schedules pause, saying why, instead
+            # of failing at every run
+            why = f"route_gone: {detail}" if detail else "route_gone"
+            self.db.write_behind([
+                ("UPDATE schedules SET paused = 1, pause_reason = ? "
+                 "WHERE session_key = ? AND paused = 0", (why, n.session_key)),
+                ("UPDATE schedule_runs SET state = 'cancelled' WHERE state = 'claimed' AND "
+                 "schedule_id IN (SELECT id FROM schedules WHERE session_key = ?)",
+                 (n.session_key,))])
+            log.warning("schedules_paused", session_key=n.session_key, reason=why)
 
 
-#: run ``o`` is under way: started, and its job still runs (a job whose end was
-#: committed without its run's — it cannot hold the schedule up)
-_UNDER_WAY = ("(o.state = 'started' AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = o.job_id "
-              "AND j.state = 'running'))")
+#: run ``o`` is under way: started, with its job still running or its prompt not yet
+#: given (a job whose end was committed without its run's cannot hold the schedule up)
+_UNDER_WAY = ("(o.state = 'started' AND (o.job_id IS NULL OR EXISTS (SELECT 1 FROM jobs j "
+              "WHERE j.id = o.job_id AND j.state = 'running')))")
 
 
 def _busy(conn: sqlite3.Connection, schedule_id: str) -> bool:
@@ -392,6 +435,17 @@ def _busy(conn: sqlite3.Connection, schedule_id: str) -> bool:
     return conn.execute(
         f"SELECT 1 FROM schedule_runs o WHERE o.schedule_id = ? AND (o.state = 'claimed' OR "
         f"{_UNDER_WAY}) LIMIT 1", (schedule_id,)).fetchone() is not None
+
+
+def _mark_started(conn: sqlite3.Connection, schedule_id: str, scheduled_for: float,
+                  job_id: str | None, now: float) -> None:
+    """Claimed → started, or RunTaken: what starts a run is this one change."""
+    changed = conn.execute(
+        "UPDATE schedule_runs SET state = 'started', job_id = ?, started_at = ? "
+        "WHERE schedule_id = ? AND scheduled_for = ? AND state = 'claimed'",
+        (job_id, now, schedule_id, scheduled_for)).rowcount
+    if changed != 1:
+        raise RunTaken(f"{schedule_id} at {scheduled_for}")
 
 
 def _insert_run(conn: sqlite3.Connection, schedule_id: str, claim: _Claim, state: str,
@@ -402,14 +456,35 @@ def _insert_run(conn: sqlite3.Connection, schedule_id: str, claim: _Claim, state
         (schedule_id, claim.scheduled_for, state, reason or claim.reason, now))
 
 
-def _finish_ops(schedule_id: str, scheduled_for: float, result: str, now: float) -> list[Op]:
-    return [
-        ("UPDATE schedule_runs SET state = 'finished', finished_at = ?, result = ? "
-         "WHERE schedule_id = ? AND scheduled_for = ?", (now, result, schedule_id, scheduled_for)),
-        ("UPDATE schedules SET last_run_for = ?, last_result = ? WHERE id = ? "
-         "AND (last_run_for IS NULL OR last_run_for <= ?)",
-         (scheduled_for, result, schedule_id, scheduled_for)),
-    ]
+def _finish_ops(s: ScheduleRecord, scheduled_for: float, result: str, now: float) -> list[Op]:
+    ops = [_finish_run_op(s.id, scheduled_for, result, now),
+           _last_result_op(s.id, scheduled_for, result)]
+    if s.spec.kind == "at":
+        ops.append(_one_shot_done_op(s.id))
+    return ops
+
+
+def _finish_run_op(schedule_id: str, scheduled_for: float, result: str, now: float) -> Op:
+    return ("UPDATE schedule_runs SET state = 'finished', finished_at = ?, result = ? "
+            "WHERE schedule_id = ? AND scheduled_for = ? AND state IN ('claimed', 'started')",
+            (now, result, schedule_id, scheduled_for))
+
+
+def _last_result_op(schedule_id: str, scheduled_for: float, result: str) -> Op:
+    return ("UPDATE schedules SET last_run_for = ?, last_result = ? WHERE id = ? "
+            "AND (last_run_for IS NULL OR last_run_for <= ?)",
+            (scheduled_for, result, schedule_id, scheduled_for))
+
+
+def _one_shot_done_op(schedule_id: str) -> Op:
+    """A one-shot whose run is over is gone (its notice told the result): it no longer
+    counts against the conversation's limit."""
+    return ("DELETE FROM schedules WHERE id = ? AND kind = 'at' AND next_run_at IS NULL",
+            (schedule_id,))
+
+
+def _prompt_key(schedule_id: str, scheduled_for: float) -> str:
+    return f"{schedule_id}:run:{scheduled_for}"
 
 
 def _result(record: JobRecord) -> str:
@@ -430,24 +505,30 @@ def _next_line(s: ScheduleRecord) -> str:
     return f"Next run: {s.when(s.next_run_at)}."
 
 
-def _missed_text(s: ScheduleRecord, times: list[float], claims: list[_Claim], policy: str,
-                 following: float | None) -> str:
-    n = len(times)
-    span = (f"at {s.when(times[0])}" if n == 1
-            else f"from {s.when(times[0])} to {s.when(times[-1])}")
-    head = (f"Schedule {s.id} ({s.spec.describe()}): {n} scheduled "
-            f"time{'s' if n != 1 else ''} passed while the gateway was down ({span}).")
-    if not claims:
+def _missed_text(s: ScheduleRecord, due: Due, claims: list[_Claim], settings: SchedulesConfig,
+                 following: float | None, *, busy: bool) -> str:
+    n = f"at least {due.count:,}" if due.capped else f"{due.count:,}"
+    span = (f"at {s.when(due.first)}" if due.count == 1
+            else f"from {s.when(due.first)} to {s.when(due.last)}")
+    plural = "s" if due.count != 1 else ""
+    head = (f"Schedule {s.id} ({s.spec.describe()}): {n} scheduled time{plural} passed while "
+            f"the gateway was down ({span}).")
+    after = " after the run still under way" if busy else ""
+    if settings.missed == "skip":
         done = "None was run (schedules.missed: skip)."
-    elif policy == "once":
-        done = "It runs once now for them (schedules.missed: once)."
+    elif settings.missed == "once":
+        done = f"It runs once now{after}, for {s.when(due.last)} (schedules.missed: once)."
+    elif not claims:
+        done = (f"None was run: all were older than schedules.max_missed_age_seconds "
+                f"({settings.max_missed_age_seconds:g} s) (schedules.missed: all).")
     else:
-        dropped = n - len(claims)
-        done = (f"{'Each' if not dropped else f'{len(claims)} of them'} "
-                f"run{'s' if len(claims) == 1 and not dropped else ''} now, oldest first "
-                f"(schedules.missed: all)"
-                + (f"; {dropped} older than schedules.max_missed_age_seconds "
-                   f"{'were' if dropped != 1 else 'was'} not run." if dropped else "."))
+        dropped = due.count - len(claims)
+        count = ("Each runs" if not dropped else "The latest one runs" if len(claims) == 1
+                 else f"The latest {len(claims):,} run")
+        done = (f"{count} now{after}, oldest first, one after another (schedules.missed: all)"
+                + (f"; {'at least ' if due.capped else ''}{dropped:,} older than "
+                   f"schedules.max_missed_age_seconds {'were' if dropped != 1 else 'was'} "
+                   f"not run." if dropped else "."))
     nxt = f" Next run: {s.when(following)}." if following is not None else ""
     return f"{head} {done}{nxt}"
 
@@ -456,4 +537,4 @@ def _plain_time(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
 
-__all__ = ["Scheduler", "ScheduleError", "ScheduleNotFound", "Spec"]
+__all__ = ["RunTaken", "Scheduler", "ScheduleError", "ScheduleNotFound"]

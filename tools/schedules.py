@@ -102,41 +102,60 @@ async def list_schedules(db: Database, session_key: str | None = None) -> list[S
 
 async def set_paused(db: Database, schedule_id: str, paused: bool, *, reason: str | None = None,
                      now: float | None = None) -> ScheduleRecord:
-    """Pause, or resume: a resumed schedule runs next at its first time from now on —
-    the times it was paused through are not missed runs."""
+    """Pause, or resume. A pause also cancels runs claimed but not started (a run under
+    way finishes), and keeps the reason an earlier pause gave; a resumed schedule runs
+    next at its first time from now on — the times it was paused through are not
+    missed runs."""
     now = time.time() if now is None else now
 
     def change(conn: sqlite3.Connection) -> ScheduleRecord:
-        record = _select(conn, schedule_id)
+        record = select_schedule(conn, schedule_id)
         if paused:
-            conn.execute("UPDATE schedules SET paused = 1, pause_reason = ? WHERE id = ?",
+            conn.execute("UPDATE schedules SET paused = 1, "
+                         "pause_reason = COALESCE(?, pause_reason) WHERE id = ?",
                          (reason, schedule_id))
+            conn.execute(*cancel_claimed_op(schedule_id))
         else:
             nxt = record.next_run_at
             if nxt is not None and nxt <= now:
                 nxt = record.spec.next_after(now)
             conn.execute("UPDATE schedules SET paused = 0, pause_reason = NULL, next_run_at = ? "
                          "WHERE id = ?", (nxt, schedule_id))
-        return _select(conn, schedule_id)
+        return select_schedule(conn, schedule_id)
 
     return await db.write(change)
 
 
 async def remove(db: Database, schedule_id: str) -> ScheduleRecord:
-    """Delete a schedule; runs not started yet are cancelled, a run under way finishes."""
+    """Delete a schedule: runs not started yet are cancelled, and a prompt run's turn
+    not given yet is parked; a run under way finishes."""
     def delete(conn: sqlite3.Connection) -> ScheduleRecord:
-        record = _select(conn, schedule_id)
+        record = select_schedule(conn, schedule_id)
         conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
-        conn.execute("UPDATE schedule_runs SET state = 'cancelled' WHERE schedule_id = ? "
-                     "AND state = 'claimed'", (schedule_id,))
+        conn.execute(*cancel_claimed_op(schedule_id))
+        conn.execute("UPDATE notifications SET state = 'parked', reason = 'schedule_removed' "
+                     "WHERE idempotency_key LIKE ? AND state = 'pending'",
+                     (f"{schedule_id}:run:%",))
         return record
 
     return await db.write(delete)
 
 
-def _select(conn: sqlite3.Connection, schedule_id: str) -> ScheduleRecord:
+def cancel_claimed_op(schedule_id: str) -> tuple[str, tuple[str]]:
+    return ("UPDATE schedule_runs SET state = 'cancelled' WHERE schedule_id = ? "
+            "AND state = 'claimed'", (schedule_id,))
+
+
+def select_schedule(conn: sqlite3.Connection, schedule_id: str) -> ScheduleRecord:
+    """The schedule, inside a transaction; ScheduleNotFound when there is none."""
     row = conn.execute(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
                        (schedule_id,)).fetchone()
     if row is None:
         raise ScheduleNotFound(f"no schedule {schedule_id!r}")
     return ScheduleRecord.from_row(row)
+
+
+def run_header(record: ScheduleRecord, scheduled_for: float) -> str:
+    """How every word about a run begins: the schedule and the run's scheduled time."""
+    return (f"Schedule {record.id} ({record.spec.describe()}): the run of "
+            f"{record.when(scheduled_for)}")

@@ -268,7 +268,8 @@ class TelegramAdapter(Adapter):
                         with_thread = False
                         continue
                     return SendResult.failed(f"route gone: {exc.message}", permanent=True)
-                return SendResult.failed(f"rejected by Telegram: {exc.message}", permanent=True)
+                return SendResult.failed(f"rejected by Telegram: {exc.message}", permanent=True,
+                                         route_gone=False)
             except Forbidden as exc:
                 return SendResult.failed(f"route gone: {exc.message}", permanent=True)
             except NetworkError as exc:  # timeouts, connection errors, 5xx
