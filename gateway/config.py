@@ -161,6 +161,13 @@ class SchedulesConfig(_Strict):
         return check_zone(value) if value is not None else None
 
 
+class InboundConfig(_Strict):
+    #: a message handled this long after it was sent gets a note that it came late
+    late_after_seconds: float = Field(60.0, ge=0)
+    #: one older than this is not run (and its conversation is told)
+    max_age_seconds: float = Field(900.0, gt=0)
+
+
 class ShutdownConfig(_Strict):
     drain_timeout_seconds: float = Field(30.0, gt=0)
 
@@ -179,6 +186,7 @@ class Config(_Strict):
     delegations: DelegationsConfig = Field(default_factory=DelegationsConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
+    inbound: InboundConfig = Field(default_factory=InboundConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 

@@ -120,11 +120,13 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 runner.add_adapter(adapter)
                 await adapter.connect(runner)
                 connected.append(adapter)
+            replayed = await runner.replay()  # messages taken in and not handled before
             await router.start()
             await scheduler.start()
             log.info("gateway_started", platforms=[a.platform for a in connected],
                      state_db=str(config.state_db), jobs_reattached=recovered,
-                     delegations_lost=lost, agent=config.agent.backend,
+                     delegations_lost=lost, messages_replayed=replayed,
+                     agent=config.agent.backend,
                      model=config.agent.model if model is not None else None)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler)
         finally:

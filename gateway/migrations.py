@@ -197,6 +197,23 @@ MIGRATIONS: list[str] = [
     -- the schedule run that started a job (JSON)
     ALTER TABLE jobs ADD COLUMN origin TEXT;
     """,
+    # 10: the inbound journal: each accepted message, committed before it is acknowledged
+    """
+    CREATE TABLE inbound (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        platform    TEXT NOT NULL,
+        platform_id TEXT NOT NULL,    -- update id, message id, or the web frame's id
+        session_key TEXT NOT NULL,
+        event       TEXT NOT NULL,    -- JSON: text, route, message id, metadata
+        sent_at     REAL,             -- when the platform says it was sent
+        received_at REAL NOT NULL,
+        state       TEXT NOT NULL,    -- received, started, replied, handled, skipped
+        handled_at  REAL,
+        UNIQUE (platform, platform_id)
+    );
+    CREATE INDEX inbound_open ON inbound(id) WHERE state IN ('received', 'started', 'replied');
+    CREATE INDEX inbound_chat ON inbound(platform, received_at);
+    """,
 ]
 
 

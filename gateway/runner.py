@@ -22,6 +22,8 @@ from .config import Config
 from .context import SessionContext, session_context
 from .database import Op
 from .events import MessageEvent, MessageKind, SendResult
+from .inbound import Inbound, JournalEntry
+from .intake import Intake
 from .metrics import Metrics
 from .notifications import Notification
 from .pairing import Pairing, pairing_message
@@ -38,7 +40,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-Outcome = Literal["handled", "unauthorized", "failed", "shutdown"]
+Outcome = Literal["handled", "unauthorized", "duplicate", "skipped", "failed", "shutdown"]
+#: what became of a message when it was taken in: journaled, or why not
+Taken = Literal["journaled", "duplicate", "unauthorized", "failed"]
 
 
 class GatewayClosed(RuntimeError):
@@ -46,6 +50,15 @@ class GatewayClosed(RuntimeError):
 
 
 Work = Callable[[], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A platform message taken in: ``journaled`` resolves once it is committed (the
+    moment to acknowledge it to the platform), ``handled`` once its turn is over."""
+
+    journaled: asyncio.Future[Taken]
+    handled: asyncio.Future[Outcome]
 
 
 @dataclass(slots=True)
@@ -62,6 +75,8 @@ class GatewayRunner:
         self.store = store
         self.agent = agent
         self.pairing = pairing
+        self.inbound = Inbound(store.db)
+        self.intake = Intake(config.inbound, self._tell)
         self.metrics = Metrics()
         #: how many background jobs run (the daemon wires in the job manager)
         self.jobs_running: Callable[[], int] = lambda: 0
@@ -91,11 +106,20 @@ class GatewayRunner:
 
     # intake ------------------------------------------------------------------
 
-    def submit(self, event: MessageEvent) -> asyncio.Future[Outcome]:
-        """Queue a platform message behind its conversation's earlier ones.
+    def submit(self, event: MessageEvent, *, platform_id: str | None = None,
+               sent_at: float | None = None) -> asyncio.Future[Outcome]:
+        """Take in a platform message; the future says what became of its turn."""
+        return self.receive(event, platform_id=platform_id, sent_at=sent_at).handled
 
-        Platform adapters call this; an event claiming to be internal is
-        refused, so no platform update can pose as a gateway notification.
+    def receive(self, event: MessageEvent, *, platform_id: str | None = None,
+                sent_at: float | None = None) -> Received:
+        """Take in a platform message: authorize and journal it at once (an adapter
+        acknowledges it to its platform once ``journaled`` resolves), and queue its
+        handling behind the conversation's earlier messages.
+
+        ``platform_id`` is the platform's own id for it: a message seen twice is
+        handled once. An event claiming to be internal is refused, so no platform
+        update can pose as a gateway notification.
         """
         if event.internal:
             raise ValueError("platform events cannot be internal")
@@ -103,7 +127,92 @@ class GatewayRunner:
             raise GatewayClosed("the gateway is shutting down")
         key = self.session_key_for(event.route)
         self.metrics.messages_in.labels(event.route.platform).inc()
-        return self.run_in_lane(key, lambda: self._handle(key, event))
+        taking = asyncio.ensure_future(self._journal(key, event, platform_id, sent_at))
+        journaled: asyncio.Future[Taken] = asyncio.get_running_loop().create_future()
+        taking.add_done_callback(lambda t: _settle_taken(t, journaled))
+        handled = self.run_in_lane(key, lambda: self._from_journal(key, event, taking))
+        return Received(journaled, handled)
+
+    async def _journal(self, key: str, event: MessageEvent, platform_id: str | None,
+                       sent_at: float | None) -> JournalEntry | Taken:
+        if not await self._authorized(event):
+            log.info("message_unauthorized", platform=event.route.platform,
+                     chat_id=event.route.chat_id, user_id=event.route.user_id)
+            await self._offer_pairing(event)
+            return "unauthorized"
+        entry = await self.inbound.record(event, key, platform_id=platform_id, sent_at=sent_at)
+        if entry is None:
+            log.info("message_seen_before", platform=event.route.platform,
+                     platform_id=platform_id)
+            return "duplicate"
+        return entry
+
+    async def _from_journal(self, key: str, event: MessageEvent,
+                            taking: asyncio.Future[JournalEntry | Taken]) -> Outcome:
+        try:
+            taken = await taking
+        except Exception:
+            # not journaled, so not acknowledged: the platform or the page sends it again
+            log.exception("message_not_journaled", platform=event.route.platform)
+            await self._apologise_without_session(event)
+            return "failed"
+        if isinstance(taken, str):
+            return "duplicate" if taken == "duplicate" else "unauthorized"
+        return await self._handle_entry(key, taken)
+
+    async def _handle_entry(self, key: str, entry: JournalEntry) -> Outcome:
+        """A journaled message's turn: not run when too old, noted when late."""
+        if self.intake.too_old(entry):
+            self.inbound.finished(entry.id, "skipped")
+            self.intake.skip(entry)
+            return "skipped"
+        await self.inbound.started(entry.id)
+        try:
+            return await self._handle(key, entry.event, note=self.intake.late_note(entry),
+                                      journal_id=entry.id)
+        finally:
+            self.inbound.finished(entry.id)
+
+    async def replay(self) -> int:
+        """At start-up: handle, once and in order, what a stopped process had journaled
+        and not handled; a message whose turn had begun is not run again (it may have
+        done things already) — its conversation is told it may not have finished."""
+        entries = await self.inbound.unfinished()
+        for entry in entries:
+            if entry.state == "replied":  # answered; only its end was not recorded
+                self.inbound.finished(entry.id)
+            elif entry.state == "started":
+                self.run_in_lane(entry.session_key, lambda e=entry: self._interrupted(e))
+            else:
+                self.run_in_lane(entry.session_key, lambda e=entry: self._replayed(e))
+        if entries:
+            log.info("inbound_replayed", messages=len(entries))
+        return len(entries)
+
+    async def _replayed(self, entry: JournalEntry) -> Outcome:
+        await self._platform_ready(entry.platform)
+        return await self._handle_entry(entry.session_key, entry)
+
+    async def _interrupted(self, entry: JournalEntry) -> Outcome:
+        await self._platform_ready(entry.platform)
+        self.inbound.finished(entry.id)
+        await self._tell(entry, f"(The gateway stopped while it was handling “"
+                                f"{' '.join(entry.event.text.split())[:60]}”; it may not "
+                                f"have finished. Send it again if needed.)")
+        return "handled"
+
+    async def _platform_ready(self, platform: str, timeout: float = 60.0) -> None:
+        adapter = self.adapters.get(platform)
+        if adapter is not None:
+            try:
+                await adapter.wait_connected(timeout)
+            except (TimeoutError, ConnectionError):
+                log.warning("platform_not_ready_for_replay", platform=platform)
+
+    async def _tell(self, entry: JournalEntry, text: str) -> None:
+        """A system line in the entry's conversation, in its transcript too."""
+        session = await self.store.get_or_create(entry.session_key, entry.event.route)
+        await self.send(session, entry.event.route, text, kind="system")
 
     def run_in_lane(self, session_key: str, work: Work) -> asyncio.Future[Any]:
         """Run ``work`` after everything already queued for this conversation.
@@ -148,12 +257,9 @@ class GatewayRunner:
             if self._lanes.get(key) is lane:
                 del self._lanes[key]
 
-    async def _handle(self, key: str, event: MessageEvent) -> Outcome:
-        if not await self._authorized(event):
-            log.info("message_unauthorized", platform=event.route.platform,
-                     chat_id=event.route.chat_id, user_id=event.route.user_id)
-            await self._offer_pairing(event)
-            return "unauthorized"
+    async def _handle(self, key: str, event: MessageEvent, *, note: str | None = None,
+                      journal_id: int | None = None) -> Outcome:
+        """An authorized, journaled message's turn (``note``: said before it)."""
         with structlog.contextvars.bound_contextvars(session_key=key):
             try:
                 session = await self.store.get_or_create(key, event.route)
@@ -164,8 +270,11 @@ class GatewayRunner:
                 log.exception("message_not_recorded", platform=event.route.platform)
                 await self._apologise_without_session(event)
                 return "failed"
-            turn = Turn(event=event, session=session, runner=self)
+            turn = Turn(event=event, session=session, runner=self,
+                        sent_ops=_replied(journal_id) if journal_id is not None else None)
             self.metrics.turns.labels("message").inc()
+            if note is not None:
+                await turn.reply(note, kind="system")
             ctx = SessionContext(route=event.route, session_key=key, session_id=session.id,
                                  tab_id=event.tab_id)
             with session_context(ctx), structlog.contextvars.bound_contextvars(
@@ -347,3 +456,20 @@ class GatewayRunner:
             log.warning("drain_timeout", unfinished_conversations=len(pending))
             await asyncio.gather(*pending, return_exceptions=True)
         return not pending
+
+
+def _settle_taken(task: asyncio.Future[JournalEntry | Taken],
+                  journaled: asyncio.Future[Taken]) -> None:
+    if journaled.done():
+        return
+    if task.cancelled() or task.exception() is not None:
+        journaled.set_result("failed")  # the lane's work logs the error and says so
+    else:
+        result = task.result()
+        journaled.set_result(result if isinstance(result, str) else "journaled")
+
+
+def _replied(journal_id: int) -> Callable[[SendResult], Sequence[Op]]:
+    def ops(result: SendResult) -> Sequence[Op]:
+        return [Inbound.replied_op(journal_id)]
+    return ops

@@ -267,7 +267,10 @@ async def test_the_real_daemon_reports_a_model_started_job_after_a_kill_9(
         tab = await open_tab(http, url.rstrip("/"))
         await tab.say("build it")
         assert (await reply_text(tab))["text"] == "started"
-        proc.kill()  # the job runs on while the daemon is gone
+        # the reply is recorded (in the transcript, and the message as answered) ...
+        async with http.get(f"{url}api/sessions/{tab.ready['session_id']}/messages") as resp:
+            assert (await resp.json())["messages"][-1]["text"] == "started"
+        proc.kill()  # ... and the job runs on while the daemon is gone
         await proc.wait()
         proc, url = await start_daemon(env)
         tab = await open_tab(http, url.rstrip("/"), conversation=tab.ready["conversation"])

@@ -1,0 +1,127 @@
+"""The inbound journal: every accepted message is committed before anything
+acknowledges it, and handled from here.
+
+A message (after authorization) is journaled with its platform's own id —
+Telegram's update id, Discord's message id, the web chat frame's id — before
+the Telegram offset moves past it or the web tab gets its ``ack``. Handling
+then runs from the journal: ``received`` → ``started`` (its turn began) →
+``replied`` (its first reply went out, recorded with that reply's transcript
+line) → ``handled``, or ``skipped`` (too old to run). After a crash, what was
+received and not started is handled, once, in order per conversation; a
+message seen twice (a redelivered update, a resent frame) is journaled once,
+so it is handled once — across restarts too.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .database import Database, Op
+from .events import MessageEvent
+from .route import Route
+
+_COLUMNS = ("id, platform, platform_id, session_key, event, sent_at, received_at, state, "
+            "handled_at")
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    id: int
+    platform: str
+    platform_id: str
+    session_key: str
+    event: MessageEvent
+    #: when the platform says it was sent (received_at when it does not say)
+    sent_at: float
+    received_at: float
+    state: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> JournalEntry:
+        (eid, platform, platform_id, key, event, sent, received, state, _) = row
+        return cls(eid, platform, platform_id, key, event_from_json(event), sent or received,
+                   received, state)
+
+
+class Inbound:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def record(self, event: MessageEvent, session_key: str, *,
+                     platform_id: str | None = None,
+                     sent_at: float | None = None) -> JournalEntry | None:
+        """Journal ``event`` (committed when this returns); None when its platform id was
+        journaled before — a message seen twice."""
+        now = time.time()
+        pid = platform_id or f"local-{uuid.uuid4().hex}"
+
+        def insert(conn: sqlite3.Connection) -> int | None:
+            cursor = conn.execute(
+                f"INSERT OR IGNORE INTO inbound ({_COLUMNS}) "
+                f"VALUES (NULL, ?, ?, ?, ?, ?, ?, 'received', NULL)",
+                (event.route.platform, pid, session_key, event_to_json(event), sent_at, now))
+            return cursor.lastrowid if cursor.rowcount == 1 else None
+
+        entry_id = await self.db.write(insert)
+        if entry_id is None:
+            return None
+        return JournalEntry(entry_id, event.route.platform, pid, session_key, event,
+                            sent_at or now, now, "received")
+
+    async def started(self, entry_id: int) -> None:
+        """Its turn begins: from here a crash means "may not have finished", not "replay"."""
+        await self.db.write([("UPDATE inbound SET state = 'started' WHERE id = ? "
+                              "AND state = 'received'", (entry_id,))])
+
+    @staticmethod
+    def replied_op(entry_id: int) -> Op:
+        """Written with a turn's reply: the message was answered, whatever comes next."""
+        return ("UPDATE inbound SET state = 'replied' WHERE id = ? AND state = 'started'",
+                (entry_id,))
+
+    def finished(self, entry_id: int, state: str = "handled") -> None:
+        self.db.write_behind([("UPDATE inbound SET state = ?, handled_at = ? WHERE id = ? "
+                               "AND state IN ('received', 'started', 'replied')",
+                               (state, time.time(), entry_id))])
+
+    async def unfinished(self) -> list[JournalEntry]:
+        """What a stopped process had taken in and not finished, oldest first."""
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM inbound WHERE state IN ('received', 'started', 'replied') "
+            f"ORDER BY id")
+        return [JournalEntry.from_row(r) for r in rows]
+
+    async def last_ids(self, platform: str, since: float) -> dict[str, str]:
+        """The newest journaled platform id of each chat of ``platform`` active since
+        ``since`` (Discord catches up on a channel's history after it)."""
+        rows = await self.db.fetchall(
+            "SELECT event, platform_id FROM inbound WHERE id IN (SELECT MAX(id) FROM inbound "
+            "WHERE platform = ? AND received_at >= ? GROUP BY session_key)", (platform, since))
+        found: dict[str, str] = {}
+        for event, platform_id in rows:
+            found[json.loads(event)["route"]["chat_id"]] = platform_id
+        return found
+
+    async def seen(self, platform: str, platform_id: str) -> bool:
+        row = await self.db.fetchone(
+            "SELECT 1 FROM inbound WHERE platform = ? AND platform_id = ?",
+            (platform, platform_id))
+        return row is not None
+
+
+def event_to_json(event: MessageEvent) -> str:
+    return json.dumps({"text": event.text, "route": event.route.to_dict(),
+                       "message_id": event.message_id, "metadata": event.metadata},
+                      ensure_ascii=False)
+
+
+def event_from_json(text: str) -> MessageEvent:
+    data = json.loads(text)
+    metadata = dict(data.get("metadata") or {})
+    return MessageEvent(text=data["text"], route=Route.from_dict(data["route"]),
+                        message_id=data.get("message_id"), metadata=metadata)
