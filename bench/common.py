@@ -38,7 +38,7 @@ class TimedAdapter(MemoryAdapter):
         return True
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
         self.sent_ns.append((route, text, time.time_ns()))
         return SendResult.sent(str(len(self.sent_ns)))
 

@@ -134,7 +134,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 await adapter.stop_receiving()
             await scheduler.stop()
             await router.stop()
-            await runner.drain(config.shutdown.drain_timeout_seconds)
+            drain = config.shutdown.drain_timeout_seconds
+            await asyncio.gather(runner.drain(drain), delegations.drain(drain))
             await delegations.shutdown()
             await router.settle()
             await jobs.detach()

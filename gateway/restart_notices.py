@@ -2,7 +2,9 @@
 
 On a graceful stop, every conversation with a turn in flight or a job running
 hears once — in its own topic — that the gateway is restarting; the places
-told are stored, and after the next start each hears "back online" once.
+told are stored, and after the next start each hears "back online" once. Both
+are lines of the conversation's transcript, so a tab that connects later sees
+them too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable
 import structlog
 
 from .database import Database
+from .events import SendResult
 from .route import Route
 from .runner import GatewayRunner
 
@@ -40,7 +43,7 @@ async def announce_restart(runner: GatewayRunner, db: Database,
         adapter = runner.adapters.get(route.platform)
         if adapter is None or not adapter.connected:
             continue
-        result = await adapter.send(route, RESTARTING, kind="system")
+        result = await _say(runner, route, RESTARTING)
         if not result.ok:
             log.warning("restart_notice_failed", place=place, error=result.error)
             continue
@@ -76,13 +79,21 @@ async def announce_back_online(runner: GatewayRunner, db: Database) -> int:
         adapter = runner.adapters.get(route.platform)
         if adapter is None or not adapter.connected:
             continue  # stays stored: told after a later start
-        result = await adapter.send(route, BACK_ONLINE, kind="system")
+        result = await _say(runner, route, BACK_ONLINE)
         if result.ok or result.permanent:
             await db.write([("DELETE FROM restart_notices WHERE place = ?", (place,))])
             told += result.ok
     if told:
         log.info("back_online_announced", places=told)
     return told
+
+
+async def _say(runner: GatewayRunner, route: Route, text: str) -> SendResult:
+    """Said in the place's live session (and its transcript), or just posted there."""
+    session = await runner.store.live_session(runner.session_key_for(route))
+    if session is not None:
+        return await runner.send(session, route, text, kind="system")
+    return await runner.post(route, text, kind="system")
 
 
 def places_in_progress(runner: GatewayRunner, job_routes: Iterable[Route]) -> list[Route]:

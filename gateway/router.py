@@ -200,7 +200,8 @@ class Router:
         label = (f"[from an ended session {ended.id[:8]} ({ended.end_reason or 'ended'}); "
                  f"it was not reopened]")
         result = await self.runner.send(ended, decision.route, f"{label}\n{n.text}",
-                                        kind="notification", recorded_with=self._sent_ops(n))
+                                        kind="notification", recorded_with=self._sent_ops(n),
+                                        dedupe_key=f"{n.idempotency_key}:0")
         return _from_sends(n, [result])
 
     def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:

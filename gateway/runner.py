@@ -318,7 +318,8 @@ class GatewayRunner:
             text=notification.text, route=route, message_id=route.message_id, internal=True,
             metadata={"notification_id": notification.id, "kind": notification.kind,
                       "job_id": notification.job_id})
-        turn = Turn(event=event, session=session, runner=self, sent_ops=sent_ops)
+        turn = Turn(event=event, session=session, runner=self, sent_ops=sent_ops,
+                    dedupe_key=notification.idempotency_key)
         self.metrics.turns.labels("notification").inc()
         ctx = SessionContext(route=route, session_key=session.session_key,
                              session_id=session.id, tab_id=notification.tab_id)
@@ -374,8 +375,8 @@ class GatewayRunner:
 
     async def send(self, session: SessionEntry, route: Route, text: str, *,
                    kind: MessageKind = "reply",
-                   recorded_with: Callable[[SendResult], Sequence[Op]] | None = None
-                   ) -> SendResult:
+                   recorded_with: Callable[[SendResult], Sequence[Op]] | None = None,
+                   dedupe_key: str | None = None) -> SendResult:
         """Send ``text`` to ``route`` and record it in the session's transcript.
 
         Recorded once it went out, in one write with ``recorded_with(result)`` (a
@@ -383,20 +384,23 @@ class GatewayRunner:
         agreeing on whether the notice was said — never a second copy in the
         transcript when the outbox sends it again.
         """
-        result = await self.post(route, text, kind=kind, session_id=session.id)
+        result = await self.post(route, text, kind=kind, session_id=session.id,
+                                 dedupe_key=dedupe_key)
         if result.ok:
             extra = recorded_with(result) if recorded_with is not None else ()
             self.store.record_message(session.id, kind, text, with_ops=extra)
         return result
 
     async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None
+                   ) -> SendResult:
         """Send ``text`` to ``route`` without recording it in any transcript."""
         adapter = self.adapters.get(route.platform)
         if adapter is None:
             log.error("send_no_adapter", platform=route.platform, session_id=session_id)
             return SendResult.failed(f"platform {route.platform!r} is not running")
-        result = await adapter.send(route, text, kind=kind, session_id=session_id)
+        result = await adapter.send(route, text, kind=kind, session_id=session_id,
+                                    dedupe_key=dedupe_key)
         if result.ok:
             self.metrics.messages_out.labels(route.platform).inc()
         else:

@@ -25,6 +25,9 @@ class Turn:
     #: writes that record a send that went out (a notification's sent id), committed
     #: with the send's transcript line
     sent_ops: Callable[[SendResult], Sequence[Op]] | None = None
+    #: a notification turn's idempotency key: each send of the turn gets its own key
+    #: from it, the same when the turn runs again after a crash
+    dedupe_key: str | None = None
 
     @property
     def route(self) -> Route:
@@ -32,7 +35,8 @@ class Turn:
         return self.event.route
 
     async def reply(self, text: str, *, kind: MessageKind = "reply") -> SendResult:
+        key = f"{self.dedupe_key}:{len(self.sent)}" if self.dedupe_key else None
         result = await self.runner.send(self.session, self.route, text, kind=kind,
-                                        recorded_with=self.sent_ops)
+                                        recorded_with=self.sent_ops, dedupe_key=key)
         self.sent.append(result)
         return result

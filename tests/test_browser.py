@@ -92,3 +92,38 @@ async def test_a_job_notice_shows_in_both_tabs_of_its_conversation_and_never_els
     await a1.locator("#show-archived").check()
     await expect(item).to_have_count(1)
     await context.close()
+
+
+async def test_a_message_typed_while_the_gateway_is_down_waits_and_is_sent_once_after(
+        tmp_path: Path, browser) -> None:
+    import socket
+
+    expect.set_options(timeout=15_000)
+    with socket.socket() as probe:  # one port for both gateways, so the page finds the second
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = make_config(tmp_path / "home", platforms__web__port=port)
+    context = await browser.new_context()
+    async with running_gateway(config):
+        page = await open_page(context, f"http://127.0.0.1:{port}/")
+        conversation = re.search(r"[?&]c=([\w-]+)", page.url).group(1)
+    await expect(page.locator("#conn")).to_contain_text("reconnecting")
+    await page.locator("#input").fill("typed while away")
+    await page.locator("#send").click()
+    waiting = page.locator('div.msg[data-kind="user"][data-pending="1"]')
+    await expect(waiting).to_have_count(1)
+    await expect(waiting).to_contain_text("not sent yet")  # the pending state, shown
+    async with running_gateway(config) as gw:  # the page reconnects and sends it again
+        await expect(page.locator("#conn")).to_have_text("connected")
+        reply = page.locator('div.msg[data-kind="reply"]')
+        await expect(reply).to_have_count(1)
+        await expect(reply).to_contain_text("typed while away")
+        await expect(page.locator('div.msg[data-pending="1"]')).to_have_count(0)
+        await page.reload()  # the transcript holds it once, and nothing is sent again
+        await expect(page.locator("#conn")).to_have_text("connected")
+        await expect(page.locator('div.msg[data-kind="reply"]')).to_have_count(1)
+        session = await gw.store.live_session(f"agent:main:web:dm:{conversation}")
+        said = [line.text for line in await gw.store.messages(session.id)
+                if line.role == "user"]
+        assert said == ["typed while away"]
+    await context.close()

@@ -113,7 +113,8 @@ async def test_a_fourth_delegation_is_refused_with_a_clear_message(gateway) -> N
 
 
 async def test_restored_results_obey_the_same_rule_after_a_restart(tmp_path: Path) -> None:
-    config = make_config(tmp_path / "home")
+    # the delegation outlasts the drain, so the stop leaves it running
+    config = make_config(tmp_path / "home", shutdown__drain_timeout_seconds=0.5)
     first = MemoryAdapter("memory")
     async with running_gateway(config, [first]) as gw:
         await first.receive("hello", A)

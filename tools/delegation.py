@@ -167,6 +167,14 @@ class DelegationManager:
                 "AND state IN ('dispatched', 'running')", (time.time(), record.id))])
         return lost
 
+    async def drain(self, timeout: float) -> None:
+        """Let running delegations finish for up to ``timeout`` seconds (a graceful stop
+        waits for them like for turns); what is still running then stays for
+        :meth:`shutdown`."""
+        tasks = list(self._tasks.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
     async def shutdown(self) -> None:
         """Stop the sub-agents; their records stay running and are reported lost on restart."""
         self._closing = True

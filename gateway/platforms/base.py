@@ -40,11 +40,13 @@ class Adapter(ABC):
 
     @abstractmethod
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
         """Deliver ``text`` to ``route``, split to the platform's limit.
 
         ``session_id`` names the session the text belongs to, for platforms
-        that show it (the web chat); routing never depends on it.
+        that show it (the web chat); routing never depends on it. ``dedupe_key``,
+        the same for a send made again after a crash, lets a platform that can
+        deduplicate (Discord's message nonce) post it once.
         """
 
     @property

@@ -12,6 +12,8 @@ and the router is woken when the session is back.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import time
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -37,6 +39,7 @@ UNKNOWN_CHANNEL = 10003
 _SEND_ATTEMPTS = 4
 _BACKOFF = (0.5, 1.0, 2.0, 4.0)
 _CONNECT_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+_CATCH_UP_LIMIT = 200  # messages read back per channel after a new session
 _THREAD_TYPES = {discord.ChannelType.public_thread, discord.ChannelType.private_thread,
                  discord.ChannelType.news_thread}
 
@@ -58,6 +61,7 @@ class DiscordAdapter(Adapter):
         self._gateway_up = False
         self._receiving = True
         self._channel_kinds: dict[int, tuple[discord.ChannelType | None, int | None]] = {}
+        self._catching_up: asyncio.Task[None] | None = None
 
     # lifecycle ---------------------------------------------------------------
 
@@ -120,6 +124,9 @@ class DiscordAdapter(Adapter):
     async def disconnect(self) -> None:
         self._receiving = False
         self._gateway_up = False
+        if self._catching_up is not None:
+            self._catching_up.cancel()
+            await asyncio.gather(self._catching_up, return_exceptions=True)
         if self._client is not None and not self._client.is_closed():
             await self._client.close()
         if self._task is not None:
@@ -138,6 +145,29 @@ class DiscordAdapter(Adapter):
 
     async def on_ready(self) -> None:
         self._came_back("discord_ready")
+        # a new session (a restart, or an outage longer than a resume): what was said
+        # meanwhile was never dispatched to us; read it from the channels' history
+        if self._catching_up is None or self._catching_up.done():
+            self._catching_up = asyncio.create_task(self._catch_up(), name="discord-catch-up")
+
+    async def _catch_up(self) -> None:
+        """For each conversation active within ``inbound.max_age_seconds``, take in the
+        messages after the last one journaled (the journal drops any it already has)."""
+        runner, client = self._runner, self._client
+        if runner is None or client is None:
+            return
+        since = time.time() - runner.config.inbound.max_age_seconds
+        last_ids = await runner.inbound.last_ids(self.platform, since)
+        for chat_id, last_id in last_ids.items():
+            channel = client.get_partial_messageable(int(chat_id))
+            try:
+                async for message in channel.history(after=discord.Object(id=int(last_id)),
+                                                      oldest_first=True, limit=_CATCH_UP_LIMIT):
+                    await self._take(message, catching_up=True)
+            except (discord.HTTPException, OSError) as exc:
+                log.warning("discord_catch_up_failed", channel_id=chat_id, error=str(exc))
+        if last_ids:
+            log.info("discord_caught_up", channels=len(last_ids))
 
     async def on_resumed(self) -> None:
         self._came_back("discord_resumed")
@@ -155,6 +185,10 @@ class DiscordAdapter(Adapter):
             self._runner.platform_connected(self.platform)  # notices that waited go now
 
     async def on_message(self, message: discord.Message) -> None:
+        await self._take(message)
+
+    async def _take(self, message: discord.Message, *, catching_up: bool = False) -> None:
+        """A message, live or read back from history: journaled on receipt."""
         client = self._client
         if not self._receiving or client is None or message.author.bot or (
                 client.user and message.author.id == client.user.id):
@@ -171,10 +205,15 @@ class DiscordAdapter(Adapter):
         route = route_of(message, kind, parent)
         assert self._runner is not None
         try:
-            self._runner.submit(MessageEvent(text=self._without_mention(message.content),
-                                             route=route, message_id=str(message.id)))
+            received = self._runner.receive(
+                MessageEvent(text=self._without_mention(message.content), route=route,
+                             message_id=str(message.id)),
+                platform_id=str(message.id), sent_at=message.created_at.timestamp())
         except GatewayClosed:
             log.info("discord_message_refused_while_stopping", channel_id=route.chat_id)
+            return
+        if catching_up:
+            await received.journaled  # in order, one after another
 
     def _allowed(self, message: discord.Message) -> bool:
         if str(message.author.id) in self.config.allowed_users:
@@ -225,7 +264,7 @@ class DiscordAdapter(Adapter):
     # outbound ------------------------------------------------------------------
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
         client = self._client
         if client is None or client.is_closed():
             return SendResult.failed("discord is not connected")
@@ -244,7 +283,9 @@ class DiscordAdapter(Adapter):
                 # once part one is out, a failure would make the whole text be sent
                 # again: push the rest through patiently
                 attempts = _SEND_ATTEMPTS * (3 if index > 0 else 1)
-                result = await self._send_part(channel, route, part, reference, attempts)
+                nonce = _nonce(dedupe_key, index) if dedupe_key else None
+                result = await self._send_part(channel, route, part, reference, attempts,
+                                               nonce)
                 if not result.ok:
                     return result
                 last = result.message_id
@@ -252,11 +293,16 @@ class DiscordAdapter(Adapter):
 
     async def _send_part(self, channel: Any, route: Route, text: str,
                          reference: discord.MessageReference | None,
-                         attempts: int) -> SendResult:
+                         attempts: int, nonce: str | None = None) -> SendResult:
+        """One part. With a ``nonce`` (discord.py sends ``enforce_nonce`` with it), a part
+        sent again — after a crash between its send and its record — is not posted
+        twice: Discord answers with the message it already has."""
         for attempt in range(attempts):
             await self.flow.admit(route.chat_id, group=False)
             try:
                 kwargs: dict[str, Any] = {"reference": reference} if reference else {}
+                if nonce is not None:
+                    kwargs["nonce"] = nonce
                 message = await channel.send(text, **kwargs)
                 return SendResult.sent(str(message.id))
             except discord.Forbidden as exc:
@@ -267,14 +313,19 @@ class DiscordAdapter(Adapter):
             except discord.NotFound as exc:
                 return SendResult.failed(f"route gone: {exc.text}", permanent=True)
             except discord.DiscordServerError as exc:
-                if attempt == _SEND_ATTEMPTS - 1:
+                if attempt == attempts - 1:
                     return SendResult.failed(f"discord server error: {exc.text}")
-                await asyncio.sleep(_BACKOFF[attempt])
+                await asyncio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
             except (TimeoutError, discord.HTTPException, OSError) as exc:
-                if attempt == _SEND_ATTEMPTS - 1:
+                if attempt == attempts - 1:
                     return SendResult.failed(f"discord send failed: {exc}")
-                await asyncio.sleep(_BACKOFF[attempt])
+                await asyncio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
         return SendResult.failed("discord did not accept the message")
+
+
+def _nonce(dedupe_key: str, part: int) -> str:
+    """Discord's nonce holds 25 characters: a digest of the key and the part."""
+    return hashlib.blake2b(f"{dedupe_key}#{part}".encode(), digest_size=12).hexdigest()
 
 
 def route_of(message: discord.Message, kind: discord.ChannelType | None,

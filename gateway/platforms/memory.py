@@ -57,7 +57,7 @@ class MemoryAdapter(Adapter):
                                                 metadata=dict(metadata)))
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
         if self.send_delay:
             await asyncio.sleep(self.send_delay)
         scripted = self.scripted_failures.get(route.chat_id)

@@ -1,9 +1,10 @@
 """Telegram, through python-telegram-bot: long polling in, ordered and
 rate-limited sends out.
 
-The adapter never owns the event loop (no ``run_polling``): it initializes,
-starts and stops the Application itself, so the daemon's signal handling and
-other platforms are untouched. A Telegram outage or a 409 Conflict leaves the
+The adapter never owns the event loop (no ``run_polling``): it initializes the
+Application for its bot and polls ``getUpdates`` itself, moving the offset past
+an update only once the update is journaled, so an update Telegram handed out
+is never lost to a crash. A Telegram outage or a 409 Conflict leaves the
 adapter retrying with backoff while the rest of the gateway carries on.
 """
 
@@ -27,13 +28,13 @@ from telegram.error import (
     RetryAfter,
     TelegramError,
 )
-from telegram.ext import Application, ApplicationBuilder, TypeHandler
+from telegram.ext import Application, ApplicationBuilder
 from telegram.request import HTTPXRequest
 
 from ..config import TelegramConfig
 from ..events import MessageEvent, MessageKind, SendResult
 from ..route import Route
-from ..runner import GatewayClosed
+from ..runner import GatewayClosed, Received
 from ..splitter import split_message, utf16_len
 from .base import Adapter
 from .flow import FlowControl, RateLimits
@@ -67,6 +68,9 @@ class TelegramAdapter(Adapter):
         self._app: Application | None = None
         self._connected = False
         self._starter: asyncio.Task[None] | None = None
+        self._poller: asyncio.Task[None] | None = None
+        #: the next update id wanted: everything before it is journaled
+        self._offset: int | None = None
 
     # lifecycle ---------------------------------------------------------------
 
@@ -77,8 +81,6 @@ class TelegramAdapter(Adapter):
                      .base_url(self.config.base_url).base_file_url(self.config.base_file_url)
                      .get_updates_request(SkippingMalformedUpdates(read_timeout=15.0))
                      .build())
-        self._app.add_handler(TypeHandler(Update, self._on_update))
-        self._app.add_error_handler(self._on_handler_error)
         self._starter = asyncio.create_task(self._start_with_retries(), name="telegram-start")
 
     async def wait_connected(self, timeout: float | None = None) -> None:
@@ -104,24 +106,68 @@ class TelegramAdapter(Adapter):
                 await asyncio.sleep(delay)
         self.bot_username = self._app.bot.username
         await self._register_commands()
-        await self._app.start()
-        assert self._app.updater is not None
-        await self._app.updater.start_polling(
-            poll_interval=0.0, timeout=10, bootstrap_retries=-1,
-            allowed_updates=["message"], error_callback=self._on_polling_error)
+        self._poller = asyncio.create_task(self._poll(), name="telegram-poll")
         self._connected = True
         log.info("telegram_connected", bot=self.bot_username)
         if self._runner is not None:
             self._runner.platform_connected(self.platform)
 
+    async def _poll(self) -> None:
+        """Long-poll getUpdates. The offset — which tells Telegram to forget what came
+        before it — moves past an update only once that update is journaled, so a
+        crash at any moment loses nothing: Telegram hands the rest out again, and the
+        journal knows the ones it already has. Pending updates are never dropped."""
+        assert self._app is not None
+        attempt = 0
+        while True:
+            try:
+                updates = await self._app.bot.get_updates(
+                    offset=self._offset, timeout=10, allowed_updates=["message"],
+                    read_timeout=15)
+            except InvalidToken as exc:
+                self._connected = False
+                log.error("telegram_polling_stopped", error=str(exc),
+                          hint="the token was refused; check platforms.telegram.token "
+                               "and restart")
+                return
+            except TelegramError as exc:
+                self._on_polling_error(exc)
+                await asyncio.sleep(_CONNECT_BACKOFF[min(attempt, len(_CONNECT_BACKOFF) - 1)])
+                attempt += 1
+                continue
+            attempt = 0
+            for update in updates:
+                if not await self._take(update):
+                    break  # not journaled (the store failed): ask for it again
+                self._offset = update.update_id + 1
+
+    async def _take(self, update: Update) -> bool:
+        """Hand an update to the runner; True once it is journaled (or is not for us)."""
+        received = self._on_update(update)
+        if received is None:
+            return True
+        taken = await received.journaled
+        if taken == "failed":
+            await asyncio.sleep(1.0)
+            return False
+        return True
+
     async def stop_receiving(self) -> None:
-        """Stop polling, so no update is taken (and acknowledged) that will not be served."""
+        """Stop polling, so no update is taken that will not be served; tell Telegram
+        what was journaled, so a restart is not handed it again."""
         if self._starter is not None and not self._starter.done():
             self._starter.cancel()
             await asyncio.gather(self._starter, return_exceptions=True)
-        app = self._app
-        if app is not None and app.updater is not None and app.updater.running:
-            await _quietly("stop polling", app.updater.stop())
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
+            if self._app is not None and self._offset is not None:
+                try:
+                    await self._app.bot.get_updates(offset=self._offset, timeout=0,
+                                                    read_timeout=5)
+                except TelegramError as exc:
+                    log.info("telegram_offset_not_confirmed", error=str(exc))
 
     async def disconnect(self) -> None:
         await self.stop_receiving()
@@ -161,31 +207,30 @@ class TelegramAdapter(Adapter):
         else:
             log.warning("telegram_polling_error", error=str(exc))
 
-    async def _on_handler_error(self, update: object, context: Any) -> None:
-        log.error("telegram_update_failed", error=repr(context.error))
-
     # inbound -------------------------------------------------------------------
 
-    async def _on_update(self, update: Update, context: Any) -> None:
+    def _on_update(self, update: Update) -> Received | None:
         message = update.message
         if message is None or message.text is None:
-            return
+            return None
         if message.from_user is None or message.from_user.is_bot:
-            return  # bots (ourselves included) are never served
+            return None  # bots (ourselves included) are never served
         route = route_of(message)
         if route is None:
-            return
+            return None
         if route.chat_type == "group" and not self._wanted_in_group(message):
-            return
+            return None
         text = self._without_mention(message.text)
         if text is None:
-            return
+            return None
         assert self._runner is not None
         try:
-            self._runner.submit(MessageEvent(text=text, route=route,
-                                             message_id=str(message.message_id)))
+            return self._runner.receive(
+                MessageEvent(text=text, route=route, message_id=str(message.message_id)),
+                platform_id=str(update.update_id), sent_at=message.date.timestamp())
         except GatewayClosed:
             log.info("telegram_message_refused_while_stopping", chat_id=route.chat_id)
+            return None
 
     def _wanted_in_group(self, message: Any) -> bool:
         chat_id = str(message.chat.id)
@@ -213,7 +258,7 @@ class TelegramAdapter(Adapter):
     # outbound ------------------------------------------------------------------
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
         """Send every part, in order, or say why not (permanent when the route is gone).
 
         Replies are pushed through patiently (nothing would send them again);

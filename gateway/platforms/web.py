@@ -39,6 +39,7 @@ MAX_FRAME_BYTES = 64 * 1024
 # ours so an oversized frame gets an error frame instead of a dropped tab.
 _TRANSPORT_LIMIT = 16 * 1024 * 1024
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_FRAME_ID = re.compile(r"^.{1,64}$", re.DOTALL)
 _MAX_TITLE = 200
 _LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
@@ -106,7 +107,7 @@ class WebAdapter(Adapter):
     # sending ---------------------------------------------------------------
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
         frame = {"type": "message", "kind": kind, "text": text, "session_id": session_id,
                  "session_key": self.runner.session_key_for(route)}
         await self._broadcast(route.chat_id, frame)
@@ -181,13 +182,27 @@ class WebAdapter(Adapter):
             await ws.send_json(_error(problem))
             return
         text: str = frame["text"]
-        await self._broadcast(route.chat_id, {
-            "type": "message", "kind": "user", "text": text, "from_tab": tab,
-        }, skip_tab=tab, echo_only=True)
+        frame_id: str | None = frame.get("id")
         try:
-            self.runner.submit(MessageEvent(text=text, route=route, metadata={"tab": tab}))
+            received = self.runner.receive(
+                MessageEvent(text=text, route=route, metadata={"tab": tab}),
+                platform_id=f"{route.chat_id}:{frame_id}" if frame_id is not None else None)
         except GatewayClosed:
-            await ws.send_json(_error("the gateway is shutting down; try again shortly"))
+            await ws.send_json(_error("the gateway is shutting down; try again shortly",
+                                      frame_id))
+            return
+        taken = await received.journaled
+        if taken == "failed":
+            await ws.send_json(_error("the message could not be recorded; send it again",
+                                      frame_id))
+            return
+        if frame_id is not None:
+            # journaled (now or before, when this is a resend): it will be handled once
+            await ws.send_json({"type": "ack", "id": frame_id})
+        if taken == "journaled":
+            await self._broadcast(route.chat_id, {
+                "type": "message", "kind": "user", "text": text, "from_tab": tab,
+            }, skip_tab=tab, echo_only=True)
 
     # REST ------------------------------------------------------------------
 
@@ -293,6 +308,10 @@ def _frame_problem(frame: Any) -> str | None:
     text = frame.get("text")
     if not isinstance(text, str) or not text.strip():
         return "a message frame needs a non-empty string 'text'"
+    frame_id = frame.get("id")
+    if frame_id is not None and not (isinstance(frame_id, str)
+                                     and _FRAME_ID.match(frame_id)):
+        return "a message frame's 'id' must be a string of 1-64 characters"
     return None
 
 
@@ -302,8 +321,11 @@ def _session_json(entry: SessionEntry) -> dict[str, Any]:
     return data
 
 
-def _error(message: str) -> dict[str, str]:
-    return {"type": "error", "error": message}
+def _error(message: str, frame_id: str | None = None) -> dict[str, str]:
+    error = {"type": "error", "error": message}
+    if frame_id is not None:
+        error["id"] = frame_id
+    return error
 
 
 def _json_error(status: int, message: str) -> web.HTTPException:

@@ -60,6 +60,7 @@ JSON = dict[str, Any]
 
 DISCORD_EPOCH_MS = 1_420_070_400_000
 MAX_MESSAGE_LENGTH = 2000
+NONCE_WINDOW_SECONDS = 300
 INTENT_GUILD_MEMBERS = 1 << 1
 INTENT_GUILD_PRESENCES = 1 << 8
 INTENT_MESSAGE_CONTENT = 1 << 15
@@ -139,6 +140,8 @@ class FakeDiscord(LocalServer):
         self.resume_count = 0
         self.connection_count = 0  # accepted websocket connections
         self.refused_count = 0  # connections refused while the gateway was down
+        self.nonce_hits = 0  # sends answered with an earlier message of the same nonce
+        self.history_requests = 0
         self._channels: dict[int, JSON] = {}  # id -> channel object (text, thread or DM)
         self._deleted: set[int] = set()
         self._roles: dict[int, JSON] = {self.guild_id: _role(self.guild_id, "@everyone", 0)}
@@ -174,6 +177,7 @@ class FakeDiscord(LocalServer):
         app.router.add_get(f"{api}/gateway/bot", self._get_gateway_bot)
         app.router.add_get(f"{api}/channels/{{channel_id:\\d+}}", self._get_channel)
         app.router.add_post(f"{api}/channels/{{channel_id:\\d+}}/messages", self._post_message)
+        app.router.add_get(f"{api}/channels/{{channel_id:\\d+}}/messages", self._get_messages)
         app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
@@ -562,6 +566,18 @@ class FakeDiscord(LocalServer):
             if known is None or int(known["channel_id"]) != channel_id:
                 raise _form_error("message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE",
                                   "Unknown message")
+        nonce = payload.get("nonce")
+        if nonce is not None and len(str(nonce)) > 25:
+            raise _form_error("nonce", "BASE_TYPE_MAX_LENGTH", "Must be 25 or fewer in length.")
+        if nonce is not None and payload.get("enforce_nonce"):
+            # as Discord: the same author's message with this nonce in the last few minutes
+            # is returned, and no second one is made
+            for earlier in reversed(self._messages.values()):
+                if (earlier.get("nonce") == nonce and earlier["author"]["id"] == self.bot_user["id"]
+                        and int(earlier["channel_id"]) == channel_id
+                        and time.time() - earlier["_created"] < NONCE_WINDOW_SECONDS):
+                    self.nonce_hits += 1
+                    return _json(_public(earlier))
         if metadata is not None:
             metadata["archived"] = False  # posting reopens an archived (unlocked) thread
 
@@ -578,6 +594,7 @@ class FakeDiscord(LocalServer):
             message["type"] = 19
             message["message_reference"] = self._reference(channel_id, ref_id)
             message["referenced_message"] = self._messages.get(ref_id)
+        message["_created"] = time.time()
         self._messages[int(message["id"])] = message
         self.sent.append(SentRecord(channel_id=channel_id, content=content,
                                     message_reference=ref_id, nonce=payload.get("nonce"),
@@ -585,7 +602,29 @@ class FakeDiscord(LocalServer):
                                     files=[name for name, _ in files]))
         self._sent_changed.set()
         self._sent_changed = asyncio.Event()
-        return _json(message)
+        return _json(_public(message))
+
+    async def _get_messages(self, request: web.Request) -> web.Response:
+        """A channel's history, as Discord answers it: newest first; ``after`` gives the
+        ``limit`` (1-100, default 50) messages right after that id, ``before`` the ones
+        right before it."""
+        channel_id = int(request.match_info["channel_id"])
+        self._existing_channel(channel_id)
+        try:
+            limit = int(request.query.get("limit", "50"))
+        except ValueError:
+            raise _form_error("limit", "NUMBER_TYPE_COERCE", "Value is not int.") from None
+        if not 1 <= limit <= 100:
+            raise _form_error("limit", "NUMBER_TYPE_MAX", "limit must be 1 to 100.")
+        ids = sorted(i for i, m in self._messages.items() if int(m["channel_id"]) == channel_id)
+        if "after" in request.query:
+            ids = [i for i in ids if i > int(request.query["after"])][:limit]
+        else:
+            if "before" in request.query:
+                ids = [i for i in ids if i < int(request.query["before"])]
+            ids = ids[-limit:]
+        self.history_requests += 1
+        return _json([_public(self._messages[i]) for i in reversed(ids)])
 
     # ------------------------------------------------------------------ helpers
 
@@ -643,6 +682,11 @@ class FakeDiscord(LocalServer):
 
 
 # ---------------------------------------------------------------------- module helpers
+
+def _public(message: JSON) -> JSON:
+    """A message as the API shows it (without the fake's own bookkeeping)."""
+    return {k: v for k, v in message.items() if not k.startswith("_")}
+
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     """A JSON response with Content-Type exactly ``application/json`` (no charset)."""
