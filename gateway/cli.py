@@ -29,7 +29,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    return int(args.func(config, args) or 0)
+    try:
+        return int(args.func(config, args) or 0)
+    except StoreUnreadable as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -148,11 +152,19 @@ def _existing_store(config: Config) -> bool:
     return False
 
 
+class StoreUnreadable(Exception):
+    """The state database cannot be used; the message says why, in one line."""
+
+
 def _with_store(config: Config, use: Callable[[SessionStore], Awaitable[T]]) -> T:
     async def run() -> T:
         async with SessionStore(config.state_db) as store:
             return await use(store)
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except (sqlite3.DatabaseError, RuntimeError) as exc:  # damaged, foreign, or too new
+        raise StoreUnreadable(f"the state database at {config.state_db} cannot be read: "
+                              f"{exc}") from None
 
 
 def _listing(config: Config, args: argparse.Namespace, what: str,

@@ -23,12 +23,14 @@ from tools.send_message import MessageSender
 from tools.terminal import Terminal
 
 from .config import Config
+from .database import Database
 from .outbox import Outbox
 from .pairing import Pairing
 from .platforms.base import Adapter
 from .platforms.discord import DiscordAdapter
 from .platforms.telegram import TelegramAdapter
 from .platforms.web import WebAdapter
+from .private_files import private_dir, tighten_home
 from .processes import raise_open_file_limit
 from .restart_notices import BackOnline, announce_restart, places_in_progress
 from .router import Router
@@ -40,6 +42,7 @@ from .store import SessionStore
 log = structlog.get_logger(__name__)
 
 READY_WAIT = 60.0  # READY=1 waits this long for every platform to connect
+STORE_CHECK_SECONDS = 60.0
 
 
 class StartupError(RuntimeError):
@@ -85,6 +88,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
     ``clock`` is the scheduler's (tests move it on instead of waiting).
     """
     adapters = _require_some([*build_adapters(config), *(extra_adapters or [])])
+    private_dir(config.home_path)
+    await asyncio.to_thread(tighten_home, config.home_path)
     async with SessionStore(config.state_db) as store:
         outbox = Outbox(store.db)
         jobs = JobManager(store.db, outbox, config)
@@ -110,6 +115,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         runner.scheduler = scheduler
         router = Router(outbox, store, runner)
         connected: list[Adapter] = []
+        store_watch: asyncio.Task[None] | None = None
         try:
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it
@@ -123,6 +129,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             replayed = await runner.replay()  # messages taken in and not handled before
             await router.start()
             await scheduler.start()
+            store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
             log.info("gateway_started", platforms=[a.platform for a in connected],
                      state_db=str(config.state_db), jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
@@ -130,6 +137,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                      model=config.agent.model if model is not None else None)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler)
         finally:
+            if store_watch is not None:
+                store_watch.cancel()
             for adapter in connected:
                 await adapter.stop_receiving()
             await scheduler.stop()
@@ -144,6 +153,20 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             if model is not None:
                 await model.close()
             log.info("gateway_stopped")
+
+
+async def watch_store(db: Database, interval: float = STORE_CHECK_SECONDS) -> None:
+    """Say, each minute until it is fixed, that the state database is broken."""
+    broken = False
+    while True:
+        problem = await db.health()
+        if problem is not None:
+            log.error("state_database_broken", problem=problem,
+                      hint="nothing can be recorded: restore the state database and restart")
+        elif broken:
+            log.info("state_database_usable_again")
+        broken = problem is not None
+        await asyncio.sleep(interval)
 
 
 async def _wait_for_platforms(gw: Gateway, timeout: float) -> list[str]:

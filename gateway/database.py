@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from typing import Any
 import aiosqlite
 import structlog
 
-from .migrations import migrate
+from .migrations import TABLES, migrate
+from .private_files import private_dir, private_file
 
 log = structlog.get_logger(__name__)
 
@@ -57,9 +59,11 @@ class Database:
         self._enqueued = 0  # sequence number of the last queued write
         self._settled = 0  # every write up to this number has committed or failed
         self._progress = asyncio.Event()
+        self._identity: tuple[int, int] | None = None  # device and inode of the opened file
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        private_file(self.path)  # 0600 from the start: SQLite gives its -wal and -shm the same
         try:
             self._conn = await _connect(self.path)
             await _enable_wal(self._conn)
@@ -70,6 +74,33 @@ class Database:
         except BaseException:
             await self._close_connections()
             raise
+        stat = self.path.stat()
+        self._identity = (stat.st_dev, stat.st_ino)
+
+    async def health(self) -> str | None:
+        """None when the store can be read and written and is still the file it opened;
+        otherwise what is wrong, in a sentence an operator can act on."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return f"the state database {self.path} was deleted while the daemon ran"
+        if (stat.st_dev, stat.st_ino) != self._identity:
+            return f"the state database {self.path} was replaced while the daemon ran"
+        try:
+            rows = await self.fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
+            missing = TABLES - {name for (name,) in rows}
+            if missing:
+                return f"tables are missing from the state database: {', '.join(sorted(missing))}"
+            (verdict,) = await self.fetchone("PRAGMA quick_check(1)")
+            if verdict != "ok":
+                return f"the state database is damaged: {verdict}"
+            await self.write([("INSERT OR REPLACE INTO store_health (id, checked_at) "
+                               "VALUES (1, ?)", (time.time(),))])
+        except StoreClosed:
+            return "the state database is closed"
+        except sqlite3.Error as exc:
+            return f"the state database cannot be used: {exc}"
+        return None
 
     async def close(self) -> None:
         if self._conn is None:

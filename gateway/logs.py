@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import structlog
 
 from .config import Config, LoggingConfig
+from .private_files import PrivateRotatingFileHandler, private_dir
 
 LOG_FILE_BYTES = 10 * 1024 * 1024
 LOG_FILE_COUNT = 5
@@ -40,8 +41,8 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
     )
     file_handler = None
     if log_dir is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.handlers.RotatingFileHandler(
+        private_dir(log_dir)
+        file_handler = PrivateRotatingFileHandler(
             log_dir / "homing.log", maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_COUNT,
             encoding="utf-8")
     structlog.configure(

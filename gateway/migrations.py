@@ -6,6 +6,8 @@ that has shipped. ``PRAGMA user_version`` records how far a database got.
 
 from __future__ import annotations
 
+import re
+
 import aiosqlite
 
 MIGRATIONS: list[str] = [
@@ -214,7 +216,21 @@ MIGRATIONS: list[str] = [
     CREATE INDEX inbound_open ON inbound(id) WHERE state IN ('received', 'started', 'replied');
     CREATE INDEX inbound_chat ON inbound(platform, received_at);
     """,
+    # 11: where the health check proves it can write
+    """
+    CREATE TABLE store_health (
+        id         INTEGER PRIMARY KEY CHECK (id = 1),
+        checked_at REAL NOT NULL
+    );
+    """,
 ]
+
+#: every table the migrations make: the health check misses none of them
+TABLES = frozenset(re.findall(r"CREATE TABLE (\w+)", "\n".join(MIGRATIONS)))
+
+
+class ForeignDatabase(RuntimeError):
+    """The file is some other program's SQLite database: Homing will not change it."""
 
 
 async def migrate(db: aiosqlite.Connection) -> int:
@@ -229,6 +245,14 @@ async def migrate(db: aiosqlite.Connection) -> int:
             async with db.execute("PRAGMA user_version") as cur:
                 row = await cur.fetchone()
             version = int(row[0]) if row else 0
+            if version == 0:
+                async with db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                      "AND name NOT LIKE 'sqlite_%'") as cur:
+                    found = [r[0] for r in await cur.fetchall()]
+                if found:
+                    raise ForeignDatabase(
+                        f"it is not a Homing state database (it has other tables: "
+                        f"{', '.join(sorted(found)[:5])}); point HOMING_HOME elsewhere")
             if version > len(MIGRATIONS):
                 raise RuntimeError(
                     f"state database is at schema version {version}, newer than this "

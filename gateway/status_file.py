@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .private_files import private_dir, private_file
 from .processes import is_same_process, process_start_time
 
 FILE_NAME = "status.json"
@@ -26,10 +27,10 @@ def write_status(home: Path, platforms: dict[str, bool], state: str, started_at:
     data = {"state": state, "pid": pid, "proc_start": process_start_time(pid),
             "started_at": started_at, "updated_at": time.time(), "platforms": platforms}
     path = status_path(home)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     # a file of its own per write (a refresh may still be writing in its thread),
     # renamed into place so readers never see half a file
-    tmp = path.with_name(f".{FILE_NAME}.{uuid.uuid4().hex}")
+    tmp = private_file(path.with_name(f".{FILE_NAME}.{uuid.uuid4().hex}"))
     tmp.write_text(json.dumps(data))
     tmp.replace(path)
 

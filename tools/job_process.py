@@ -92,7 +92,7 @@ def spawn(command: str, files: JobFiles, *, cwd: Path, env: dict[str, str],
     stdin: if the daemon dies at any point from now on, its own copy closes
     with it and the lock stays held exactly as long as the wrapper lives.
     """
-    files.folder.mkdir(parents=True, exist_ok=True)
+    files.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     lock = _open_above_stdio(files.lock, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -27,6 +27,7 @@ from gateway.config import Config
 from gateway.database import Database, Op
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
+from gateway.private_files import private_dir
 from gateway.processes import ORIGINAL_OPEN_FILES, process_start_time
 from gateway.route import Route
 
@@ -136,7 +137,7 @@ class JobManager:
             raise JobError(f"the working directory {workdir} does not exist")
         job_id = "j" + uuid.uuid4().hex[:10]
         files = JobFiles(self.jobs_dir / job_id)
-        files.folder.mkdir(parents=True)
+        private_dir(files.folder)
         record = JobRecord(
             id=job_id, command=command, cwd=str(workdir), state="running", pid=None,
             proc_start=None, started_at=time.time(), ended_at=None, exit_code=None,

@@ -257,9 +257,11 @@ class WebAdapter(Adapter):
     async def _readyz(self, request: web.Request) -> web.Response:
         runner = self.runner
         platforms = {name: a.connected for name, a in runner.adapters.items()}
-        ready = runner.store.is_open and all(platforms.values())
+        store_problem = await runner.store.db.health()
+        ready = store_problem is None and all(platforms.values())
         return web.json_response(
-            {"ready": ready, "store_open": runner.store.is_open, "platforms": platforms},
+            {"ready": ready, "store_open": runner.store.is_open, "store": store_problem or "ok",
+             "platforms": platforms},
             status=200 if ready else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
