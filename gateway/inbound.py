@@ -4,20 +4,26 @@ acknowledges it, and handled from here.
 A message (after authorization) is journaled with its platform's own id —
 Telegram's update id, Discord's message id, the web chat frame's id — before
 the Telegram offset moves past it or the web tab gets its ``ack``. Handling
-then runs from the journal: ``received`` → ``started`` (its turn began) →
-``replied`` (its first reply went out, recorded with that reply's transcript
-line) → ``handled``, or ``skipped`` (too old to run). After a crash, what was
-received and not started is handled, once, in order per conversation; a
-message seen twice (a redelivered update, a resent frame) is journaled once,
-so it is handled once — across restarts too.
+then runs from the journal: ``received`` → ``started`` (its turn began) → ``acted``
+(the turn did something that lasts: started a job, a delegation, a schedule —
+recorded in that thing's own transaction) → ``replied`` (its first reply went
+out, recorded with that reply's transcript line) → ``handled``, or
+``skipped`` (too old to run). After a crash, a message not yet answered is
+handled again — unless its turn had acted, which must not happen twice: then
+its conversation is told it may not have finished. A message seen twice (a
+redelivered update, a resent frame) is journaled once, so it is handled once,
+across restarts too.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,19 +87,17 @@ class Inbound:
     @staticmethod
     def replied_op(entry_id: int) -> Op:
         """Written with a turn's reply: the message was answered, whatever comes next."""
-        return ("UPDATE inbound SET state = 'replied' WHERE id = ? AND state = 'started'",
-                (entry_id,))
+        return ("UPDATE inbound SET state = 'replied' WHERE id = ? "
+                "AND state IN ('started', 'acted')", (entry_id,))
 
     def finished(self, entry_id: int, state: str = "handled") -> None:
         self.db.write_behind([("UPDATE inbound SET state = ?, handled_at = ? WHERE id = ? "
-                               "AND state IN ('received', 'started', 'replied')",
-                               (state, time.time(), entry_id))])
+                               f"AND state IN ({_OPEN})", (state, time.time(), entry_id))])
 
     async def unfinished(self) -> list[JournalEntry]:
         """What a stopped process had taken in and not finished, oldest first."""
         rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM inbound WHERE state IN ('received', 'started', 'replied') "
-            f"ORDER BY id")
+            f"SELECT {_COLUMNS} FROM inbound WHERE state IN ({_OPEN}) ORDER BY id")
         return [JournalEntry.from_row(r) for r in rows]
 
     async def last_ids(self, platform: str, since: float) -> dict[str, str]:
@@ -112,6 +116,31 @@ class Inbound:
             "SELECT 1 FROM inbound WHERE platform = ? AND platform_id = ?",
             (platform, platform_id))
         return row is not None
+
+
+_OPEN = "'received', 'started', 'acted', 'replied'"
+#: the journal entry whose turn runs in this task (set by the runner around the turn)
+_handling: contextvars.ContextVar[int | None] = contextvars.ContextVar("homing_inbound",
+                                                                        default=None)
+
+
+@contextmanager
+def handling(entry_id: int | None) -> Iterator[None]:
+    token = _handling.set(entry_id)
+    try:
+        yield
+    finally:
+        _handling.reset(token)
+
+
+def acted_ops() -> list[Op]:
+    """For what a turn starts that lasts (a job, a delegation, a schedule), in that
+    thing's own transaction: the message that asked for it must not be run again."""
+    entry_id = _handling.get()
+    if entry_id is None:
+        return []
+    return [("UPDATE inbound SET state = 'acted' WHERE id = ? AND state = 'started'",
+             (entry_id,))]
 
 
 def event_to_json(event: MessageEvent) -> str:

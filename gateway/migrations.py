@@ -209,11 +209,12 @@ MIGRATIONS: list[str] = [
         event       TEXT NOT NULL,    -- JSON: text, route, message id, metadata
         sent_at     REAL,             -- when the platform says it was sent
         received_at REAL NOT NULL,
-        state       TEXT NOT NULL,    -- received, started, replied, handled, skipped
+        state       TEXT NOT NULL,    -- received, started, acted, replied, handled, skipped
         handled_at  REAL,
         UNIQUE (platform, platform_id)
     );
-    CREATE INDEX inbound_open ON inbound(id) WHERE state IN ('received', 'started', 'replied');
+    CREATE INDEX inbound_open ON inbound(id)
+        WHERE state IN ('received', 'started', 'acted', 'replied');
     CREATE INDEX inbound_chat ON inbound(platform, received_at);
     """,
     # 11: where the health check proves it can write

@@ -22,7 +22,7 @@ from .config import Config
 from .context import SessionContext, session_context
 from .database import Op
 from .events import MessageEvent, MessageKind, SendResult
-from .inbound import Inbound, JournalEntry
+from .inbound import Inbound, JournalEntry, handling
 from .intake import Intake
 from .metrics import Metrics
 from .notifications import Notification
@@ -175,15 +175,15 @@ class GatewayRunner:
 
     async def replay(self) -> int:
         """At start-up: handle, once and in order, what a stopped process had journaled
-        and not handled; a message whose turn had begun is not run again (it may have
-        done things already) — its conversation is told it may not have finished."""
+        and not answered; a message whose turn had started a job, a delegation or a
+        schedule is not run again — its conversation is told it may not have finished."""
         entries = await self.inbound.unfinished()
         for entry in entries:
             if entry.state == "replied":  # answered; only its end was not recorded
                 self.inbound.finished(entry.id)
-            elif entry.state == "started":
+            elif entry.state == "acted":  # it started something: never twice
                 self.run_in_lane(entry.session_key, lambda e=entry: self._interrupted(e))
-            else:
+            else:  # nothing of it lasted, not even a reply: handled again
                 self.run_in_lane(entry.session_key, lambda e=entry: self._replayed(e))
         if entries:
             log.info("inbound_replayed", messages=len(entries))
@@ -277,9 +277,8 @@ class GatewayRunner:
                 await turn.reply(note, kind="system")
             ctx = SessionContext(route=event.route, session_key=key, session_id=session.id,
                                  tab_id=event.tab_id)
-            with session_context(ctx), structlog.contextvars.bound_contextvars(
-                session_id=session.id
-            ):
+            with session_context(ctx), handling(journal_id), \
+                    structlog.contextvars.bound_contextvars(session_id=session.id):
                 try:
                     await self._run_turn(turn)
                 except Exception:

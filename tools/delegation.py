@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from gateway.database import Database, Op
+from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.processes import identity_alive, process_identity
@@ -92,7 +93,7 @@ class DelegationManager:
             f"INSERT INTO delegations ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (record.id, record.task, record.state, record.session_key, record.session_id,
              record.tab_id, address.to_json(), None, record.created_at, None, None,
-             self.owner))])
+             self.owner)), *acted_ops()])
         self._records[record.id] = record
         self._tasks[record.id] = asyncio.create_task(self._run(record),
                                                      name=f"delegation:{record.id}")

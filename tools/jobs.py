@@ -25,6 +25,7 @@ import structlog
 
 from gateway.config import Config
 from gateway.database import Database, Op
+from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.private_files import private_dir
@@ -170,12 +171,16 @@ class JobManager:
     async def _register(self, record: JobRecord,
                         also: Callable[[sqlite3.Connection, str], None] | None = None) -> None:
         """The job's row, committed before anything runs."""
+        # the message that asked for it must not start it again after a crash
+        acted = acted_ops()
         if also is None:
-            await self.db.write([record.insert_op()])
+            await self.db.write([record.insert_op(), *acted])
             return
 
         def register(conn: sqlite3.Connection) -> None:
             conn.execute(*record.insert_op())
+            for op in acted:
+                conn.execute(*op)
             also(conn, record.id)
 
         await self.db.write(register)

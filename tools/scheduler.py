@@ -29,6 +29,7 @@ import structlog
 
 from gateway.config import SchedulesConfig
 from gateway.database import Database, Op
+from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, Notification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.store import SessionStore
@@ -121,6 +122,7 @@ class Scheduler:
             next_run_at=spec.next_after(now), paused=False, pause_reason=None,
             last_run_for=None, last_result=None, skipped=0)
         limit = self.settings.max_per_conversation
+        acted = acted_ops()
 
         def insert(conn: sqlite3.Connection) -> None:
             (count,) = conn.execute("SELECT COUNT(*) FROM schedules WHERE session_key = ?",
@@ -131,6 +133,8 @@ class Scheduler:
                                     f"first")
             conn.execute(f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES "
                          f"({','.join('?' * 16)})", record.insert_params())
+            for op in acted:  # the message that made it must not make it twice
+                conn.execute(*op)
 
         await self.db.write(insert)
         log.info("schedule_created", schedule_id=record.id, session_key=record.session_key,

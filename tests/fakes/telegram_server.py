@@ -92,6 +92,9 @@ class FakeTelegram(LocalServer):
         self.bot_user: JSON = {"id": self.bot_id, "is_bot": True, "first_name": "Homing",
                                "username": bot_username}
         self.sent: list[SentRecord] = []
+        self.handed_out = 0  # updates getUpdates returned, counting each time one is returned
+        self._sends_open = asyncio.Event()
+        self._sends_open.set()
         self.commands: list[JSON] = []
         self.deleted_threads: set[tuple[int, int]] = set()
         self.calls: list[tuple[str, dict[str, Any]]] = []  # every API call: (method, params)
@@ -137,7 +140,7 @@ class FakeTelegram(LocalServer):
                      chat_type: str = "private", is_forum: bool = False,
                      thread_id: int | None = None, is_topic_message: bool = False,
                      reply_to_message_id: int | None = None, is_bot: bool = False,
-                     chat_title: str | None = None) -> JSON:
+                     chat_title: str | None = None, date: float | None = None) -> JSON:
         """Queue a text message from a user; the next getUpdates returns it.
 
         Returns the Message dict. ``update_id``, ``message_id`` (per chat) and
@@ -161,7 +164,8 @@ class FakeTelegram(LocalServer):
         sender: JSON = {"id": user_id, "is_bot": is_bot, "first_name": first_name}
         if username is not None:
             sender["username"] = username
-        message: JSON = {"message_id": self._next_message_id(chat_id), "date": int(time.time()),
+        sent_at = int(time.time() if date is None else date)  # ``date``: sent earlier
+        message: JSON = {"message_id": self._next_message_id(chat_id), "date": sent_at,
                          "chat": chat, "from": sender, "text": text}
         entities = _entities(text)
         if entities:
@@ -287,9 +291,29 @@ class FakeTelegram(LocalServer):
                 await asyncio.wait_for(self._updates_changed.wait(), remaining)
             except TimeoutError:
                 break
-        return [u for _, u in self._pending[:limit]]
+        batch = [u for _, u in self._pending[:limit]]
+        if batch:
+            self.handed_out += len(batch)
+        return batch
+
+    def hold_sends(self) -> None:
+        """From now on sendMessage waits (the bot's replies hang) until :meth:`release_sends`."""
+        self._sends_open.clear()
+
+    def release_sends(self) -> None:
+        self._sends_open.set()
+
+    async def wait_handed_out(self, count: int, timeout: float = 10) -> None:
+        """Until getUpdates has handed out at least ``count`` updates in all."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.handed_out < count:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise TimeoutError(f"only {self.handed_out} updates handed out")
+            await asyncio.sleep(0.01)
 
     async def _send_message(self, params: dict[str, Any]) -> JSON:
+        await self._sends_open.wait()
         try:
             chat_id = int(params.get("chat_id", ""))
         except (TypeError, ValueError):

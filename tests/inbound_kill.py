@@ -1,0 +1,130 @@
+"""Web messages sent with an id a few milliseconds before ``kill -9``, round after round.
+
+Shared by ``tests/test_inbound.py`` (a few rounds) and ``bench/inbound_kill.py``
+(hundreds). The client behaves like the page: every message has an id, an
+unacknowledged one is sent again after each reconnect, and an acknowledged one
+never again. Each round starts ``homing run``, sends the backlog and one new
+message, and kills the daemon a random 0–4 ms later. A last daemon gets the
+rest; then the transcript tells, for every message, how often it was handled:
+never (lost), once, or more (doubled). A message whose turn had started
+something lasting when the daemon died counts as handled once when its
+conversation was told so (none of these does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from dataclasses import dataclass
+
+import aiohttp
+
+from .real_daemon import start_daemon
+
+CONVERSATION = "inbound-kill"
+
+
+@dataclass
+class Tally:
+    rounds: int = 0
+    sent: int = 0
+    acked_before_kill: int = 0
+    handled: int = 0
+    lost: int = 0
+    doubled: int = 0
+
+
+async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
+                      max_delay: float = 0.004) -> Tally:
+    rng = random.Random(seed)
+    tally = Tally()
+    unacked: dict[str, str] = {}
+    async with aiohttp.ClientSession() as http:
+        for number in range(rounds):
+            daemon, url = await start_daemon(env)
+            killed = False
+            try:
+                async with http.ws_connect(f"{url}ws?conversation={CONVERSATION}") as ws:
+                    await ws.receive_json(timeout=10)
+                    for frame_id, text in list(unacked.items()):  # the page's resend
+                        await ws.send_json({"type": "message", "text": text, "id": frame_id})
+                    frame_id, text = f"m{number}", f"msg-{number}"
+                    unacked[frame_id] = text
+                    tally.sent += 1
+                    await ws.send_json({"type": "message", "text": text, "id": frame_id})
+                    await _take_acks(ws, unacked, rng.uniform(0, max_delay))
+                    daemon.send_signal(signal.SIGKILL)
+                    killed = True
+                    tally.acked_before_kill += sum(1 for k in (frame_id,) if k not in unacked)
+            finally:
+                if not killed:
+                    daemon.send_signal(signal.SIGKILL)
+                await daemon.wait()
+                tally.rounds += 1
+        daemon, url = await start_daemon(env)
+        try:
+            async with http.ws_connect(f"{url}ws?conversation={CONVERSATION}") as ws:
+                await ws.receive_json(timeout=10)
+                for frame_id, text in list(unacked.items()):
+                    await ws.send_json({"type": "message", "text": text, "id": frame_id})
+                while unacked:
+                    await _take_acks(ws, unacked, 10.0, until_empty=True)
+            counts = await _settled_counts(http, url, tally.sent)
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(daemon.wait(), 20)
+    for n in range(tally.sent):
+        seen = counts.get(f"msg-{n}", 0)
+        tally.lost += seen == 0
+        tally.doubled += seen > 1
+        tally.handled += seen >= 1
+    return tally
+
+
+async def _take_acks(ws: aiohttp.ClientWebSocketResponse, unacked: dict[str, str],
+                     seconds: float, *, until_empty: bool = False) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while (remaining := deadline - loop.time()) > 0 and not (until_empty and not unacked):
+        try:
+            frame = await ws.receive_json(timeout=remaining)
+        except (TimeoutError, TypeError, aiohttp.ClientError):
+            return
+        if frame.get("type") == "ack":
+            unacked.pop(frame["id"], None)
+
+
+async def _settled_counts(http: aiohttp.ClientSession, url: str, expected: int,
+                          timeout: float = 30.0) -> dict[str, int]:
+    """The counts once every message is handled — or, after ``timeout``, as they are
+    (what is missing then is lost)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        counts = await _counts(http, url)
+        if sum(1 for n in range(expected) if f"msg-{n}" in counts) == expected or (
+                loop.time() > deadline):
+            await asyncio.sleep(0.5)  # a second answer would come right after the first
+            return await _counts(http, url)
+        await asyncio.sleep(0.1)
+
+
+async def _counts(http: aiohttp.ClientSession, url: str) -> dict[str, int]:
+    """How often each message was handled (answered, or told "may not have finished")."""
+    async with http.get(f"{url}api/sessions?archived=include") as resp:
+        sessions = [s for s in (await resp.json())["sessions"]
+                    if s["conversation"] == CONVERSATION]
+    counts: dict[str, int] = {}
+    for session in sessions:
+        async with http.get(f"{url}api/sessions/{session['id']}/messages") as resp:
+            for line in (await resp.json())["messages"]:
+                text = line["text"]
+                if line["role"] == "reply" and text.startswith("Received: msg-"):
+                    key = text.split()[1]
+                elif line["role"] == "system" and "may not have finished" in text:
+                    key = text.split("“", 1)[1].split("”", 1)[0]
+                else:
+                    continue
+                counts[key] = counts.get(key, 0) + 1
+    return counts
