@@ -66,9 +66,9 @@ class Database:
         private_file(self.path)  # 0600 from the start: SQLite gives its -wal and -shm the same
         try:
             self._conn = await _connect(self.path)
+            await migrate(self._conn)  # first: a foreign file is refused before WAL touches it
             await _enable_wal(self._conn)
             await self._conn.execute("PRAGMA synchronous=NORMAL")
-            await migrate(self._conn)
             self._reader = await _connect(self.path)
             await self._reader.execute("PRAGMA query_only=ON")
         except BaseException:
@@ -98,6 +98,10 @@ class Database:
                                "VALUES (1, ?)", (time.time(),))])
         except StoreClosed:
             return "the state database is closed"
+        except sqlite3.OperationalError as exc:  # locked, read-only, out of space...
+            return f"the state database cannot be used: {exc}"
+        except sqlite3.DatabaseError as exc:  # SQLite's own words for corrupt pages
+            return f"the state database is damaged: {exc}"
         except sqlite3.Error as exc:
             return f"the state database cannot be used: {exc}"
         return None

@@ -29,15 +29,18 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.private_files import private_dir
 from gateway.processes import is_same_process, parse_stat, process_start_time, read_stat
 
 # $1 the command, $2 the job folder, $3 the working directory, $4 the shell, $5 the
-# limit on open files to give the command (the daemon's own is raised). The traps keep
-# the wrapper alive through a SIGTERM to the group, to record how the command took it.
+# limit on open files to give the command (the daemon's own is raised), $6 the umask to
+# give it (the wrapper's own files are private). The traps keep the wrapper alive
+# through a SIGTERM to the group, to record how the command took it.
 _WRAPPER = """\
+umask 077
 read -r s < /proc/self/stat && printf '%s\\n' "$s" > "$2/pid"
 trap : HUP INT TERM
-( ulimit -n "$5" 2>/dev/null; cd -- "$3" && exec "$4" -c "$1" ) </dev/null
+( ulimit -n "$5" 2>/dev/null; umask "$6"; cd -- "$3" && exec "$4" -c "$1" ) </dev/null
 code=$?
 echo "$code" > "$2/exit_code"
 exit "$code"
@@ -49,6 +52,18 @@ COMMAND_SHELL = "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
 #: SIGPIPE); resetting a caught one is harmless
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM,
                     signal.SIGHUP, signal.SIGQUIT)
+def _umask() -> str:
+    """The process's umask, read without changing it (``os.umask`` would, for a moment,
+    for every thread)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return line.split()[1]
+    return "0022"
+
+
+#: what the commands get: the umask the daemon was started with, as a shell would give
+USER_UMASK = _umask()
 _POLL_SECONDS = 0.25  # only where pidfds are missing, or for a wrapper known by its lock
 
 
@@ -92,7 +107,8 @@ def spawn(command: str, files: JobFiles, *, cwd: Path, env: dict[str, str],
     stdin: if the daemon dies at any point from now on, its own copy closes
     with it and the lock stays held exactly as long as the wrapper lives.
     """
-    files.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(files.folder.parent)
+    files.folder.mkdir(mode=0o700, exist_ok=True)
     lock = _open_above_stdio(files.lock, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -101,7 +117,7 @@ def spawn(command: str, files: JobFiles, *, cwd: Path, env: dict[str, str],
             return os.posix_spawn(
                 _WRAPPER_SHELL,
                 [_WRAPPER_SHELL, "-c", _WRAPPER, "homing-job", command, str(files.folder),
-                 str(cwd), COMMAND_SHELL, str(open_files)], env,
+                 str(cwd), COMMAND_SHELL, str(open_files), USER_UMASK], env,
                 file_actions=[(os.POSIX_SPAWN_DUP2, lock, 0), (os.POSIX_SPAWN_DUP2, log, 1),
                               (os.POSIX_SPAWN_DUP2, log, 2),
                               *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds())],
