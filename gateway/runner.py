@@ -169,7 +169,8 @@ class GatewayRunner:
         await self.inbound.started(entry.id)
         try:
             return await self._handle(key, entry.event, note=self.intake.late_note(entry),
-                                      journal_id=entry.id)
+                                      journal_id=entry.id,
+                                      dedupe_key=f"in:{entry.platform}:{entry.platform_id}")
         finally:
             self.inbound.finished(entry.id)
 
@@ -258,8 +259,11 @@ class GatewayRunner:
                 del self._lanes[key]
 
     async def _handle(self, key: str, event: MessageEvent, *, note: str | None = None,
-                      journal_id: int | None = None) -> Outcome:
-        """An authorized, journaled message's turn (``note``: said before it)."""
+                      journal_id: int | None = None, dedupe_key: str | None = None) -> Outcome:
+        """An authorized, journaled message's turn (``note``: said before it).
+
+        ``dedupe_key`` names its replies the same way when a crash makes it run again,
+        so a platform that deduplicates (Discord's nonce) posts each once."""
         with structlog.contextvars.bound_contextvars(session_key=key):
             try:
                 session = await self.store.get_or_create(key, event.route)
@@ -271,7 +275,8 @@ class GatewayRunner:
                 await self._apologise_without_session(event)
                 return "failed"
             turn = Turn(event=event, session=session, runner=self,
-                        sent_ops=_replied(journal_id) if journal_id is not None else None)
+                        sent_ops=_replied(journal_id) if journal_id is not None else None,
+                        dedupe_key=dedupe_key)
             self.metrics.turns.labels("message").inc()
             if note is not None:
                 await turn.reply(note, kind="system")

@@ -6,7 +6,10 @@ tool would), work finishing (job completions, watch matches, delegation
 results), ``/new``, ``/compress``, crashes with notices pending or claimed,
 and restarts — and real background jobs whose daemon is killed between any
 two steps of their life (row committed, process started, pid recorded,
-output written, exit, notice committed), ending while it is down or after.
+output written, exit, notice committed), ending while it is down or after —
+and inbound messages whose daemon is killed at each state of their journal
+entry (received, started, acted, replied), replayed after the restart, some
+delivered again by the platform.
 After every step, an independent model of the rules predicts
 where each notice must have gone, and the test checks that it went there —
 once — or was parked, and that nothing was lost.
@@ -30,6 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agent.command import CommandAgent
+from gateway.events import MessageEvent, MessageKind, SendResult
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.platforms.memory import MemoryAdapter
@@ -38,6 +42,7 @@ from gateway.router import Router
 from gateway.runner import GatewayRunner
 from gateway.store import SessionStore
 from tools.jobs import JobManager
+from tools.terminal import Terminal
 
 from .conftest import make_config
 
@@ -54,6 +59,11 @@ JOB_KINDS = ("completion", "watch_match")
 #: spawned, after its pid was recorded, after it wrote output, after it exited (its end
 #: not yet committed), after its completion was committed (not yet delivered)
 CRASH_POINTS = ("row", "spawned", "pid", "output", "exit", "notice", None)
+
+
+#: where a message's daemon is killed: journaled (its turn not begun), its turn begun,
+#: its turn started a job (not yet replied), replied (its end not recorded)
+INBOUND_CRASHES = ("received", "started", "acted", "replied", None)
 
 
 class SimulatedCrash(Exception):
@@ -96,6 +106,37 @@ class CrashingJobManager(JobManager):
         if not hasattr(self, "_crashed"):
             self._crashed = asyncio.Event()
         return self._crashed
+
+
+class CrashingAdapter(MemoryAdapter):
+    """Memory platform whose next reply never goes out: the daemon dies sending it."""
+
+    die_on_reply: asyncio.Event | None = None
+
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None, dedupe_key: str | None = None
+                   ) -> SendResult:
+        if self.die_on_reply is not None and kind == "reply":
+            self.die_on_reply.set()
+            await asyncio.Event().wait()
+        return await super().send(route, text, kind=kind, session_id=session_id,
+                                  dedupe_key=dedupe_key)
+
+
+async def _die(dying: asyncio.Event) -> None:
+    dying.set()
+    await asyncio.Event().wait()
+
+
+@dataclass
+class MessageExpected:
+    """An inbound message: answered once, or (killed after it acted) told once."""
+
+    marker: str
+    conversation: str
+    job: bool
+    crash_at: str | None
+    behind: str | None  # a second message queued behind it when the daemon died
 
 
 @dataclass
@@ -151,11 +192,12 @@ class RoutingMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.tmp = tempfile.TemporaryDirectory()
         self.config = make_config(Path(self.tmp.name) / "home")
-        self.adapter = MemoryAdapter("memory")
+        self.adapter = CrashingAdapter("memory")
         self.model = Model()
         self.work: list[Work] = []
         self.expected: list[Expected] = []
         self.jobs_expected: list[JobExpected] = []
+        self.messages_expected: list[MessageExpected] = []
         self.gates: list[int] = []
         self.counter = 0
         self.store: SessionStore | None = None
@@ -169,12 +211,14 @@ class RoutingMachine(RuleBasedStateMachine):
         await self.store.initialize()
         self.outbox = Outbox(self.store.db)
         await self.outbox.reconcile_claimed()
-        self.runner = GatewayRunner(self.config, self.store, CommandAgent())
-        self.runner.add_adapter(self.adapter)
-        await self.adapter.connect(self.runner)
-        self.router = Router(self.outbox, self.store, self.runner)
         self.jobs = CrashingJobManager(self.store.db, self.outbox, self.config)
+        self.runner = GatewayRunner(self.config, self.store,
+                                    CommandAgent(Terminal(self.jobs, foreground_timeout=10)))
+        self.runner.add_adapter(self.adapter)
+        self.router = Router(self.outbox, self.store, self.runner)
         await self.jobs.recover()  # before anything is taken in, as the daemon does
+        await self.adapter.connect(self.runner)
+        await self.runner.replay()  # what the killed daemon had taken in and not handled
         await self.router.start()
 
     async def _stop(self) -> None:
@@ -333,6 +377,75 @@ class RoutingMachine(RuleBasedStateMachine):
         await _until(lambda: not self.jobs.running, "the re-attached job's end")
         await self._settle()
 
+    @rule(conversation=st.sampled_from(sorted(CONVERSATIONS)), job=st.booleans(),
+          crash_at=st.sampled_from(INBOUND_CRASHES), behind=st.booleans(),
+          redelivered=st.booleans())
+    def inbound_message(self, conversation: str, job: bool, crash_at: str | None,
+                        behind: bool, redelivered: bool) -> None:
+        """A platform message, its daemon killed at ``crash_at`` of its journal entry;
+        then replayed, and perhaps delivered again by the platform."""
+        if crash_at == "acted" and not job:
+            crash_at = "started"  # a chat turn starts nothing that lasts
+        event(f"message killed at {crash_at or 'no point'}")
+        self.run(self._inbound(conversation, job, crash_at, behind, redelivered))
+
+    async def _inbound(self, conversation: str, job: bool, crash_at: str | None,
+                       behind: bool, redelivered: bool) -> None:
+        number = int(self._next())
+        marker = f"inmark-{number:06d}"
+        first = self._message(conversation, f"/bg echo {marker}" if job else f"hi {marker}",
+                              f"in{number}")
+        dying = asyncio.Event()
+        if crash_at == "received":  # journaled; the daemon dies before its turn begins
+            self.runner._handle_entry = lambda key, entry: _die(dying)  # type: ignore
+        elif crash_at == "started":  # its turn began, nothing else happened
+            self.runner._handle = lambda *a, **k: _die(dying)  # type: ignore
+        elif crash_at == "acted":  # it started a job; its reply never went out
+            self.adapter.die_on_reply = dying
+        elif crash_at == "replied":  # answered; the end of its handling never recorded
+            self.runner.inbound.finished = lambda *a, **k: dying.set()  # type: ignore
+        received = self.runner.receive(first, platform_id=first.message_id)
+        assert await received.journaled == "journaled"
+        behind_marker = f"{marker}-behind" if behind else None
+        if behind_marker is not None:  # queued in the same conversation, behind it
+            second = self._message(conversation, f"hi {behind_marker}", f"in{number}b")
+            later = self.runner.receive(second, platform_id=second.message_id)
+            assert await later.journaled == "journaled"
+        self.messages_expected.append(MessageExpected(marker, conversation, job, crash_at,
+                                                      behind_marker))
+        if crash_at is None:
+            await received.handled
+        else:
+            await asyncio.wait_for(dying.wait(), 10)
+            await self._kill()
+            await self._start()
+        if redelivered:  # the platform sends it again (Telegram's offset, a web resend)
+            again = self.runner.receive(first, platform_id=first.message_id)
+            assert await again.journaled == "duplicate"
+        await _until(lambda: not self.runner._lanes, "the replayed messages' turns")
+        await _until(lambda: not self.jobs.running, "the messages' jobs")
+        await self._settle()
+        await _until(lambda: not self.runner._lanes, "the jobs' notices")
+        live = await self.store.live_session(self.runner.session_key_for(first.route))
+        assert live is not None
+        self.model.live[conversation] = live.id
+
+    def _message(self, conversation: str, text: str, platform_id: str) -> MessageEvent:
+        route = CONVERSATIONS[conversation].with_anchor(platform_id)
+        return MessageEvent(text=text, route=route, message_id=platform_id)
+
+    async def _kill(self) -> None:
+        """The daemon is killed: nothing more is sent or recorded, what was committed stays."""
+        self.adapter.die_on_reply = None
+        self.runner.inbound.finished = lambda *a, **k: None  # type: ignore
+        await self.router.stop()
+        await self.jobs.detach()
+        lanes = [lane.task for lane in self.runner._lanes.values() if lane.task]
+        for task in lanes:
+            task.cancel()
+        await asyncio.gather(*lanes, return_exceptions=True)
+        await self.store.close()
+
     # helpers -------------------------------------------------------------------
 
     async def _produce(self, item: Work, watch: bool, twice: bool, settle: bool = True) -> None:
@@ -408,6 +521,36 @@ class RoutingMachine(RuleBasedStateMachine):
             if matches:
                 assert self.adapter.sent.index(matches[0]) < self.adapter.sent.index(ends[0])
 
+    @invariant()
+    def every_message_was_answered_once_or_told_once_and_its_job_ran_once(self) -> None:
+        jobs = Path(self.config.home_path) / "jobs"
+        for e in self.messages_expected:
+            want = CONVERSATIONS[e.conversation]
+            here = [m for m in self.adapter.sent
+                    if (m.route.chat_id, m.route.thread_id) == (want.chat_id, want.thread_id)]
+            told = [m for m in here if m.kind == "system" and e.marker in m.text
+                    and "may not have finished" in m.text]
+            if e.job:
+                folders = [f for f in jobs.iterdir() if e.marker in _read(f / "output.log")]
+                assert len(folders) == 1, f"{e}: its job ran {len(folders)} times"
+                replies = [m for m in here if m.kind == "reply"
+                           and m.text.startswith(f"Started job {folders[0].name};")]
+                ends = [m for m in here if m.kind == "notification" and e.marker in m.text]
+                assert len(ends) == 1, f"{e}: its job's end was told {len(ends)} times"
+            else:
+                replies = [m for m in here if m.kind == "reply" and e.marker + "\n" in m.text]
+            if e.crash_at == "acted":
+                assert (len(replies), len(told)) == (0, 1), (e, replies, told)
+            else:
+                assert (len(replies), len(told)) == (1, 0), (e, replies, told)
+            for m in replies + told:
+                assert m.route.message_id == f"in{int(e.marker[7:])}", e
+            if e.behind is not None:
+                later = [m for m in here if m.kind == "reply" and e.behind + "\n" in m.text]
+                assert len(later) == 1, f"{e}: the message behind it answered {len(later)}"
+                first = (replies + told)[0]
+                assert self.adapter.sent.index(first) < self.adapter.sent.index(later[0]), e
+
 
 async def _until(check, what: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
@@ -422,6 +565,10 @@ def _job_folder(jobs: Path, marker: str) -> Path | None:
         if log.exists() and marker in log.read_text():
             return folder
     return None
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def _logged(jobs: Path, marker: str) -> bool:
