@@ -181,3 +181,20 @@ async def test_stop_releases_a_held_poll(fake: FakeTelegram, bot: Bot) -> None:
     await fake.stop()
     async with asyncio.timeout(10):  # released, not held for its 30 s
         assert await poll == ()
+
+
+async def test_a_held_send_whose_bot_is_gone_is_never_posted(fake: FakeTelegram) -> None:
+    fake.hold_sends()
+    async with Bot(fake.token, base_url=fake.base_url) as gone, \
+            Bot(fake.token, base_url=fake.base_url) as alive:
+        abandoned = asyncio.ensure_future(gone.send_message(chat_id=42, text="never arrives"))
+        kept = asyncio.ensure_future(alive.send_message(chat_id=42, text="arrives"))
+        await eventually(lambda: sum(m == "sendMessage" for m, _ in fake.calls) == 2)
+        abandoned.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await abandoned
+        await gone.shutdown()  # its connection closes, as a killed process's would
+        await asyncio.sleep(0.2)
+        fake.release_sends()
+        assert (await kept).text == "arrives"
+    assert [m.text for m in fake.sent] == ["arrives"]

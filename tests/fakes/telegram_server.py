@@ -250,6 +250,11 @@ class FakeTelegram(LocalServer):
         handler = self._methods.get(method.lower())
         if handler is None:
             return _error(404, "Not Found")
+        if method.lower() == "sendmessage":
+            await self._sends_open.wait()
+            if request.transport is None or request.transport.is_closing():
+                # its bot died while the send was held: it never reached "Telegram"
+                return _error(500, "Internal Server Error: the client is gone")
         try:
             result = await handler(self, params)
         except _ApiError as exc:
@@ -297,7 +302,11 @@ class FakeTelegram(LocalServer):
         return batch
 
     def hold_sends(self) -> None:
-        """From now on sendMessage waits (the bot's replies hang) until :meth:`release_sends`."""
+        """From now on sendMessage waits (the bot's replies hang) until :meth:`release_sends`.
+
+        A held send is one that has not reached Telegram yet: if its bot is gone by the
+        release, nothing is posted. (The other case — Telegram posted it, the bot died
+        before hearing so — is the duplicate window the README documents.)"""
         self._sends_open.clear()
 
     def release_sends(self) -> None:
@@ -313,7 +322,6 @@ class FakeTelegram(LocalServer):
             await asyncio.sleep(0.01)
 
     async def _send_message(self, params: dict[str, Any]) -> JSON:
-        await self._sends_open.wait()
         try:
             chat_id = int(params.get("chat_id", ""))
         except (TypeError, ValueError):
