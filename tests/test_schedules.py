@@ -457,14 +457,14 @@ async def test_a_skip_count_waits_for_a_notice_to_say_it(tmp_path: Path, clock) 
 
 async def test_a_claimed_run_is_started_by_one_starter_only(gateway, clock) -> None:
     gw, adapter = gateway
-    from tools.scheduler import RunTaken, _Claim
+    from tools.schedule_runs import Claim, RunTaken
 
     sid = schedule_id(await say(adapter, "/every 10m echo once-only", CHAT))
     record = (await gw.scheduler.list())[0]
     await gw.store.db.write([(
         "INSERT INTO schedule_runs (schedule_id, scheduled_for, state, reason, claimed_at) "
         "VALUES (?, ?, 'claimed', 'due', 0)", (sid, START + 600))])
-    run = _Claim(START + 600, "due")
+    run = Claim(START + 600, "due")
     # as two daemons on one store would: both try to start the same claimed run
     results = await asyncio.gather(gw.scheduler._start_run(record, run),
                                    gw.scheduler._start_run(record, run),

@@ -23,22 +23,23 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import structlog
 
 from gateway.config import SchedulesConfig
-from gateway.database import Database, Op
+from gateway.database import Database
 from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, Notification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.store import SessionStore
 
+from . import schedule_runs as runs
 from . import schedule_spec, schedules
 from .job_notices import describe_exit
 from .job_process import check_command
 from .job_record import JobRecord
 from .jobs import EndNote, JobError, JobManager
+from .schedule_runs import RunTaken
 from .schedule_spec import Due, ScheduleError, zone_name
 from .schedules import (
     SCHEDULE_COLUMNS,
@@ -56,16 +57,6 @@ MISSED_GRACE_SECONDS = 60.0
 RESCAN_SECONDS = 30.0
 #: a schedule whose runs cannot be started this many times in a row is paused
 MAX_START_FAILURES = 3
-
-
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    scheduled_for: float
-    reason: str  # due, missed, manual
-
-
-class RunTaken(Exception):
-    """The claimed run was started, cancelled or removed meanwhile."""
 
 
 class Scheduler:
@@ -172,10 +163,10 @@ class Scheduler:
 
         def claim(conn: sqlite3.Connection) -> ScheduleRecord:
             record = select_schedule(conn, schedule_id)
-            if _busy(conn, schedule_id):
+            if runs.busy(conn, schedule_id):
                 raise ScheduleError(f"schedule {schedule_id} has a run under way or waiting; "
                                     f"try again when it has ended")
-            _insert_run(conn, schedule_id, _Claim(now, "manual"), "claimed", now)
+            runs.insert_run(conn, schedule_id, runs.Claim(now, "manual"), "claimed", now)
             return record
 
         record = await self.db.write(claim)
@@ -243,7 +234,7 @@ class Scheduler:
                                       now - self.settings.max_missed_age_seconds)
         following = s.spec.next_after(now)
         missed = due.count > 1 or now - due.first > MISSED_GRACE_SECONDS
-        claims = self._missed_claims(due) if missed else [_Claim(due.first, "due")]
+        claims = self._missed_claims(due) if missed else [runs.Claim(due.first, "due")]
         notes: dict[bool, NewNotification] = {}
         if missed:
             address = await self.address(s)
@@ -258,15 +249,15 @@ class Scheduler:
             if current is None or current[0] != s.next_run_at or current[1]:
                 return False  # changed meanwhile (removed, paused, or fired elsewhere)
             conn.execute("UPDATE schedules SET next_run_at = ? WHERE id = ?", (following, s.id))
-            busy = _busy(conn, s.id)
+            busy = runs.busy(conn, s.id)
             for c in claims:
                 if busy and c.reason == "due":
                     # never two runs of one schedule at once: skipped, and counted
-                    _insert_run(conn, s.id, c, "skipped", now, reason="overlap")
+                    runs.insert_run(conn, s.id, c, "skipped", now, reason="overlap")
                     conn.execute("UPDATE schedules SET skipped = skipped + 1 WHERE id = ?",
                                  (s.id,))
                 else:  # missed times wait their turn behind a run under way
-                    _insert_run(conn, s.id, c, "claimed", now)
+                    runs.insert_run(conn, s.id, c, "claimed", now)
             if notes:
                 conn.execute(*Outbox.insert_op(notes[busy]))
             return True
@@ -277,20 +268,20 @@ class Scheduler:
             if notes:
                 self.outbox.wake()
 
-    def _missed_claims(self, due: Due) -> list[_Claim]:
+    def _missed_claims(self, due: Due) -> list[runs.Claim]:
         policy = self.settings.missed
         if policy == "skip":
             return []
         if policy == "once":
-            return [_Claim(due.last, "missed")]
-        return [_Claim(t, "missed") for t in due.kept]
+            return [runs.Claim(due.last, "missed")]
+        return [runs.Claim(t, "missed") for t in due.kept]
 
     async def _start_claimed(self) -> None:
         """Start the oldest claimed run of every schedule that has none under way."""
         rows = await self.db.fetchall(
             f"SELECT r.schedule_id, r.scheduled_for, r.reason FROM schedule_runs r "
             f"WHERE r.state = 'claimed' AND NOT EXISTS (SELECT 1 FROM schedule_runs o "
-            f"WHERE o.schedule_id = r.schedule_id AND {_UNDER_WAY}) ORDER BY r.scheduled_for")
+            f"WHERE o.schedule_id = r.schedule_id AND {runs.UNDER_WAY}) ORDER BY r.scheduled_for")
         started: set[str] = set()
         for schedule_id, scheduled_for, reason in rows:
             if schedule_id in started:
@@ -300,7 +291,7 @@ class Scheduler:
             if record is None or record.paused:  # removed or paused: nothing more runs
                 await self.db.write([schedules.cancel_claimed_op(schedule_id)])
                 continue
-            run = _Claim(scheduled_for, reason)
+            run = runs.Claim(scheduled_for, reason)
             try:
                 await self._start_run(record, run)
             except RunTaken:
@@ -310,16 +301,16 @@ class Scheduler:
             else:
                 self._start_failures.pop(schedule_id, None)
 
-    async def _start_run(self, s: ScheduleRecord, run: _Claim) -> None:
+    async def _start_run(self, s: ScheduleRecord, run: runs.Claim) -> None:
         address = await self.address(s)
         now = self.clock()
         if s.prompt is not None:
             notice = NewNotification(
-                idempotency_key=_prompt_key(s.id, run.scheduled_for), kind="schedule_prompt",
+                idempotency_key=runs.prompt_key(s.id, run.scheduled_for), kind="schedule_prompt",
                 address=address, text=self._prompt_text(s, run))
 
             def hand_over(conn: sqlite3.Connection) -> None:
-                _mark_started(conn, s.id, run.scheduled_for, None, now)
+                runs.mark_started(conn, s.id, run.scheduled_for, None, now)
                 conn.execute(*Outbox.insert_op(notice))
 
             await self.db.write(hand_over)
@@ -327,7 +318,7 @@ class Scheduler:
             return
 
         def started(conn: sqlite3.Connection, job_id: str) -> None:
-            _mark_started(conn, s.id, run.scheduled_for, job_id, now)
+            runs.mark_started(conn, s.id, run.scheduled_for, job_id, now)
 
         assert s.command is not None
         try:
@@ -336,7 +327,7 @@ class Scheduler:
         except JobError as exc:  # told, once, and the schedule goes on
             await self._tell_not_started(s, run, address, str(exc))
 
-    async def _start_failed(self, s: ScheduleRecord, run: _Claim, exc: Exception) -> None:
+    async def _start_failed(self, s: ScheduleRecord, run: runs.Claim, exc: Exception) -> None:
         """A run that cannot be started is told and finished, so it cannot hold its
         schedule up; after a few in a row the schedule pauses, saying why."""
         log.exception("schedule_run_not_started", schedule_id=s.id,
@@ -352,16 +343,16 @@ class Scheduler:
         except Exception:
             log.exception("schedule_failure_not_told", schedule_id=s.id)
 
-    async def _tell_not_started(self, s: ScheduleRecord, run: _Claim,
+    async def _tell_not_started(self, s: ScheduleRecord, run: runs.Claim,
                                 address: ReturnAddress, why: str) -> None:
         text = f"{run_header(s, run.scheduled_for)} could not start: {why}"
         await self.outbox.produce(
             [NewNotification(f"{s.id}:failed:{run.scheduled_for}", "schedule_note", address,
                              text)],
-            with_ops=_finish_ops(s, run.scheduled_for, f"could not start: {why}",
-                                 self.clock()))
+            with_ops=runs.finish_ops(s, run.scheduled_for, f"could not start: {why}",
+                                     self.clock()))
 
-    def _prompt_text(self, s: ScheduleRecord, run: _Claim) -> str:
+    def _prompt_text(self, s: ScheduleRecord, run: runs.Claim) -> str:
         return (f"Scheduled task: {run_header(s, run.scheduled_for)}; not a message from the "
                 f"user:\n{s.prompt}")
 
@@ -386,9 +377,9 @@ class Scheduler:
         if s is None:
             return EndNote(header=f"Schedule {schedule_id} (removed since): the run of "
                                   f"{_plain_time(scheduled_for)}.",
-                           ops=[_finish_run_op(schedule_id, scheduled_for, _result(record),
+                           ops=[runs.finish_run_op(schedule_id, scheduled_for, _result(record),
                                                self.clock())])
-        ops = _finish_ops(s, scheduled_for, _result(record), self.clock())
+        ops = runs.finish_ops(s, scheduled_for, _result(record), self.clock())
         footer = []
         if s.skipped and notified:  # counted down only once it is told
             were = "times were" if s.skipped != 1 else "time was"
@@ -411,9 +402,9 @@ class Scheduler:
             schedule_id, _, when = n.idempotency_key.split(":")
             result = "answered in a turn" if state == "delivered" else f"parked: {reason}"
             self.db.write_behind([
-                _finish_run_op(schedule_id, float(when), result, self.clock()),
-                _last_result_op(schedule_id, float(when), result),
-                _one_shot_done_op(schedule_id)])
+                runs.finish_run_op(schedule_id, float(when), result, self.clock()),
+                runs.last_result_op(schedule_id, float(when), result),
+                runs.one_shot_done_op(schedule_id)])
             self.wake()
         if state == "parked" and reason == "route_gone":
             # the conversation's place is gone: its schedules pause, saying why, instead
@@ -426,69 +417,6 @@ class Scheduler:
                  "schedule_id IN (SELECT id FROM schedules WHERE session_key = ?)",
                  (n.session_key,))])
             log.warning("schedules_paused", session_key=n.session_key, reason=why)
-
-
-#: run ``o`` is under way: started, with its job still running or its prompt not yet
-#: given (a job whose end was committed without its run's cannot hold the schedule up)
-_UNDER_WAY = ("(o.state = 'started' AND (o.job_id IS NULL OR EXISTS (SELECT 1 FROM jobs j "
-              "WHERE j.id = o.job_id AND j.state = 'running')))")
-
-
-def _busy(conn: sqlite3.Connection, schedule_id: str) -> bool:
-    """A run of the schedule is under way or waiting to start."""
-    return conn.execute(
-        f"SELECT 1 FROM schedule_runs o WHERE o.schedule_id = ? AND (o.state = 'claimed' OR "
-        f"{_UNDER_WAY}) LIMIT 1", (schedule_id,)).fetchone() is not None
-
-
-def _mark_started(conn: sqlite3.Connection, schedule_id: str, scheduled_for: float,
-                  job_id: str | None, now: float) -> None:
-    """Claimed → started, or RunTaken: what starts a run is this one change."""
-    changed = conn.execute(
-        "UPDATE schedule_runs SET state = 'started', job_id = ?, started_at = ? "
-        "WHERE schedule_id = ? AND scheduled_for = ? AND state = 'claimed'",
-        (job_id, now, schedule_id, scheduled_for)).rowcount
-    if changed != 1:
-        raise RunTaken(f"{schedule_id} at {scheduled_for}")
-
-
-def _insert_run(conn: sqlite3.Connection, schedule_id: str, claim: _Claim, state: str,
-                now: float, *, reason: str | None = None) -> None:
-    conn.execute(
-        "INSERT OR IGNORE INTO schedule_runs (schedule_id, scheduled_for, state, reason, "
-        "claimed_at) VALUES (?, ?, ?, ?, ?)",
-        (schedule_id, claim.scheduled_for, state, reason or claim.reason, now))
-
-
-def _finish_ops(s: ScheduleRecord, scheduled_for: float, result: str, now: float) -> list[Op]:
-    ops = [_finish_run_op(s.id, scheduled_for, result, now),
-           _last_result_op(s.id, scheduled_for, result)]
-    if s.spec.kind == "at":
-        ops.append(_one_shot_done_op(s.id))
-    return ops
-
-
-def _finish_run_op(schedule_id: str, scheduled_for: float, result: str, now: float) -> Op:
-    return ("UPDATE schedule_runs SET state = 'finished', finished_at = ?, result = ? "
-            "WHERE schedule_id = ? AND scheduled_for = ? AND state IN ('claimed', 'started')",
-            (now, result, schedule_id, scheduled_for))
-
-
-def _last_result_op(schedule_id: str, scheduled_for: float, result: str) -> Op:
-    return ("UPDATE schedules SET last_run_for = ?, last_result = ? WHERE id = ? "
-            "AND (last_run_for IS NULL OR last_run_for <= ?)",
-            (scheduled_for, result, schedule_id, scheduled_for))
-
-
-def _one_shot_done_op(schedule_id: str) -> Op:
-    """A one-shot whose run is over is gone (its notice told the result): it no longer
-    counts against the conversation's limit."""
-    return ("DELETE FROM schedules WHERE id = ? AND kind = 'at' AND next_run_at IS NULL",
-            (schedule_id,))
-
-
-def _prompt_key(schedule_id: str, scheduled_for: float) -> str:
-    return f"{schedule_id}:run:{scheduled_for}"
 
 
 def _result(record: JobRecord) -> str:
@@ -509,7 +437,7 @@ def _next_line(s: ScheduleRecord) -> str:
     return f"Next run: {s.when(s.next_run_at)}."
 
 
-def _missed_text(s: ScheduleRecord, due: Due, claims: list[_Claim], settings: SchedulesConfig,
+def _missed_text(s: ScheduleRecord, due: Due, claims: list[runs.Claim], settings: SchedulesConfig,
                  following: float | None, *, busy: bool) -> str:
     n = f"at least {due.count:,}" if due.capped else f"{due.count:,}"
     span = (f"at {s.when(due.first)}" if due.count == 1
