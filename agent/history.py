@@ -33,8 +33,9 @@ def estimate_tokens(message: Message) -> int:
 
 
 def notice_message(text: str, notification_id: int) -> Message:
-    """A delivered notification as the model sees it: a system message, never user text."""
-    return {"role": "system", "content": f"{NOTICE_MARK} (notice {notification_id})\n{text}"}
+    """A delivered notification as the model sees it: in the user's role (the only one
+    every chat template takes mid-conversation), plainly marked as not the user's words."""
+    return {"role": "user", "content": f"{NOTICE_MARK} (notice {notification_id})\n{text}"}
 
 
 def _stored_notice_prefix(notification_id: int) -> str:

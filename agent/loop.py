@@ -20,6 +20,7 @@ from .toolbox import ToolBox, ToolContext
 log = structlog.get_logger(__name__)
 
 INTERRUPTED = '{"error": "interrupted before this tool call finished"}'
+CUT_NOTE = "(The answer was cut off here: it reached agent.max_tokens.)"
 
 #: the messages to send this round (system prompt and history included)
 Context = Callable[[], Awaitable[list[Message]]]
@@ -41,7 +42,8 @@ class ToolLoop:
         for _ in range(self.max_rounds):
             reply = await self.client.complete(await context(), self.toolbox.schemas())
             if reply.text:
-                await say(reply.text)
+                # cut off by agent.max_tokens: posted as it is, with a note, not asked again
+                await say(reply.text + (f"\n\n{CUT_NOTE}" if reply.cut else ""))
             if not reply.tool_calls:
                 # an empty answer is not kept: some endpoints refuse an empty assistant turn
                 await record([reply.message] if reply.text else [], reply.total_tokens)

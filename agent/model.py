@@ -3,7 +3,7 @@
 A turn loads the session's history, runs the tool loop (in the turn's task,
 so whatever the tools start carries the turn's return address) and sends the
 model's words to the turn's route. A delivered notification is a turn too,
-with the notice as a marked system message, and the answer goes to the
+with the notice as a marked user-role message, and the answer goes to the
 notice's route — never under whatever message came last. Slash commands the
 command agent knows (/bg, /jobs, /kill, …) still go to it, without a model
 round trip.
@@ -30,6 +30,7 @@ from .history import History, Message, estimate_tokens, notice_message
 from .loop import ToolLoop
 from .model_client import ModelClient, ModelUnavailable
 from .toolbox import ToolBox, ToolContext
+from .wire import wire_messages
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +42,7 @@ Discord or a web chat, and you can run shell commands for them with your tools.
 start it with terminal and background: true. It reports back to this conversation when \
 it ends, so do not wait for it or poll it.
 - delegate_task hands a self-contained task to a sub-agent; its summary comes back here.
-- A system message that starts with "[Background notice: not a message from the user]" \
+- A message that starts with "[Background notice: not a message from the user]" \
 reports on work started earlier. The user did not write it: tell them in a sentence or \
 two what happened and what it means; do not answer it as a question from the user. When \
 it is a "Scheduled task", it is a task the user scheduled with the schedule tool: do it \
@@ -121,14 +122,18 @@ class ModelAgent:
         await self.history.append(turn.session.id, [opening])
         convo = _Conversation(await self.history.load(turn.session.id))
 
+        header = notice_header(notice) if notice is not None else None
+
         async def say(text: str) -> SendResult:
+            if header and not convo.said:  # the facts first, whatever the model made of them
+                text = f"{header}\n{text}"
             result = await turn.reply(text, kind=kind)
             convo.said = convo.said or result.ok
             return result
 
         async def context() -> list[Message]:
             await self._compress_if_needed(turn, convo)  # a long tool turn may pass the budget
-            return [{"role": "system", "content": self.system_prompt}, *convo.messages]
+            return wire_messages(self.system_prompt, convo.messages)
 
         async def record(messages: list[Message], reported: int | None) -> None:
             # only this: it also runs for a round cut short, while the turn is cancelled
@@ -193,6 +198,13 @@ class ModelAgent:
         return True
 
 
+def notice_header(notice: Notification) -> str:
+    """The notice's own first line — job id and exit code, the watch match, the
+    delegation's outcome — which heads the model's answer to it."""
+    first = notice.text.strip().split("\n", 1)[0].strip()
+    return first if len(first) <= 300 else first[:299] + "…"
+
+
 async def _post_notice(turn: Turn, notice: Notification, why: str | None = None) -> None:
     """The notice as it is, with a line saying why the model's words are not there."""
     text = notice.text if why is None else f"{notice.text}\n\n({why})"
@@ -208,11 +220,10 @@ def model_subagent(config: AgentConfig, client: ModelClient, toolbox: ToolBox) -
         """A sub-agent's words in between are its own; only the summary goes home."""
 
     async def run(task: str) -> str:
-        messages: list[Message] = [{"role": "system", "content": SUBAGENT_PROMPT},
-                                   {"role": "user", "content": task}]
+        messages: list[Message] = [{"role": "user", "content": task}]
 
         async def context() -> list[Message]:
-            return messages
+            return wire_messages(SUBAGENT_PROMPT, messages)
 
         async def record(new: list[Message], reported: int | None) -> None:
             messages.extend(new)

@@ -66,6 +66,8 @@ class ModelReply:
     tool_calls: list[ToolCall]
     #: prompt plus completion tokens, when the endpoint reports them
     total_tokens: int | None
+    #: the answer stopped at ``agent.max_tokens`` (``finish_reason: length``)
+    cut: bool = False
 
     @property
     def text(self) -> str:
@@ -90,6 +92,7 @@ class ModelClient:
                        tools: list[dict[str, Any]] | None = None) -> ModelReply:
         """One model answer, retried per the policy; raises ModelUnavailable."""
         attempts = self.config.max_retries + 1
+        timeouts = 0
         for attempt in range(1, attempts + 1):
             started = time.monotonic()
             try:
@@ -101,6 +104,11 @@ class ModelClient:
                     cast_to=ChatCompletion)
                 return _reply(response)
             except openai.APIError as exc:
+                if isinstance(exc, openai.APITimeoutError):
+                    # the same request with the same budget is asked again once, no more:
+                    # a model that talks past the timeout would only do it again
+                    timeouts += 1
+                    attempts = min(attempts, attempt + (timeouts < 2))
                 wait, sentence = self._judge(exc, attempt, attempts)
                 log.warning("model_request_failed", attempt=attempt, attempts=attempts,
                             error=_describe(exc), retry_in=wait,
@@ -118,7 +126,8 @@ class ModelClient:
 
     def _request(self, messages: list[Message], tools: list[dict[str, Any]] | None
                  ) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        request: dict[str, Any] = {"model": self.config.model, "messages": messages,
+                                   "max_tokens": self.config.max_tokens}
         if tools:
             request["tools"] = tools
         if self.config.temperature is not None:
@@ -157,7 +166,10 @@ class ModelClient:
         if status == 404:
             return None, (f"The model endpoint does not know model {cfg.model!r} or the "
                           f"path (HTTP 404); check agent.model and agent.base_url.")
-        return None, f"The model endpoint rejected the request (HTTP {status}: {_message(exc)})."
+        # what the server says can be a chat template's internals, cut off mid-word: the
+        # log has it; the user gets a sentence
+        return None, (f"The model endpoint refused this conversation (HTTP {status}); the "
+                      f"gateway's log has its reason.")
 
 
 def retry_after(headers: Any) -> float | None:
@@ -188,20 +200,43 @@ def _reply(response: ChatCompletion) -> ModelReply:
         raise TypeError(f"a {type(response).__name__} instead of a chat completion")
     if not response.choices:
         raise ModelUnavailable("The model endpoint returned no answer.")
-    msg = response.choices[0].message
+    choice = response.choices[0]
+    msg = choice.message
     # an id the endpoint left out is made up here: the history must pair every
     # tool result with its call, or the endpoint refuses the next request
-    calls = [ToolCall(c.id or f"call_{uuid.uuid4().hex[:12]}", c.function.name or "",
-                      c.function.arguments or "")
+    calls = [ToolCall(c.id or new_call_id(), c.function.name or "",
+                      arguments_text(c.function.arguments))
              for c in (msg.tool_calls or []) if getattr(c, "function", None) is not None]
-    message: Message = {"role": "assistant", "content": msg.content or ""}
+    return make_reply(msg.content, calls, getattr(response, "usage", None),
+                      choice.finish_reason)
+
+
+def make_reply(content: str | None, calls: list[ToolCall], usage: Any,
+               finish_reason: str | None) -> ModelReply:
+    """The reply as the loop takes it, from a whole answer or a stream's pieces.
+    ``content`` may be None beside ``reasoning_content`` (which is not kept)."""
+    message: Message = {"role": "assistant", "content": content or ""}
     if calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function",
              "function": {"name": c.name, "arguments": _storable(c.arguments)}}
             for c in calls]
-    usage = getattr(response, "usage", None)
-    return ModelReply(message, calls, getattr(usage, "total_tokens", None))
+    return ModelReply(message, calls, getattr(usage, "total_tokens", None),
+                      cut=finish_reason == "length")
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:12]}"
+
+
+def arguments_text(arguments: object) -> str:
+    """Tool-call arguments as the JSON text the API specifies; some local servers
+    (Ollama among them) give the object itself."""
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 def _storable(arguments: str) -> str:

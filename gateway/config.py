@@ -119,6 +119,10 @@ class AgentConfig(_Strict):
     retry_backoff_seconds: float = Field(1.0, ge=0)
     max_retry_after_seconds: float = Field(60.0, ge=0)
     max_tool_rounds: int = Field(12, ge=1)
+    #: sent on every request: a small model can otherwise talk past any timeout
+    max_tokens: int = Field(4096, ge=16)
+    #: stream answers as they are written (web deltas, Telegram and Discord previews)
+    stream: bool = True
     subagent_timeout_seconds: float = Field(1800.0, gt=0)
     context_budget_tokens: int = Field(24000, ge=1000)
     keep_recent_turns: int = Field(2, ge=1)

@@ -224,6 +224,15 @@ MIGRATIONS: list[str] = [
         checked_at REAL NOT NULL
     );
     """,
+    # 12: notices in the model's history move from the system role to the user role
+    # (templates refuse a system message after the first); the JSON was written by
+    # json.dumps, so each such row starts exactly so
+    """
+    UPDATE agent_messages
+       SET message = '{"role": "user"' || substr(message, 18)
+     WHERE substr(message, 1, 79) =
+           '{"role": "system", "content": "[Background notice: not a message from the user]';
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

@@ -37,13 +37,13 @@ def web_base(gw: Gateway) -> str:
 
 
 def is_notice(req: ChatRequest) -> bool:
-    return req.last["role"] == "system" and req.last["content"].startswith(NOTICE_MARK)
+    """The request answers a notice: its last message is the marked, user-role notice."""
+    return req.last["role"] == "user" and NOTICE_MARK in req.last["content"]
 
 
 def has_notice(req: ChatRequest) -> bool:
     """Whether a notice is anywhere in the request (a notice turn's later rounds)."""
-    return any(m["role"] == "system" and m["content"].startswith(NOTICE_MARK)
-               for m in req.messages)
+    return any(m["role"] == "user" and NOTICE_MARK in m["content"] for m in req.messages)
 
 
 def is_subagent(req: ChatRequest) -> bool:

@@ -68,7 +68,8 @@ async def test_brain_sync_async_and_raising(fake: FakeOpenAI, client: AsyncOpenA
         return Say(str(len(req.messages)))
 
     fake.brain = async_brain
-    reply = await client.chat.completions.create(model="m", messages=USER * 3)
+    answered = [{"role": "assistant", "content": "hi"}]
+    reply = await client.chat.completions.create(model="m", messages=USER + answered + USER)
     assert reply.choices[0].message.content == "3"
 
     def broken(req: ChatRequest) -> Say:
@@ -119,7 +120,28 @@ async def test_invalid_requests_get_400(fake: FakeOpenAI, client: AsyncOpenAI,
 
 async def test_valid_tool_round_trip_is_accepted(client: AsyncOpenAI) -> None:
     messages = USER + [_assistant_calls("a", "b"), _result("b"), _result("a"),
+                       {"role": "assistant", "content": "done"},
                        {"role": "user", "content": "thanks"}]
+    reply = await client.chat.completions.create(model="m", messages=messages)
+    assert reply.choices[0].message.content == "ok"
+
+
+SYSTEM = [{"role": "system", "content": "be brief"}]
+ANSWER = [{"role": "assistant", "content": "sure"}]
+
+
+@pytest.mark.parametrize("messages,said", [
+    (SYSTEM + USER + ANSWER + SYSTEM + USER, "System message must be at the beginning"),
+    (SYSTEM + USER + USER, "roles must alternate"),
+    (SYSTEM + ANSWER + USER, "roles must alternate"),  # the user speaks first
+    (USER + [_assistant_calls("a"), _result("a")] + USER, "roles must alternate"),
+    (USER + ANSWER, "must end with a user message or tool results"),
+], ids=["late system", "two users", "assistant first", "no answer after tools", "ends"])
+async def test_strict_mode_refuses_what_strict_chat_templates_refuse(
+        fake: FakeOpenAI, client: AsyncOpenAI, messages: list, said: str) -> None:
+    with pytest.raises(openai.BadRequestError, match=said):
+        await client.chat.completions.create(model="m", messages=messages)
+    fake.strict = False  # what lenient templates (Llama-3.1, Qwen2.5) take
     reply = await client.chat.completions.create(model="m", messages=messages)
     assert reply.choices[0].message.content == "ok"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 from agent.history import NOTICE_MARK
@@ -53,16 +54,19 @@ async def test_a_build_started_by_the_model_reports_to_its_conversation_only(
         assert (await reply_text(b))["text"] == f"B heard: hello {i}"
 
     done = await reply_text(a, timeout=15)
-    assert (done["kind"], done["text"]) == ("notification",
-                                            "The build has finished successfully.")
+    assert done["kind"] == "notification"
+    header, words = done["text"].split("\n", 1)  # the notice's facts, then the model's
+    assert re.fullmatch(r"Job j\w+ finished: exit code 0 after \d+\.\d s\.", header)
+    assert words == "The build has finished successfully."
     assert done["session_id"] == a.ready["session_id"]
     await b.no_frame()
     await a.no_frame(0.05)
 
     (notice_request,) = [r for r in model.requests if is_notice(r)]
-    # the notice is a system message, never the user's words, and A's context is A's own
-    assert not any(NOTICE_MARK in t for t in notice_request.texts("user"))
-    assert notice_request.texts("user") == ["please run the build"]
+    # the notice is marked as not the user's words, and A's context is A's own
+    assert notice_request.last["content"].startswith(NOTICE_MARK)
+    assert notice_request.texts("user")[:-1] == ["please run the build"]
+    assert [m["role"] for m in notice_request.messages].count("system") == 1
     assert notice_request.tool_names == ["terminal", "process", "delegate_task",
                                          "send_message", "schedule"]
 
@@ -98,12 +102,13 @@ async def test_the_reply_to_a_notice_goes_under_the_message_that_started_the_wor
             telegram.user_message(text="anything else meanwhile?", thread_id=42, **topic)
 
             def back() -> list:
-                return [s for s in telegram.sent if s.text.startswith("Your research")]
+                return [s for s in telegram.sent if "\nYour research" in s.text]
 
             await eventually_async(_async(lambda: len(back()) == 1), timeout=15,
                                    what="the delegation's summary")
             (answer,) = back()
-            assert answer.text == "Your research is back: Sub-agent summary: found sub-result"
+            assert answer.text.endswith(
+                "\nYour research is back: Sub-agent summary: found sub-result")
             assert (answer.chat_id, answer.message_thread_id) == (FORUM, 42)
             assert answer.reply_to_message_id == start["message_id"]
             topic17 = [s.text for s in telegram.sent if s.message_thread_id == 17]
@@ -159,7 +164,7 @@ async def test_past_the_budget_the_session_compresses_and_old_jobs_still_report(
         assert first is not None and first.end_reason == "compression"
 
         done = await reply_text(tab, timeout=15)
-        assert done["text"] == "Slow job done (I remember the summary: True)."
+        assert done["text"].endswith("\nSlow job done (I remember the summary: True).")
         assert done["session_id"] == live.id  # the live child, not the compressed parent
         summaries = [r for r in model.requests if is_summary(r)]
         assert summaries and "start the slow job" in summaries[0].messages[1]["content"]
@@ -226,7 +231,7 @@ async def test_many_conversations_starting_jobs_at_once_each_hear_their_own(
     await asyncio.gather(*(tab.say(f"build t{i}") for i, tab in enumerate(tabs)))
     for i, tab in enumerate(tabs):
         assert (await reply_text(tab))["text"] == "started"
-        assert (await reply_text(tab, timeout=15))["text"] == f"done marker-t{i}"
+        assert (await reply_text(tab, timeout=15))["text"].endswith(f"\ndone marker-t{i}")
     for tab in tabs:
         await tab.no_frame(0.05)
 
@@ -275,8 +280,8 @@ async def test_the_real_daemon_reports_a_model_started_job_after_a_kill_9(
         proc, url = await start_daemon(env)
         tab = await open_tab(http, url.rstrip("/"), conversation=tab.ready["conversation"])
         notice = await reply_text(tab, timeout=20)
-        assert (notice["kind"], notice["text"]) == (
-            "notification", "Done; you had asked me to 'build it'.")
+        assert notice["kind"] == "notification"
+        assert notice["text"].endswith("\nDone; you had asked me to 'build it'.")
     finally:
         proc.terminate()
         await proc.wait()
@@ -376,7 +381,8 @@ async def test_a_delegation_started_before_compression_reports_to_the_live_sessi
     live = await gw.store.live_session(tab.ready["session_key"])
     assert live is not None and live.parent_session_id == tab.ready["session_id"]
     back = await reply_text(tab, timeout=15)
-    assert (back["text"], back["session_id"]) == ("back: sub-agent: all good", live.id)
+    assert back["text"].endswith("\nback: sub-agent: all good")
+    assert back["session_id"] == live.id
 
 
 async def test_a_turn_that_passes_the_budget_midway_is_compressed_not_repeated(

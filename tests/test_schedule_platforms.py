@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from agent.history import NOTICE_MARK
 from gateway.daemon import running_gateway
 
 from .fakes.openai_server import CallTools, ChatRequest, Fail, Response, Say
@@ -132,7 +133,7 @@ async def test_the_model_schedules_a_prompt_and_does_it_when_it_comes_due(
             if empty["on"]:
                 return Say("")
             assert "Scheduled task" in req.last["content"]
-            assert not any("Scheduled task" in t for t in req.texts("user"))
+            assert req.last["content"].startswith(NOTICE_MARK)  # not the user's words
             return Say("Here is your morning summary: all green.")
         if req.last["role"] == "tool":
             result = json.loads(req.last["content"])
@@ -154,8 +155,8 @@ async def test_the_model_schedules_a_prompt_and_does_it_when_it_comes_due(
         clock.now = START + 3601
         gw.scheduler.wake()
         done = await tab.frame(timeout=10)
-        assert (done["kind"], done["text"]) == ("notification",
-                                                "Here is your morning summary: all green.")
+        assert done["kind"] == "notification"
+        assert done["text"].endswith("\nHere is your morning summary: all green.")
         async def first_run_over() -> bool:  # its turn is recorded as given
             rows = await gw.store.db.fetchall("SELECT state FROM schedule_runs")
             return rows == [("finished",)]
@@ -260,7 +261,10 @@ async def test_kill_9_while_runs_are_in_flight_reports_each_scheduled_time_once(
         with sqlite3.connect(tmp_path / "home" / "state.db") as db:
             runs = db.execute("SELECT scheduled_for, state FROM schedule_runs "
                               "ORDER BY scheduled_for").fetchall()
-        assert {state for _, state in runs} <= {"finished", "skipped"}, runs
+        # (or cancelled: claimed, not yet started, when the pause came)
+        assert {state for _, state in runs} <= {"finished", "skipped", "cancelled"}, runs
+        cancelled = [t for t, state in runs if state == "cancelled"]
+        assert all(t > max(t for t, s in runs if s == "finished") for t in cancelled), runs
         gaps = [b - a for (a, _), (b, _) in zip(runs, runs[1:], strict=False)]
         assert gaps == [1.0] * (len(runs) - 1), gaps
         assert sum(state == "finished" for _, state in runs) == len(completions)

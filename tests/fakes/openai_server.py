@@ -49,9 +49,10 @@ MODEL_ID = "fake-model"
 
 @dataclass(frozen=True)
 class Say:
-    """An assistant text reply."""
+    """An assistant text reply (``finish_reason="length"``: cut off at max_tokens)."""
 
     text: str
+    finish_reason: str = "stop"
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,10 @@ class FakeOpenAI(LocalServer):
     Answers come from the :meth:`script` queue first, then from ``brain``, else ``Say("ok")``.
     """
 
-    def __init__(self, brain: Brain | None = None) -> None:
+    def __init__(self, brain: Brain | None = None, *, strict: bool = True) -> None:
         self.brain: Brain | None = brain
+        #: refuse what the strictest chat templates refuse (as llama.cpp does for them)
+        self.strict = strict
         self.requests: list[ChatRequest] = []  # every chat request received, valid or not
         self.api_keys: list[str] = []  # bearer tokens seen, one per request
         self.port: int = 0
@@ -214,7 +217,7 @@ class FakeOpenAI(LocalServer):
         chat = ChatRequest.parse(body)
         self.requests.append(chat)
         try:
-            _validate(body)
+            _validate(body, strict=self.strict)
         except _BadRequest as exc:
             chat.error = str(exc)
             return _error(400, chat.error)
@@ -278,7 +281,8 @@ class FakeOpenAI(LocalServer):
             "created": int(time.time()),
             "model": chat.model,
             "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if "tool_calls" in message else "stop"}],
+                         "finish_reason": "tool_calls" if "tool_calls" in message
+                         else answer.finish_reason if isinstance(answer, Say) else "stop"}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }
@@ -286,8 +290,9 @@ class FakeOpenAI(LocalServer):
 
 # ---------------------------------------------------------------------- validation
 
-def _validate(body: object) -> None:
-    """Raise :class:`_BadRequest` where a strict real server would answer 400."""
+def _validate(body: object, *, strict: bool = True) -> None:
+    """Raise :class:`_BadRequest` where a strict real server would answer 400
+    (``strict``: also where the strictest chat templates would)."""
     if not isinstance(body, dict):
         raise _BadRequest("We could not parse the JSON body of your request: "
                           "expected a JSON object.")
@@ -309,6 +314,37 @@ def _validate(body: object) -> None:
             raise _BadRequest(f"Invalid value for 'messages[{i}].role': {role!r}. "
                               f"Supported values are: {', '.join(ROLES)}.")
     _validate_tool_pairing(messages)
+    if strict:
+        _validate_template(messages)
+
+
+#: how a chat template's refusal reaches a client: llama.cpp passes the Jinja
+#: exception through, with the template's text around it (Homing must not show this)
+_TEMPLATE_TRACE = ("{message} at row 1, column 2147:\n{{%- for message in loop_messages "
+                   "%}}\n    {{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) "
+                   "%}}\n        {{{{- raise_exception('")
+
+
+def _validate_template(messages: list[JSON]) -> None:
+    """What the strictest common chat templates (Mistral-Nemo, Gemma-2, ...) refuse:
+    a system message anywhere but first, and user and assistant turns that do not
+    alternate — counting only assistant messages without tool calls, as they do —
+    or do not start with the user."""
+    for i, message in enumerate(messages):
+        if message["role"] in ("system", "developer") and i != 0:
+            raise _BadRequest(_TEMPLATE_TRACE.format(
+                message="Jinja Exception: System message must be at the beginning."))
+    turns = [m["role"] for m in messages
+             if m["role"] == "user" or (m["role"] == "assistant" and not m.get("tool_calls"))]
+    for i, role in enumerate(turns):
+        if role != ("user" if i % 2 == 0 else "assistant"):
+            raise _BadRequest(_TEMPLATE_TRACE.format(
+                message="Jinja Exception: Conversation roles must alternate "
+                        "user/assistant/user/assistant/..."))
+    if messages[-1]["role"] not in ("user", "tool"):
+        raise _BadRequest(_TEMPLATE_TRACE.format(
+            message="Jinja Exception: the conversation must end with a user message or "
+                    "tool results"))
 
 
 def _validate_tool_pairing(messages: list[JSON]) -> None:

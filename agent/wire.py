@@ -1,0 +1,102 @@
+"""What is sent to the model: the history in the shape every common chat template takes.
+
+The strictest templates shipped with llama.cpp (Mistral-Nemo, Gemma-2 and
+others) refuse a request — HTTP 400, "conversation roles must alternate" —
+unless it has at most one ``system`` message, first, and then user and
+assistant turns alternating, counting only assistant messages without tool
+calls (a tool round sits between a user turn and the assistant's answer). A
+history can hold shapes they refuse: summaries and notices stored as system
+messages by older versions, two user turns in a row (a message after a turn
+cut short, a notice beside user input), a tool round with no answer after it.
+Rather than trust every writer of the history, the request is built here, from
+whatever the store holds, in the one shape they all accept.
+"""
+
+from __future__ import annotations
+
+from .history import NOTICE_MARK, Message
+
+#: said for the assistant where a turn ended without its answer (cut short, failed)
+NO_ANSWER = "(no answer: that turn was cut short)"
+#: said for the user where the history would otherwise open with the assistant
+CONTINUED = "(continuing the conversation)"
+
+
+def wire_messages(system: str, history: list[Message]) -> list[Message]:
+    """One ``system`` message (``system`` plus any summaries in the history), then the
+    history with roles alternating; tool results stay right after their call."""
+    systems = [system] if system else []
+    wire = _Wire()
+    for message in history:
+        role = message.get("role")
+        content = message.get("content")
+        if role in ("system", "developer"):
+            if isinstance(content, str) and content.startswith(NOTICE_MARK):
+                wire.user(content)  # a notice stored the old way
+            elif content:
+                systems.append(_text(content))
+        elif role == "user":
+            wire.user(content)
+        elif role == "assistant":
+            wire.assistant(message)
+        elif role == "tool":
+            wire.tool(message)
+    wire.close_round()
+    head = [{"role": "system", "content": "\n\n".join(systems)}] if systems else []
+    return head + wire.out
+
+
+class _Wire:
+    def __init__(self) -> None:
+        self.out: list[Message] = []
+        self.unanswered: list[str] = []  # the last tool round's calls without a result
+
+    def user(self, content: object) -> None:
+        self.close_round()
+        out = self.out
+        if out and out[-1].get("role") == "tool":
+            out.append({"role": "assistant", "content": NO_ANSWER})
+        if out and out[-1].get("role") == "user":
+            out[-1] = {"role": "user",
+                       "content": f"{_text(out[-1].get('content'))}\n\n{_text(content)}"}
+        else:
+            out.append({"role": "user", "content": _text(content)})
+
+    def assistant(self, message: Message) -> None:
+        self.close_round()
+        out = self.out
+        if not out:
+            out.append({"role": "user", "content": CONTINUED})
+        last = out[-1]
+        if last.get("role") == "assistant":
+            # two answers in a row are one message (a tool round may hang off the second)
+            message = {**message, "content": _join(last.get("content"), message.get("content"))}
+            out.pop()
+        out.append(message)
+        self.unanswered = [c.get("id") for c in message.get("tool_calls") or ()]
+
+    def tool(self, message: Message) -> None:
+        call_id = message.get("tool_call_id")
+        if call_id in self.unanswered:
+            self.unanswered.remove(call_id)
+            self.out.append(message)
+        # else: a result with no call right before it; no template takes it
+
+    def close_round(self) -> None:
+        """Every call of the last round gets a result before anything else is said."""
+        for call_id in self.unanswered:
+            self.out.append({"role": "tool", "tool_call_id": call_id,
+                             "content": '{"error": "no result was recorded"}'})
+        self.unanswered = []
+
+
+def _join(a: object, b: object) -> str:
+    return "\n\n".join(t for t in (_text(a), _text(b)) if t)
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: their text
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
