@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.context import current_session
 from gateway.events import SendResult
+from gateway.inbound import mark_acted
 from gateway.notifications import ReturnAddress
 from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.job_notices import describe_exit
@@ -113,6 +114,12 @@ class ToolContext:
 
     #: post into the current conversation (and its transcript)
     reply: Callable[[str], Awaitable[SendResult]]
+    #: say what the turn is doing, where the platform shows it (not in the transcript)
+    status: Callable[[str], Awaitable[None]] | None = None
+
+    async def say_status(self, text: str) -> None:
+        if self.status is not None:
+            await self.status(text)
 
 
 Handler = Callable[[Any, ToolContext], Awaitable[Any]]
@@ -176,6 +183,9 @@ class ToolBox:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
                                  for e in exc.errors())
             return _error(f"wrong arguments for {call.name}: {problems}")
+        # a model turn that has run a tool is never replayed after a crash: the tool's
+        # effect (a command, a message sent) must not happen twice
+        await mark_acted(self.terminal.jobs.db)
         try:
             result = await handler(args, ctx)
         except (JobError, DelegationRefused, UnknownTarget, ScheduleError) as exc:
@@ -195,6 +205,7 @@ class ToolBox:
                                             watch_patterns=args.watch_patterns or None)
             return {"job_id": job.id, "status": "started",
                     "reports_back": _reports(args.notify_on_complete, args.watch_patterns)}
+        await ctx.say_status(f"running `{_one_line(args.command)}`…")
         result = await self.terminal.run(args.command)
         return {"exit": "timed out and was killed" if result.timed_out
                 else describe_exit(result.exit_code),
@@ -290,3 +301,8 @@ def _truncate(text: str) -> str:
     if len(text) <= MAX_RESULT_CHARS:
         return text
     return text[:MAX_RESULT_CHARS] + f"... [{len(text) - MAX_RESULT_CHARS} characters cut]"
+
+
+def _one_line(command: str, limit: int = 80) -> str:
+    line = " ".join(command.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"

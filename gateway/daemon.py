@@ -41,6 +41,8 @@ from .store import SessionStore
 
 log = structlog.get_logger(__name__)
 
+#: handled messages are remembered this long, to know a redelivery when it comes
+INBOUND_KEEP_SECONDS = 7 * 86400
 READY_WAIT = 60.0  # READY=1 waits this long for every platform to connect
 STORE_CHECK_SECONDS = 60.0
 
@@ -124,9 +126,15 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             lost = await delegations.recover()
             for adapter in adapters:
                 runner.add_adapter(adapter)
+            # what a stopped process had taken in is queued first, so a message arriving
+            # once the platforms connect is answered after it, never before or twice
+            runner.hold_replay()
+            replayed = await runner.replay()
+            await runner.inbound.prune(time.time() - INBOUND_KEEP_SECONDS)
+            for adapter in adapters:
                 await adapter.connect(runner)
                 connected.append(adapter)
-            replayed = await runner.replay()  # messages taken in and not handled before
+            runner.release_replay()
             await router.start()
             await scheduler.start()
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
@@ -159,7 +167,7 @@ async def watch_store(db: Database, interval: float = STORE_CHECK_SECONDS) -> No
     """Say, each minute until it is fixed, that the state database is broken."""
     broken = False
     while True:
-        problem = await db.health()
+        problem = await db.health(deep_within=0)
         if problem is not None:
             log.error("state_database_broken", problem=problem,
                       hint="nothing can be recorded: restore the state database and restart")

@@ -36,6 +36,8 @@ Work = Sequence[Op] | Callable[[sqlite3.Connection], Any]
 
 _BUSY_RETRY = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 MAX_BATCH = 2000  # writes per transaction
+#: the page check's verdict is reused this long (see Database.health)
+DEEP_CHECK_SECONDS = 10.0
 
 
 class StoreClosed(RuntimeError):
@@ -60,6 +62,7 @@ class Database:
         self._settled = 0  # every write up to this number has committed or failed
         self._progress = asyncio.Event()
         self._identity: tuple[int, int] | None = None  # device and inode of the opened file
+        self._pages_checked: tuple[float, str] | None = None  # (when, quick_check's verdict)
 
     async def open(self) -> None:
         private_dir(self.path.parent)
@@ -77,9 +80,13 @@ class Database:
         stat = self.path.stat()
         self._identity = (stat.st_dev, stat.st_ino)
 
-    async def health(self) -> str | None:
+    async def health(self, *, deep_within: float | None = None) -> str | None:
         """None when the store can be read and written and is still the file it opened;
-        otherwise what is wrong, in a sentence an operator can act on."""
+        otherwise what is wrong, in a sentence an operator can act on.
+
+        The page check (``quick_check`` reads the whole file: half a second at 500 MB)
+        runs on a connection of its own, at most once per ``deep_within`` seconds —
+        ``/readyz`` may be polled often; the watcher asks each minute."""
         try:
             stat = self.path.stat()
         except FileNotFoundError:
@@ -91,7 +98,8 @@ class Database:
             missing = TABLES - {name for (name,) in rows}
             if missing:
                 return f"tables are missing from the state database: {', '.join(sorted(missing))}"
-            (verdict,) = await self.fetchone("PRAGMA quick_check(1)")
+            verdict = await self._pages(DEEP_CHECK_SECONDS if deep_within is None
+                                        else deep_within)
             if verdict != "ok":
                 return f"the state database is damaged: {verdict}"
             await self.write([("INSERT OR REPLACE INTO store_health (id, checked_at) "
@@ -105,6 +113,25 @@ class Database:
         except sqlite3.Error as exc:
             return f"the state database cannot be used: {exc}"
         return None
+
+    async def _pages(self, within: float) -> str:
+        now = time.monotonic()
+        if self._pages_checked is not None and now - self._pages_checked[0] < within:
+            return self._pages_checked[1]
+
+        def check() -> str:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5)
+            try:
+                (verdict,) = conn.execute("PRAGMA quick_check(1)").fetchone()
+                return str(verdict)
+            except sqlite3.DatabaseError as exc:
+                return str(exc)
+            finally:
+                conn.close()
+
+        verdict = await asyncio.to_thread(check)
+        self._pages_checked = (now, verdict)
+        return verdict
 
     async def close(self) -> None:
         if self._conn is None:

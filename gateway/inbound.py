@@ -79,10 +79,16 @@ class Inbound:
         return JournalEntry(entry_id, event.route.platform, pid, session_key, event,
                             sent_at or now, now, "received")
 
-    async def started(self, entry_id: int) -> None:
-        """Its turn begins: from here a crash means "may not have finished", not "replay"."""
-        await self.db.write([("UPDATE inbound SET state = 'started' WHERE id = ? "
-                              "AND state = 'received'", (entry_id,))])
+    async def started(self, entry_id: int, *, replayed: bool = False) -> bool:
+        """Its turn begins — False when another handler took it first. (A replay may take
+        one whose turn began in the stopped process and did nothing that lasts.) From
+        here a crash means "may not have finished", not "replay"."""
+        states = "('received', 'started')" if replayed else "('received')"
+
+        def claim(conn: sqlite3.Connection) -> bool:
+            return conn.execute(f"UPDATE inbound SET state = 'started' WHERE id = ? "
+                                f"AND state IN {states}", (entry_id,)).rowcount == 1
+        return bool(await self.db.write(claim))
 
     @staticmethod
     def replied_op(entry_id: int) -> Op:
@@ -110,6 +116,21 @@ class Inbound:
         for event, platform_id in rows:
             found[json.loads(event)["route"]["chat_id"]] = platform_id
         return found
+
+    async def last_received(self, platform: str) -> float | None:
+        """When this platform's newest message was journaled: the gateway was alive then."""
+        row = await self.db.fetchone("SELECT MAX(received_at) FROM inbound WHERE platform = ?",
+                                     (platform,))
+        return row[0] if row else None
+
+    async def prune(self, older_than: float) -> int:
+        """Forget finished entries journaled before ``older_than``: platforms redeliver
+        within hours (Telegram keeps updates 24 h), and Telegram may reuse update ids
+        after a week of silence."""
+        def delete(conn: sqlite3.Connection) -> int:
+            return conn.execute("DELETE FROM inbound WHERE state IN ('handled', 'skipped') "
+                                "AND received_at < ?", (older_than,)).rowcount
+        return int(await self.db.write(delete))
 
     async def seen(self, platform: str, platform_id: str) -> bool:
         row = await self.db.fetchone(
@@ -141,6 +162,14 @@ def acted_ops() -> list[Op]:
         return []
     return [("UPDATE inbound SET state = 'acted' WHERE id = ? AND state = 'started'",
              (entry_id,))]
+
+
+async def mark_acted(db: Database) -> None:
+    """Before a side effect no transaction of ours records — a foreground command, a
+    tool call — the message that asked for it must not be run again either."""
+    ops = acted_ops()
+    if ops:
+        await db.write(ops)
 
 
 def event_to_json(event: MessageEvent) -> str:

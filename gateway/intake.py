@@ -13,8 +13,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+import structlog
+
 from .config import InboundConfig
 from .inbound import JournalEntry
+
+log = structlog.get_logger(__name__)
 
 #: skipped messages of one conversation arriving this close together share one note
 _NOTE_GATHER_SECONDS = 0.5
@@ -24,17 +28,26 @@ _PREVIEW = 60
 class Intake:
     def __init__(self, settings: InboundConfig,
                  tell: Callable[[JournalEntry, str], Awaitable[None]],
+                 told: Callable[[list[JournalEntry]], None],
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
-        self._tell = tell  # posts a system line in the entry's conversation
+        self._tell = tell  # posts a system line in the entry's conversation, in its lane
+        self._told = told  # records the entries as skipped: only once their note went out
         self._clock = clock
         self._skipped: dict[str, list[JournalEntry]] = {}
 
-    def too_old(self, entry: JournalEntry) -> bool:
-        return self._clock() - entry.sent_at > self.settings.max_age_seconds
+    def away(self, entry: JournalEntry, *, replayed: bool) -> float:
+        """How long the message waited for a gateway: until it was journaled — or, taken
+        in by a process that stopped, until now. Time spent queued behind this
+        conversation's earlier turns is not the gateway being away."""
+        until = self._clock() if replayed else entry.received_at
+        return until - entry.sent_at
 
-    def late_note(self, entry: JournalEntry) -> str | None:
-        if self._clock() - entry.sent_at <= self.settings.late_after_seconds:
+    def too_old(self, entry: JournalEntry, *, replayed: bool = False) -> bool:
+        return self.away(entry, replayed=replayed) > self.settings.max_age_seconds
+
+    def late_note(self, entry: JournalEntry, *, replayed: bool = False) -> str | None:
+        if self.away(entry, replayed=replayed) <= self.settings.late_after_seconds:
             return None
         return (f"(This message was sent at {_clock_time(entry.sent_at)}, while the gateway "
                 f"was away; answering it now.)")
@@ -53,14 +66,29 @@ class Intake:
         entries = self._skipped.pop(session_key, [])
         if not entries:
             return
-        minutes = self.settings.max_age_seconds / 60
+        try:
+            await self._tell(entries[-1], self._skip_text(entries))
+        except Exception:  # they stay unfinished: the next start tells again
+            log.exception("skip_note_failed", session_key=session_key)
+            return
+        self._told(entries)
+
+    def _skip_text(self, entries: list[JournalEntry]) -> str:
         listed = "; ".join(f"“{_preview(e.event.text)}” (sent {_clock_time(e.sent_at)})"
                            for e in entries)
         count = f"{len(entries)} message{'s' if len(entries) != 1 else ''}"
-        await self._tell(entries[-1], f"{count} sent while the gateway was away "
-                                      f"{'were' if len(entries) != 1 else 'was'} not run: "
-                                      f"older than {minutes:g} min (inbound.max_age_seconds). "
-                                      f"{listed}. Send again what is still wanted.")
+        return (f"{count} sent while the gateway was away "
+                f"{'were' if len(entries) != 1 else 'was'} not run: older than "
+                f"{_duration(self.settings.max_age_seconds)} (inbound.max_age_seconds). "
+                f"{listed}. Send again what is still wanted.")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _preview(text: str) -> str:

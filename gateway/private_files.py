@@ -35,14 +35,28 @@ def private_file(path: Path) -> Path:
     return path
 
 
+#: what Homing keeps in its home; nothing else there is touched (a home may be a
+#: folder shared with other things)
+OWN_ENTRIES = ("state.db", "state.db-wal", "state.db-shm", "status.json", "config.yaml",
+               "logs", "jobs")
+
+
 def tighten_home(home: Path) -> int:
-    """Narrow everything under ``home`` that others may read; how many were changed."""
-    changed = 0
-    for root, dirs, files in os.walk(home):
-        changed += _narrow(Path(root), DIR_MODE)
-        for name in files:
-            changed += _narrow(Path(root, name), FILE_MODE)
-        dirs[:] = [d for d in dirs if not Path(root, d).is_symlink()]
+    """Narrow Homing's own files under ``home`` that others may read; how many were
+    changed."""
+    changed = _narrow(home, DIR_MODE)
+    for name in OWN_ENTRIES:
+        path = home / name
+        if path.is_symlink() or not path.exists():
+            continue
+        if not path.is_dir():
+            changed += _narrow(path, FILE_MODE)
+            continue
+        for root, dirs, files in os.walk(path):
+            changed += _narrow(Path(root), DIR_MODE)
+            for file in files:
+                changed += _narrow(Path(root, file), FILE_MODE)
+            dirs[:] = [d for d in dirs if not Path(root, d).is_symlink()]
     if changed:
         log.warning("state_directory_tightened", home=str(home), changed=changed,
                     hint="files of the state directory were readable by others; "

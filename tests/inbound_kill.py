@@ -33,6 +33,9 @@ class Tally:
     handled: int = 0
     lost: int = 0
     doubled: int = 0
+    #: answers the client was sent twice that a page could not tell apart (no key, or
+    #: different keys): what a user would see twice
+    shown_twice: int = 0
 
 
 async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
@@ -40,6 +43,7 @@ async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
     rng = random.Random(seed)
     tally = Tally()
     unacked: dict[str, str] = {}
+    shown: dict[str, list[str | None]] = {}  # message → keys of the answers it got
     async with aiohttp.ClientSession() as http:
         for number in range(rounds):
             daemon, url = await start_daemon(env)
@@ -53,7 +57,7 @@ async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
                     unacked[frame_id] = text
                     tally.sent += 1
                     await ws.send_json({"type": "message", "text": text, "id": frame_id})
-                    await _take_acks(ws, unacked, rng.uniform(0, max_delay))
+                    await _take_acks(ws, unacked, rng.uniform(0, max_delay), shown)
                     daemon.send_signal(signal.SIGKILL)
                     killed = True
                     tally.acked_before_kill += sum(1 for k in (frame_id,) if k not in unacked)
@@ -69,8 +73,9 @@ async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
                 for frame_id, text in list(unacked.items()):
                     await ws.send_json({"type": "message", "text": text, "id": frame_id})
                 while unacked:
-                    await _take_acks(ws, unacked, 10.0, until_empty=True)
+                    await _take_acks(ws, unacked, 10.0, shown, until_empty=True)
             counts = await _settled_counts(http, url, tally.sent)
+            await _take_acks(ws, unacked, 0.5, shown)  # the last answers' frames
         finally:
             daemon.send_signal(signal.SIGTERM)
             await asyncio.wait_for(daemon.wait(), 20)
@@ -79,11 +84,14 @@ async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
         tally.lost += seen == 0
         tally.doubled += seen > 1
         tally.handled += seen >= 1
+        keys = shown.get(f"msg-{n}", [])  # a page shows each key once, each keyless frame
+        tally.shown_twice += len(set(keys)) > 1 or keys.count(None) > 1
     return tally
 
 
 async def _take_acks(ws: aiohttp.ClientWebSocketResponse, unacked: dict[str, str],
-                     seconds: float, *, until_empty: bool = False) -> None:
+                     seconds: float, shown: dict[str, list[str | None]], *,
+                     until_empty: bool = False) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while (remaining := deadline - loop.time()) > 0 and not (until_empty and not unacked):
@@ -93,6 +101,13 @@ async def _take_acks(ws: aiohttp.ClientWebSocketResponse, unacked: dict[str, str
             return
         if frame.get("type") == "ack":
             unacked.pop(frame["id"], None)
+        elif frame.get("kind") in ("reply", "system"):
+            text = frame.get("text", "")
+            if text.startswith("Received: msg-"):
+                shown.setdefault(text.split()[1], []).append(frame.get("key"))
+            elif "may not have finished" in text:
+                shown.setdefault(text.split("“", 1)[1].split("”", 1)[0], []).append(
+                    frame.get("key"))
 
 
 async def _settled_counts(http: aiohttp.ClientSession, url: str, expected: int,

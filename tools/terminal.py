@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.inbound import mark_acted
 from gateway.notifications import ReturnAddress
 
 from . import job_process
@@ -45,6 +46,7 @@ class Terminal:
             job_process.check_command(command)
         except ValueError as exc:
             raise JobError(str(exc)) from None
+        await mark_acted(self.jobs.db)  # a replay after a crash must not run it twice
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", command, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

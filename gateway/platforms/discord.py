@@ -62,11 +62,18 @@ class DiscordAdapter(Adapter):
         self._receiving = True
         self._channel_kinds: dict[int, tuple[discord.ChannelType | None, int | None]] = {}
         self._catching_up: asyncio.Task[None] | None = None
+        #: each channel's last journaled message when the session was lost: the history
+        #: after it is read back once a new session is ready
+        self._marks: dict[str, str] = {}
+        #: live messages that came while the session was lost or catching up: taken in
+        #: after the history, so the missed ones keep their order (None: not holding)
+        self._held: list[discord.Message] | None = None
 
     # lifecycle ---------------------------------------------------------------
 
     async def connect(self, runner: GatewayRunner) -> None:
         self._runner = runner
+        await self._lost()  # before any live message can be journaled
         _point_library_at(self.config)
         intents = discord.Intents.none()
         intents.guilds = intents.guild_messages = intents.dm_messages = True
@@ -150,31 +157,61 @@ class DiscordAdapter(Adapter):
         if self._catching_up is None or self._catching_up.done():
             self._catching_up = asyncio.create_task(self._catch_up(), name="discord-catch-up")
 
-    async def _catch_up(self) -> None:
-        """For each conversation active within ``inbound.max_age_seconds``, take in the
-        messages after the last one journaled (the journal drops any it already has)."""
-        runner, client = self._runner, self._client
-        if runner is None or client is None:
+    async def _lost(self) -> None:
+        """The session is gone (or not there yet): note where each channel stood, and hold
+        live messages until what was missed has been read back."""
+        runner = self._runner
+        if runner is None:
             return
-        since = time.time() - runner.config.inbound.max_age_seconds
-        last_ids = await runner.inbound.last_ids(self.platform, since)
-        for chat_id, last_id in last_ids.items():
-            channel = client.get_partial_messageable(int(chat_id))
-            try:
-                async for message in channel.history(after=discord.Object(id=int(last_id)),
-                                                      oldest_first=True, limit=_CATCH_UP_LIMIT):
-                    await self._take(message, catching_up=True)
-            except (discord.HTTPException, OSError) as exc:
-                log.warning("discord_catch_up_failed", channel_id=chat_id, error=str(exc))
-        if last_ids:
-            log.info("discord_caught_up", channels=len(last_ids))
+        if self._held is None:
+            self._held = []
+        # conversations active within max_age of the last moment the gateway was alive
+        # (older messages would be skipped as too old anyway)
+        alive = await runner.inbound.last_received(self.platform) or time.time()
+        since = alive - runner.config.inbound.max_age_seconds
+        self._marks = await runner.inbound.last_ids(self.platform, since)
+
+    async def _catch_up(self) -> None:
+        """Take in each marked channel's messages after its last journaled one (the
+        journal drops any it already has), then the live ones held meanwhile."""
+        client = self._client
+        marks, self._marks = self._marks, {}
+        try:
+            for chat_id, last_id in marks.items() if client is not None else ():
+                channel = client.get_partial_messageable(int(chat_id))
+                read = 0
+                try:
+                    async for message in channel.history(
+                            after=discord.Object(id=int(last_id)), oldest_first=True,
+                            limit=_CATCH_UP_LIMIT):
+                        read += 1
+                        await self._take(message, catching_up=True)
+                except (discord.HTTPException, OSError) as exc:
+                    log.warning("discord_catch_up_failed", channel_id=chat_id, error=str(exc))
+                if read == _CATCH_UP_LIMIT:
+                    log.warning("discord_catch_up_cut", channel_id=chat_id, read=read,
+                                hint="only the oldest messages missed in this channel "
+                                     "were read back")
+            if marks:
+                log.info("discord_caught_up", channels=len(marks))
+        finally:
+            await self._release_held()
+
+    async def _release_held(self) -> None:
+        held, self._held = self._held or [], None
+        for message in held:
+            await self._take(message, catching_up=True)
 
     async def on_resumed(self) -> None:
         self._came_back("discord_resumed")
+        self._marks = {}  # resumed: Discord replays what we missed itself
+        await self._release_held()
 
     async def on_disconnect(self) -> None:
         if self._gateway_up:
             log.warning("discord_disconnected", hint="discord.py reconnects and resumes")
+            self._gateway_up = False
+            await self._lost()
         self._gateway_up = False
 
     def _came_back(self, event: str) -> None:
@@ -185,6 +222,9 @@ class DiscordAdapter(Adapter):
             self._runner.platform_connected(self.platform)  # notices that waited go now
 
     async def on_message(self, message: discord.Message) -> None:
+        if self._held is not None:
+            self._held.append(message)  # after the history read back (see _catch_up)
+            return
         await self._take(message)
 
     async def _take(self, message: discord.Message, *, catching_up: bool = False) -> None:
@@ -262,6 +302,12 @@ class DiscordAdapter(Adapter):
         return content.strip()
 
     # outbound ------------------------------------------------------------------
+
+    async def typing(self, route: Route, active: bool) -> None:
+        client = self._client
+        if not active or client is None or client.is_closed() or not self._gateway_up:
+            return  # Discord's typing ends by itself after ten seconds, or with a message
+        await client.http.send_typing(int(route.chat_id))
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:

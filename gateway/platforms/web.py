@@ -8,9 +8,11 @@ said into a conversation goes to every tab open on it and to no other.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from importlib import resources
@@ -110,14 +112,26 @@ class WebAdapter(Adapter):
                    session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
         frame = {"type": "message", "kind": kind, "text": text, "session_id": session_id,
                  "session_key": self.runner.session_key_for(route)}
+        if dedupe_key is not None:
+            # the same for a send repeated after a crash (a replayed message's reply, a
+            # notice sent again): the page shows a key it has shown once only
+            frame["key"] = hashlib.blake2b(dedupe_key.encode(), digest_size=8).hexdigest()
         await self._broadcast(route.chat_id, frame)
         self._frames_sent += 1
         return SendResult.sent(f"web-{self._frames_sent}")
 
+    async def typing(self, route: Route, active: bool) -> None:
+        await self._broadcast(route.chat_id, {"type": "typing", "active": active},
+                              live_only=True)
+
+    async def status(self, route: Route, text: str) -> None:
+        await self._broadcast(route.chat_id, {"type": "status", "text": text}, live_only=True)
+
     async def _broadcast(self, conversation: str, frame: dict[str, Any],
-                         skip_tab: str | None = None, echo_only: bool = False) -> None:
+                         skip_tab: str | None = None, echo_only: bool = False,
+                         live_only: bool = False) -> None:
         tabs = [t.ws for tab, t in self._tabs.get(conversation, {}).items()
-                if tab != skip_tab and (t.echo or not echo_only)]
+                if tab != skip_tab and (t.echo or not echo_only) and (t.live or not live_only)]
         if tabs:
             await asyncio.gather(*(self._send_frame(ws, frame) for ws in tabs))
 
@@ -144,7 +158,8 @@ class WebAdapter(Adapter):
             raise _json_error(400, "this endpoint speaks WebSocket only")
         await ws.prepare(request)
         session = await self.runner.store.get_or_create(key, route)
-        tab = _Tab(id=uuid.uuid4().hex[:12], ws=ws, echo=request.query.get("echo") == "1")
+        tab = _Tab(id=uuid.uuid4().hex[:12], ws=ws, echo=request.query.get("echo") == "1",
+                   live=request.query.get("live") == "1")
         self._tabs.setdefault(conversation, {})[tab.id] = tab
         bound = log.bind(session_key=key, tab=tab.id)
         bound.info("web_tab_opened")
@@ -186,7 +201,8 @@ class WebAdapter(Adapter):
         try:
             received = self.runner.receive(
                 MessageEvent(text=text, route=route, metadata={"tab": tab}),
-                platform_id=f"{route.chat_id}:{frame_id}" if frame_id is not None else None)
+                platform_id=f"{route.chat_id}:{frame_id}" if frame_id is not None else None,
+                sent_at=_sent_at(frame))
         except GatewayClosed:
             await ws.send_json(_error("the gateway is shutting down; try again shortly",
                                       frame_id))
@@ -290,6 +306,7 @@ class _Tab:
     id: str
     ws: web.WebSocketResponse
     echo: bool  # wants to see what the conversation's other tabs send
+    live: bool = False  # wants typing and status frames while a turn runs
 
 
 def _foreign_request(request: web.Request) -> str | None:
@@ -314,7 +331,20 @@ def _frame_problem(frame: Any) -> str | None:
     if frame_id is not None and not (isinstance(frame_id, str)
                                      and _FRAME_ID.match(frame_id)):
         return "a message frame's 'id' must be a string of 1-64 characters"
+    sent_at = frame.get("sent_at")
+    if sent_at is not None and (isinstance(sent_at, bool)
+                                or not isinstance(sent_at, int | float)):
+        return "a message frame's 'sent_at' must be a number (Unix seconds)"
     return None
+
+
+def _sent_at(frame: dict[str, Any]) -> float | None:
+    """When the user typed it (a page resending after a night offline says so), within
+    reason: a clock ahead of ours counts as now."""
+    sent_at = frame.get("sent_at")
+    if sent_at is None:
+        return None
+    return min(float(sent_at), time.time())
 
 
 def _session_json(entry: SessionEntry) -> dict[str, Any]:
