@@ -132,6 +132,14 @@ class ModelAgent:
             return result
 
         async def context() -> list[Message]:
+            # agent.busy: steer — what the user said meanwhile joins this turn
+            steered = await turn.runner.take_steered(turn.session.session_key)
+            if steered:
+                added: list[Message] = [{"role": "user", "content": e.text} for e in steered]
+                await self.history.append(turn.session.id, added)
+                for e in steered:
+                    turn.runner.store.record_message(turn.session.id, "user", e.text)
+                convo.messages += added
             await self._compress_if_needed(turn, convo)  # a long tool turn may pass the budget
             return wire_messages(self.system_prompt, convo.messages)
 
@@ -144,7 +152,10 @@ class ModelAgent:
         overflowed = False
         while True:
             try:
-                answer = await self.loop.run(context, record, say, ToolContext(reply=say))
+                answer = await self.loop.run(
+                    context, record, say,
+                    ToolContext(reply=say, status=lambda text: turn.runner.tool_status(
+                        turn.route, text)))
                 break
             except ModelUnavailable as exc:
                 if exc.context_overflow and not overflowed:

@@ -15,6 +15,7 @@ GATEWAY_COMMANDS: dict[str, str] = {
     "status": "this conversation's session key, session id and what is running",
     "new": "end this session and start a fresh one (alias /reset)",
     "compress": "compress the context: continue in a new session linked to this one",
+    "stop": "stop the turn under way here (its model call and command)",
 }
 _ALIASES = {"reset": "new"}
 
@@ -41,6 +42,10 @@ async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
         await _status(turn)
     elif name == "help":
         await _help(turn)
+    elif name == "stop":
+        stopped = turn.runner.stop_turn(turn.session.session_key)
+        await turn.reply("Stopped the turn under way." if stopped
+                         else "Nothing is running in this conversation.", kind="system")
     else:
         return False
     return True

@@ -121,8 +121,9 @@ class AgentConfig(_Strict):
     max_tool_rounds: int = Field(12, ge=1)
     #: sent on every request: a small model can otherwise talk past any timeout
     max_tokens: int = Field(4096, ge=16)
-    #: stream answers as they are written (web deltas, Telegram and Discord previews)
-    stream: bool = True
+    #: a message arriving mid-turn: queue (after the turn), interrupt (stop the turn,
+    #: answer with both in context) or steer (given to the turn before its next model call)
+    busy: Literal["queue", "interrupt", "steer"] = "queue"
     subagent_timeout_seconds: float = Field(1800.0, gt=0)
     context_budget_tokens: int = Field(24000, ge=1000)
     keep_recent_turns: int = Field(2, ge=1)

@@ -9,8 +9,10 @@ conversations cost nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,6 +42,14 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+#: "typing" shows for about five seconds on Telegram: renewed this often
+TYPING_RENEW_SECONDS = 4.0
+#: answered at once, even while a turn or a foreground command runs in the conversation
+IMMEDIATE_COMMANDS = frozenset({"stop", "status", "help", "jobs"})
+
+#: a chat told "could not be recorded" is not told again for this long
+APOLOGY_SECONDS = 60.0
+
 Outcome = Literal["handled", "unauthorized", "duplicate", "skipped", "failed", "shutdown"]
 #: what became of a message when it was taken in: journaled, or why not
 Taken = Literal["journaled", "duplicate", "unauthorized", "failed"]
@@ -66,6 +76,8 @@ class _Lane:
     queue: deque[tuple[Work, asyncio.Future[Any]]] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
     busy: bool = False
+    #: the work running now, in a task of its own so /stop can end it and the lane go on
+    current: asyncio.Future[Any] | None = None
 
 
 class GatewayRunner:
@@ -76,7 +88,15 @@ class GatewayRunner:
         self.agent = agent
         self.pairing = pairing
         self.inbound = Inbound(store.db)
-        self.intake = Intake(config.inbound, self._tell)
+        self._apologised: dict[tuple[str, str], float] = {}
+        #: agent.busy: steer — messages waiting to be given to the turn under way
+        self._steering: dict[str, list[asyncio.Future[JournalEntry | Taken]]] = {}
+        self._steered: set[int] = set()  # journal ids a running turn took
+        #: replayed messages wait for this: set once the adapters' connect has begun (the
+        #: daemon queues the replay before connecting, so it comes first in each lane)
+        self._connecting = asyncio.Event()
+        self._connecting.set()
+        self.intake = Intake(config.inbound, self._tell_in_lane, self._skipped)
         self.metrics = Metrics()
         #: how many background jobs run (the daemon wires in the job manager)
         self.jobs_running: Callable[[], int] = lambda: 0
@@ -130,8 +150,34 @@ class GatewayRunner:
         taking = asyncio.ensure_future(self._journal(key, event, platform_id, sent_at))
         journaled: asyncio.Future[Taken] = asyncio.get_running_loop().create_future()
         taking.add_done_callback(lambda t: _settle_taken(t, journaled))
+        command = parse_command(event.text)
+        if command is not None and command[0] in IMMEDIATE_COMMANDS:
+            # answered at once, beside a turn or a foreground command under way
+            handled = asyncio.ensure_future(self._from_journal(key, event, taking))
+            return Received(journaled, handled)
+        if self.is_busy(key):
+            mode = self.config.agent.busy
+            if mode == "interrupt":
+                self.stop_turn(key)  # this message is answered next, with both in context
+            elif mode == "steer":
+                self._steering.setdefault(key, []).append(taking)
         handled = self.run_in_lane(key, lambda: self._from_journal(key, event, taking))
         return Received(journaled, handled)
+
+    async def take_steered(self, session_key: str) -> list[MessageEvent]:
+        """For a turn under way (``agent.busy: steer``): the messages that arrived
+        meanwhile, given to it before its next model call; each is then answered by
+        this turn, not on its own."""
+        taken: list[MessageEvent] = []
+        for taking in self._steering.pop(session_key, []):
+            try:
+                entry = await taking
+            except Exception:
+                continue  # not journaled: its own lane work says so
+            if isinstance(entry, JournalEntry) and entry.id not in self._steered:
+                self._steered.add(entry.id)
+                taken.append(entry.event)
+        return taken
 
     async def _journal(self, key: str, event: MessageEvent, platform_id: str | None,
                        sent_at: float | None) -> JournalEntry | Taken:
@@ -158,21 +204,45 @@ class GatewayRunner:
             return "failed"
         if isinstance(taken, str):
             return "duplicate" if taken == "duplicate" else "unauthorized"
+        if taken.id in self._steered:  # given to the turn that was under way
+            self._steered.discard(taken.id)
+            self.inbound.finished(taken.id)
+            return "handled"
+        waiting = self._steering.get(key)
+        if waiting and taking in waiting:  # its own turn now: no other turn takes it
+            waiting.remove(taking)
         return await self._handle_entry(key, taken)
 
-    async def _handle_entry(self, key: str, entry: JournalEntry) -> Outcome:
+    async def _handle_entry(self, key: str, entry: JournalEntry, *,
+                            replayed: bool = False) -> Outcome:
         """A journaled message's turn: not run when too old, noted when late."""
-        if self.intake.too_old(entry):
-            self.inbound.finished(entry.id, "skipped")
-            self.intake.skip(entry)
+        if self.intake.too_old(entry, replayed=replayed):
+            self.intake.skip(entry)  # recorded as skipped once its note went out
             return "skipped"
-        await self.inbound.started(entry.id)
+        if not await self.inbound.started(entry.id, replayed=replayed):
+            return "duplicate"  # queued live and replayed both: the other one has it
         try:
-            return await self._handle(key, entry.event, note=self.intake.late_note(entry),
-                                      journal_id=entry.id,
-                                      dedupe_key=f"in:{entry.platform}:{entry.platform_id}")
+            return await self._handle(
+                key, entry.event, note=self.intake.late_note(entry, replayed=replayed),
+                journal_id=entry.id, dedupe_key=f"in:{entry.platform}:{entry.platform_id}")
         finally:
             self.inbound.finished(entry.id)
+
+    def _skipped(self, entries: list[JournalEntry]) -> None:
+        for entry in entries:
+            self.inbound.finished(entry.id, "skipped")
+
+    async def _tell_in_lane(self, entry: JournalEntry, text: str) -> None:
+        result = await self.run_in_lane(entry.session_key, lambda: self._tell(entry, text))
+        if not isinstance(result, SendResult) or not result.ok:
+            raise RuntimeError(f"the note was not sent: {getattr(result, 'error', result)}")
+
+    def hold_replay(self) -> None:
+        """Replayed messages wait until :meth:`release_replay` (their platforms start)."""
+        self._connecting.clear()
+
+    def release_replay(self) -> None:
+        self._connecting.set()
 
     async def replay(self) -> int:
         """At start-up: handle, once and in order, what a stopped process had journaled
@@ -192,7 +262,7 @@ class GatewayRunner:
 
     async def _replayed(self, entry: JournalEntry) -> Outcome:
         await self._platform_ready(entry.platform)
-        return await self._handle_entry(entry.session_key, entry)
+        return await self._handle_entry(entry.session_key, entry, replayed=True)
 
     async def _interrupted(self, entry: JournalEntry) -> Outcome:
         await self._platform_ready(entry.platform)
@@ -203,6 +273,7 @@ class GatewayRunner:
         return "handled"
 
     async def _platform_ready(self, platform: str, timeout: float = 60.0) -> None:
+        await self._connecting.wait()
         adapter = self.adapters.get(platform)
         if adapter is not None:
             try:
@@ -210,10 +281,10 @@ class GatewayRunner:
             except (TimeoutError, ConnectionError):
                 log.warning("platform_not_ready_for_replay", platform=platform)
 
-    async def _tell(self, entry: JournalEntry, text: str) -> None:
+    async def _tell(self, entry: JournalEntry, text: str) -> SendResult:
         """A system line in the entry's conversation, in its transcript too."""
         session = await self.store.get_or_create(entry.session_key, entry.event.route)
-        await self.send(session, entry.event.route, text, kind="system")
+        return await self.send(session, entry.event.route, text, kind="system")
 
     def run_in_lane(self, session_key: str, work: Work) -> asyncio.Future[Any]:
         """Run ``work`` after everything already queued for this conversation.
@@ -236,9 +307,17 @@ class GatewayRunner:
             while lane.queue:
                 work, done = lane.queue.popleft()
                 lane.busy = True
+                lane.current = asyncio.ensure_future(work())
                 try:
-                    result = await work()
+                    result = await lane.current
                 except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if task is not None and not task.cancelling():
+                        # only the turn was cancelled (/stop, or a message interrupting it)
+                        if not done.done():
+                            done.set_result("stopped")
+                        continue
+                    lane.current.cancel()
                     if not done.done():
                         done.set_result("shutdown")
                     raise
@@ -248,6 +327,7 @@ class GatewayRunner:
                     continue
                 finally:
                     lane.busy = False
+                    lane.current = None
                 if not done.done():
                     done.set_result(result)
         finally:
@@ -278,8 +358,9 @@ class GatewayRunner:
                         sent_ops=_replied(journal_id) if journal_id is not None else None,
                         dedupe_key=dedupe_key)
             self.metrics.turns.labels("message").inc()
-            if note is not None:
-                await turn.reply(note, kind="system")
+            if note is not None:  # not a reply: the message is not answered by it
+                await self.send(session, event.route, note, kind="system",
+                                dedupe_key=f"{dedupe_key}:note" if dedupe_key else None)
             ctx = SessionContext(route=event.route, session_key=key, session_id=session.id,
                                  tab_id=event.tab_id)
             with session_context(ctx), handling(journal_id), \
@@ -338,7 +419,42 @@ class GatewayRunner:
         command = parse_command(turn.event.text)
         if command is not None and await run_gateway_command(turn, *command):
             return
-        await self.agent.run_turn(turn)
+        async with self.signs_of_life(turn.route):
+            await self.agent.run_turn(turn)
+
+    @contextlib.asynccontextmanager
+    async def signs_of_life(self, route: Route) -> AsyncIterator[None]:
+        """"Typing" in the turn's conversation (its topic, its thread) while it runs."""
+        adapter = self.adapters.get(route.platform)
+        if adapter is None:
+            yield
+            return
+
+        async def keep_typing() -> None:
+            while True:
+                try:
+                    await adapter.typing(route, True)
+                except Exception as exc:  # a sign of life, never the turn's failure
+                    log.debug("typing_failed", platform=route.platform, error=str(exc))
+                await asyncio.sleep(TYPING_RENEW_SECONDS)
+
+        keeper = asyncio.create_task(keep_typing(), name="typing")
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await adapter.typing(route, False)
+
+    async def tool_status(self, route: Route, text: str) -> None:
+        """Tell the conversation what the turn is doing (where its platform shows it)."""
+        adapter = self.adapters.get(route.platform)
+        if adapter is not None:
+            try:
+                await adapter.status(route, text)
+            except Exception as exc:
+                log.debug("status_failed", platform=route.platform, error=str(exc))
 
     async def _apologise(self, turn: Turn) -> None:
         try:
@@ -351,6 +467,13 @@ class GatewayRunner:
         adapter = self.adapters.get(event.route.platform)
         if adapter is None:
             return
+        # once a minute per chat: while the store is broken a platform that redelivers
+        # (Telegram's offset does not move) would otherwise get one apology a second
+        chat = (event.route.platform, event.route.chat_id)
+        now = time.monotonic()
+        if now - self._apologised.get(chat, -APOLOGY_SECONDS) < APOLOGY_SECONDS:
+            return
+        self._apologised[chat] = now
         try:
             await adapter.send(event.route, "Sorry, that message could not be recorded; "
                                "the error is in the gateway log.", kind="system")
@@ -442,6 +565,16 @@ class GatewayRunner:
         """Where a conversation lives, from the live-session cache (no I/O)."""
         entry = self.store.cached_live(session_key)
         return entry.route if entry is not None else None
+
+    def stop_turn(self, session_key: str) -> bool:
+        """End the turn under way in this conversation — its model call, its foreground
+        command — keeping what it recorded; the conversation's next work goes on."""
+        lane = self._lanes.get(session_key)
+        if lane is None or lane.current is None or lane.current.done():
+            return False
+        lane.current.cancel()
+        log.info("turn_stopped", session_key=session_key)
+        return True
 
     def is_busy(self, session_key: str) -> bool:
         lane = self._lanes.get(session_key)

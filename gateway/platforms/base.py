@@ -49,6 +49,14 @@ class Adapter(ABC):
         deduplicate (Discord's message nonce) post it once.
         """
 
+    async def typing(self, route: Route, active: bool) -> None:  # noqa: B027
+        """A sign of life while a turn runs in ``route``: called with True when it starts
+        and again every few seconds (platforms show "typing" for about five), then
+        False when it ends. Best effort: a failure here is never the turn's."""
+
+    async def status(self, route: Route, text: str) -> None:  # noqa: B027
+        """What the turn is doing ("running `make test`…"), where a platform can show it."""
+
     @property
     def connected(self) -> bool:
         return True

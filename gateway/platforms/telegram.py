@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from telegram import BotCommand, Update
+from telegram.constants import ChatAction
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -256,6 +257,13 @@ class TelegramAdapter(Adapter):
         return text
 
     # outbound ------------------------------------------------------------------
+
+    async def typing(self, route: Route, active: bool) -> None:
+        if not active or self._app is None or not self._connected:
+            return  # Telegram ends "typing" by itself, or with the next message
+        await self._app.bot.send_chat_action(
+            int(route.chat_id), ChatAction.TYPING,
+            message_thread_id=int(route.thread_id) if route.thread_id else None)
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:

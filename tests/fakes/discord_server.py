@@ -140,6 +140,7 @@ class FakeDiscord(LocalServer):
         self.resume_count = 0
         self.connection_count = 0  # accepted websocket connections
         self.refused_count = 0  # connections refused while the gateway was down
+        self.typing: list[int] = []  # channel ids a typing indicator was triggered in
         self.nonce_hits = 0  # sends answered with an earlier message of the same nonce
         self.history_requests = 0
         self._channels: dict[int, JSON] = {}  # id -> channel object (text, thread or DM)
@@ -178,6 +179,7 @@ class FakeDiscord(LocalServer):
         app.router.add_get(f"{api}/channels/{{channel_id:\\d+}}", self._get_channel)
         app.router.add_post(f"{api}/channels/{{channel_id:\\d+}}/messages", self._post_message)
         app.router.add_get(f"{api}/channels/{{channel_id:\\d+}}/messages", self._get_messages)
+        app.router.add_post(f"{api}/channels/{{channel_id:\\d+}}/typing", self._typing)
         app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
@@ -527,6 +529,13 @@ class FakeDiscord(LocalServer):
         return _json({"url": self.gateway_url, "shards": 1,
                       "session_start_limit": {"total": 1000, "remaining": 1000,
                                               "reset_after": 0, "max_concurrency": 1}})
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        """POST /channels/{id}/typing: 204, as Discord answers (404 for an unknown one)."""
+        channel_id = int(request.match_info["channel_id"])
+        self._existing_channel(channel_id)
+        self.typing.append(channel_id)
+        return web.Response(status=204)
 
     async def _get_channel(self, request: web.Request) -> web.Response:
         return _json(self._existing_channel(int(request.match_info["channel_id"])))
