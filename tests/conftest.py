@@ -88,3 +88,13 @@ async def model_gateway(tmp_path: Path, model: FakeOpenAI
 
     async with running_gateway(model_config(tmp_path / "home", model)) as gw:
         yield gw, web_base(gw)
+
+
+@pytest.fixture
+def discord_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put back discord.py's endpoints after a test that points them at the fake."""
+    import discord
+
+    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
+    monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY",
+                        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)

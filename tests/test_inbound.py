@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from gateway.daemon import running_gateway
 from gateway.events import MessageEvent, SendResult
@@ -252,15 +251,6 @@ async def test_telegram_updates_handed_out_before_a_kill_9_are_each_answered_onc
 
 
 # --- Discord ---------------------------------------------------------------------------------
-
-@pytest.fixture
-def discord_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
-    import discord
-
-    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
-    monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY",
-                        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
-
 
 async def test_discord_messages_posted_while_stopped_are_handled_after_the_start(
         tmp_path: Path, discord_endpoints) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from agent.loop import INTERRUPTED
 from gateway.daemon import running_gateway
 
@@ -159,15 +157,6 @@ async def test_web_tabs_that_ask_see_typing_and_the_tool_status(tmp_path: Path, 
         assert [f["text"] for f in frames if f["type"] == "message"] == ["tested"]
         assert (await plain.frame())["text"] == "tested"  # API clients: as before
         await plain.no_frame(0.2)
-
-
-@pytest.fixture
-def discord_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
-    import discord
-
-    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
-    monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY",
-                        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
 
 
 async def test_typing_shows_in_the_telegram_topic_and_the_discord_thread_of_the_turn(
