@@ -9,11 +9,9 @@ conversations cost nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -26,11 +24,13 @@ from .database import Op
 from .events import MessageEvent, MessageKind, SendResult
 from .inbound import Inbound, JournalEntry, handling
 from .intake import Intake
+from .lanes import Lane, Lanes, Work
 from .metrics import Metrics
 from .notifications import Notification
 from .pairing import Pairing, pairing_message
 from .route import Route
 from .session_key import build_session_key
+from .signs_of_life import signs_of_life
 from .store import SessionEntry, SessionStore
 from .turn import Turn
 
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: "typing" shows for about five seconds on Telegram: renewed this often
-TYPING_RENEW_SECONDS = 4.0
 #: answered at once, even while a turn or a foreground command runs in the conversation
 IMMEDIATE_COMMANDS = frozenset({"stop", "status", "help", "jobs"})
 
@@ -59,7 +57,6 @@ class GatewayClosed(RuntimeError):
     """The gateway is shutting down and takes no new messages."""
 
 
-Work = Callable[[], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +66,6 @@ class Received:
 
     journaled: asyncio.Future[Taken]
     handled: asyncio.Future[Outcome]
-
-
-@dataclass(slots=True)
-class _Lane:
-    queue: deque[tuple[Work, asyncio.Future[Any]]] = field(default_factory=deque)
-    task: asyncio.Task[None] | None = None
-    busy: bool = False
-    #: the work running now, in a task of its own so /stop can end it and the lane go on
-    current: asyncio.Future[Any] | None = None
 
 
 class GatewayRunner:
@@ -103,7 +91,7 @@ class GatewayRunner:
         #: the schedules, for the REST API (the daemon wires in the scheduler)
         self.scheduler: Scheduler | None = None
         self.adapters: dict[str, Adapter] = {}
-        self._lanes: dict[str, _Lane] = {}
+        self.lanes = Lanes()
         self._accepting = True
         #: called with the ended session when a session ends for good (not
         #: when it is compressed, which continues it)
@@ -287,56 +275,13 @@ class GatewayRunner:
         return await self.send(session, entry.event.route, text, kind="system")
 
     def run_in_lane(self, session_key: str, work: Work) -> asyncio.Future[Any]:
-        """Run ``work`` after everything already queued for this conversation.
+        """Run ``work`` after everything already queued for this conversation (a
+        notification for a session mid-turn waits here and runs right after it)."""
+        return self.lanes.run(session_key, work)
 
-        This is a busy session's inbox: a notification for a session that is
-        mid-turn waits here, in order, and runs right after that turn.
-        """
-        lane = self._lanes.get(session_key)
-        if lane is None:
-            lane = self._lanes[session_key] = _Lane()
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        lane.queue.append((work, done))
-        if lane.task is None:
-            lane.task = asyncio.create_task(self._serve(session_key, lane),
-                                            name=f"lane:{session_key}")
-        return done
-
-    async def _serve(self, key: str, lane: _Lane) -> None:
-        try:
-            while lane.queue:
-                work, done = lane.queue.popleft()
-                lane.busy = True
-                lane.current = asyncio.ensure_future(work())
-                try:
-                    result = await lane.current
-                except asyncio.CancelledError:
-                    task = asyncio.current_task()
-                    if task is not None and not task.cancelling():
-                        # only the turn was cancelled (/stop, or a message interrupting it)
-                        if not done.done():
-                            done.set_result("stopped")
-                        continue
-                    lane.current.cancel()
-                    if not done.done():
-                        done.set_result("shutdown")
-                    raise
-                except Exception as exc:
-                    if not done.done():
-                        done.set_exception(exc)
-                    continue
-                finally:
-                    lane.busy = False
-                    lane.current = None
-                if not done.done():
-                    done.set_result(result)
-        finally:
-            for _, done in lane.queue:
-                if not done.done():
-                    done.set_result("shutdown")
-            lane.queue.clear()
-            if self._lanes.get(key) is lane:
-                del self._lanes[key]
+    @property
+    def _lanes(self) -> dict[str, Lane]:
+        return self.lanes.by_key
 
     async def _handle(self, key: str, event: MessageEvent, *, note: str | None = None,
                       journal_id: int | None = None, dedupe_key: str | None = None) -> Outcome:
@@ -419,33 +364,8 @@ class GatewayRunner:
         command = parse_command(turn.event.text)
         if command is not None and await run_gateway_command(turn, *command):
             return
-        async with self.signs_of_life(turn.route):
+        async with signs_of_life(self.adapters.get(turn.route.platform), turn.route):
             await self.agent.run_turn(turn)
-
-    @contextlib.asynccontextmanager
-    async def signs_of_life(self, route: Route) -> AsyncIterator[None]:
-        """"Typing" in the turn's conversation (its topic, its thread) while it runs."""
-        adapter = self.adapters.get(route.platform)
-        if adapter is None:
-            yield
-            return
-
-        async def keep_typing() -> None:
-            while True:
-                try:
-                    await adapter.typing(route, True)
-                except Exception as exc:  # a sign of life, never the turn's failure
-                    log.debug("typing_failed", platform=route.platform, error=str(exc))
-                await asyncio.sleep(TYPING_RENEW_SECONDS)
-
-        keeper = asyncio.create_task(keep_typing(), name="typing")
-        try:
-            yield
-        finally:
-            keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await adapter.typing(route, False)
 
     async def tool_status(self, route: Route, text: str) -> None:
         """Tell the conversation what the turn is doing (where its platform shows it)."""
@@ -548,9 +468,8 @@ class GatewayRunner:
         return adapter.open_tabs(chat_id) if adapter is not None else set()
 
     def status_lines(self, turn: Turn) -> list[str]:
-        lane = self._lanes.get(turn.session.session_key)
-        waiting = len(lane.queue) if lane else 0
-        busy = sum(1 for ln in self._lanes.values() if ln.busy)
+        waiting = self.lanes.waiting(turn.session.session_key)
+        busy = len(list(self.lanes.busy_keys))
         return [
             f"messages waiting in this conversation: {waiting}",
             f"conversations mid-turn: {busy}",
@@ -559,7 +478,7 @@ class GatewayRunner:
 
     @property
     def busy_session_keys(self) -> Iterable[str]:
-        return [key for key, lane in self._lanes.items() if lane.busy]
+        return self.lanes.busy_keys
 
     def lane_route(self, session_key: str) -> Route | None:
         """Where a conversation lives, from the live-session cache (no I/O)."""
@@ -569,16 +488,10 @@ class GatewayRunner:
     def stop_turn(self, session_key: str) -> bool:
         """End the turn under way in this conversation — its model call, its foreground
         command — keeping what it recorded; the conversation's next work goes on."""
-        lane = self._lanes.get(session_key)
-        if lane is None or lane.current is None or lane.current.done():
-            return False
-        lane.current.cancel()
-        log.info("turn_stopped", session_key=session_key)
-        return True
+        return self.lanes.stop(session_key)
 
     def is_busy(self, session_key: str) -> bool:
-        lane = self._lanes.get(session_key)
-        return bool(lane and lane.busy)
+        return self.lanes.is_busy(session_key)
 
     def stop_accepting(self) -> None:
         """Refuse new platform messages from now on (turns already queued still run)."""
@@ -587,16 +500,7 @@ class GatewayRunner:
     async def drain(self, timeout: float) -> bool:
         """Stop taking messages and let queued turns finish; True when all did."""
         self._accepting = False
-        tasks = [lane.task for lane in self._lanes.values() if lane.task]
-        if not tasks:
-            return True
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
-        for task in pending:
-            task.cancel()
-        if pending:
-            log.warning("drain_timeout", unfinished_conversations=len(pending))
-            await asyncio.gather(*pending, return_exceptions=True)
-        return not pending
+        return await self.lanes.drain(timeout)
 
 
 def _settle_taken(task: asyncio.Future[JournalEntry | Taken],

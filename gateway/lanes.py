@@ -1,0 +1,117 @@
+"""Each conversation's lane: its messages and notices, one after another.
+
+A lane is a busy session's inbox — a notification for a session that is
+mid-turn waits here, in order, and runs right after that turn. Each piece of
+work runs in a task of its own, so ``/stop`` can end the turn under way and
+the lane go on with the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+Work = Callable[[], Awaitable[Any]]
+
+
+@dataclass(slots=True)
+class Lane:
+    queue: deque[tuple[Work, asyncio.Future[Any]]] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+    busy: bool = False
+    #: the work running now, in a task of its own so /stop can end it and the lane go on
+    current: asyncio.Future[Any] | None = None
+
+
+class Lanes:
+    def __init__(self) -> None:
+        self.by_key: dict[str, Lane] = {}
+
+    def run(self, session_key: str, work: Work) -> asyncio.Future[Any]:
+        """Run ``work`` after everything already queued for this conversation."""
+        lane = self.by_key.get(session_key)
+        if lane is None:
+            lane = self.by_key[session_key] = Lane()
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        lane.queue.append((work, done))
+        if lane.task is None:
+            lane.task = asyncio.create_task(self._serve(session_key, lane),
+                                            name=f"lane:{session_key}")
+        return done
+
+    def stop(self, session_key: str) -> bool:
+        """End the work under way in this conversation; False when there is none."""
+        lane = self.by_key.get(session_key)
+        if lane is None or lane.current is None or lane.current.done():
+            return False
+        lane.current.cancel()
+        log.info("turn_stopped", session_key=session_key)
+        return True
+
+    def is_busy(self, session_key: str) -> bool:
+        lane = self.by_key.get(session_key)
+        return bool(lane and lane.busy)
+
+    def waiting(self, session_key: str) -> int:
+        lane = self.by_key.get(session_key)
+        return len(lane.queue) if lane else 0
+
+    @property
+    def busy_keys(self) -> Iterable[str]:
+        return [key for key, lane in self.by_key.items() if lane.busy]
+
+    async def drain(self, timeout: float) -> bool:
+        """Let queued work finish for up to ``timeout``, then cancel it; True when all did."""
+        tasks = [lane.task for lane in self.by_key.values() if lane.task]
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("drain_timeout", unfinished_conversations=len(pending))
+            await asyncio.gather(*pending, return_exceptions=True)
+        return not pending
+
+    async def _serve(self, key: str, lane: Lane) -> None:
+        try:
+            while lane.queue:
+                work, done = lane.queue.popleft()
+                lane.busy = True
+                lane.current = asyncio.ensure_future(work())
+                try:
+                    result = await lane.current
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if task is not None and not task.cancelling():
+                        # only the turn was cancelled (/stop, or a message interrupting it)
+                        if not done.done():
+                            done.set_result("stopped")
+                        continue
+                    lane.current.cancel()
+                    if not done.done():
+                        done.set_result("shutdown")
+                    raise
+                except Exception as exc:
+                    if not done.done():
+                        done.set_exception(exc)
+                    continue
+                finally:
+                    lane.busy = False
+                    lane.current = None
+                if not done.done():
+                    done.set_result(result)
+        finally:
+            for _, done in lane.queue:
+                if not done.done():
+                    done.set_result("shutdown")
+            lane.queue.clear()
+            if self.by_key.get(key) is lane:
+                del self.by_key[key]
