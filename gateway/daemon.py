@@ -128,13 +128,13 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 runner.add_adapter(adapter)
             # what a stopped process had taken in is queued first, so a message arriving
             # once the platforms connect is answered after it, never before or twice
-            runner.hold_replay()
+            runner.replay.hold()
             replayed = await runner.replay()
             await runner.inbound.prune(time.time() - INBOUND_KEEP_SECONDS)
             for adapter in adapters:
                 await adapter.connect(runner)
                 connected.append(adapter)
-            runner.release_replay()
+            runner.replay.release()
             await router.start()
             await scheduler.start()
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")

@@ -28,6 +28,7 @@ from .lanes import Lane, Lanes, Work
 from .metrics import Metrics
 from .notifications import Notification
 from .pairing import Pairing, pairing_message
+from .replay import Replay
 from .route import Route
 from .session_key import build_session_key
 from .signs_of_life import signs_of_life
@@ -80,10 +81,8 @@ class GatewayRunner:
         #: agent.busy: steer — messages waiting to be given to the turn under way
         self._steering: dict[str, list[asyncio.Future[JournalEntry | Taken]]] = {}
         self._steered: set[int] = set()  # journal ids a running turn took
-        #: replayed messages wait for this: set once the adapters' connect has begun (the
-        #: daemon queues the replay before connecting, so it comes first in each lane)
-        self._connecting = asyncio.Event()
-        self._connecting.set()
+        #: what a stopped process had taken in and not answered, handled at start
+        self.replay = Replay(self)
         self.intake = Intake(config.inbound, self._tell_in_lane, self._skipped)
         self.metrics = Metrics()
         #: how many background jobs run (the daemon wires in the job manager)
@@ -199,9 +198,9 @@ class GatewayRunner:
         waiting = self._steering.get(key)
         if waiting and taking in waiting:  # its own turn now: no other turn takes it
             waiting.remove(taking)
-        return await self._handle_entry(key, taken)
+        return await self.handle_entry(key, taken)
 
-    async def _handle_entry(self, key: str, entry: JournalEntry, *,
+    async def handle_entry(self, key: str, entry: JournalEntry, *,
                             replayed: bool = False) -> Outcome:
         """A journaled message's turn: not run when too old, noted when late."""
         if self.intake.too_old(entry, replayed=replayed):
@@ -221,55 +220,11 @@ class GatewayRunner:
             self.inbound.finished(entry.id, "skipped")
 
     async def _tell_in_lane(self, entry: JournalEntry, text: str) -> None:
-        result = await self.run_in_lane(entry.session_key, lambda: self._tell(entry, text))
+        result = await self.run_in_lane(entry.session_key, lambda: self.tell(entry, text))
         if not isinstance(result, SendResult) or not result.ok:
             raise RuntimeError(f"the note was not sent: {getattr(result, 'error', result)}")
 
-    def hold_replay(self) -> None:
-        """Replayed messages wait until :meth:`release_replay` (their platforms start)."""
-        self._connecting.clear()
-
-    def release_replay(self) -> None:
-        self._connecting.set()
-
-    async def replay(self) -> int:
-        """At start-up: handle, once and in order, what a stopped process had journaled
-        and not answered; a message whose turn had started a job, a delegation or a
-        schedule is not run again — its conversation is told it may not have finished."""
-        entries = await self.inbound.unfinished()
-        for entry in entries:
-            if entry.state == "replied":  # answered; only its end was not recorded
-                self.inbound.finished(entry.id)
-            elif entry.state == "acted":  # it started something: never twice
-                self.run_in_lane(entry.session_key, lambda e=entry: self._interrupted(e))
-            else:  # nothing of it lasted, not even a reply: handled again
-                self.run_in_lane(entry.session_key, lambda e=entry: self._replayed(e))
-        if entries:
-            log.info("inbound_replayed", messages=len(entries))
-        return len(entries)
-
-    async def _replayed(self, entry: JournalEntry) -> Outcome:
-        await self._platform_ready(entry.platform)
-        return await self._handle_entry(entry.session_key, entry, replayed=True)
-
-    async def _interrupted(self, entry: JournalEntry) -> Outcome:
-        await self._platform_ready(entry.platform)
-        self.inbound.finished(entry.id)
-        await self._tell(entry, f"(The gateway stopped while it was handling “"
-                                f"{' '.join(entry.event.text.split())[:60]}”; it may not "
-                                f"have finished. Send it again if needed.)")
-        return "handled"
-
-    async def _platform_ready(self, platform: str, timeout: float = 60.0) -> None:
-        await self._connecting.wait()
-        adapter = self.adapters.get(platform)
-        if adapter is not None:
-            try:
-                await adapter.wait_connected(timeout)
-            except (TimeoutError, ConnectionError):
-                log.warning("platform_not_ready_for_replay", platform=platform)
-
-    async def _tell(self, entry: JournalEntry, text: str) -> SendResult:
+    async def tell(self, entry: JournalEntry, text: str) -> SendResult:
         """A system line in the entry's conversation, in its transcript too."""
         session = await self.store.get_or_create(entry.session_key, entry.event.route)
         return await self.send(session, entry.event.route, text, kind="system")

@@ -198,3 +198,9 @@ async def test_a_held_send_whose_bot_is_gone_is_never_posted(fake: FakeTelegram)
         fake.release_sends()
         assert (await kept).text == "arrives"
     assert [m.text for m in fake.sent] == ["arrives"]
+
+
+async def test_chat_actions_are_checked_as_the_bot_api_does(fake: FakeTelegram, bot: Bot) -> None:
+    assert await bot.send_chat_action(FORUM, "typing", message_thread_id=42) is True
+    with pytest.raises(BadRequest, match="(?i)wrong parameter action"):
+        await bot.send_chat_action(FORUM, "dancing")

@@ -397,7 +397,7 @@ class RoutingMachine(RuleBasedStateMachine):
                               f"in{number}")
         dying = asyncio.Event()
         if crash_at == "received":  # journaled; the daemon dies before its turn begins
-            self.runner._handle_entry = lambda key, entry: _die(dying)  # type: ignore
+            self.runner.handle_entry = lambda *a, **k: _die(dying)  # type: ignore
         elif crash_at == "started":  # its turn began, nothing else happened
             self.runner._handle = lambda *a, **k: _die(dying)  # type: ignore
         elif crash_at == "acted":  # it started a job; its reply never went out

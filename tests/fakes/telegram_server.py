@@ -272,6 +272,19 @@ class FakeTelegram(LocalServer):
     async def _true(self, params: dict[str, Any]) -> bool:
         return True
 
+    async def _send_chat_action(self, params: dict[str, Any]) -> bool:
+        """As the Bot API: a chat id, one of its actions, and a thread only in a forum."""
+        try:
+            int(params.get("chat_id", ""))
+        except (TypeError, ValueError):
+            raise _ApiError(400, "Bad Request: chat not found") from None
+        if params.get("action") not in _CHAT_ACTIONS:
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        thread = _as_int(params.get("message_thread_id"))
+        if thread is not None and (int(params["chat_id"]), thread) in self.deleted_threads:
+            raise _ApiError(400, "Bad Request: message thread not found")
+        return True
+
     async def _delete_webhook(self, params: dict[str, Any]) -> bool:
         if _as_bool(params.get("drop_pending_updates")):
             self._pending.clear()
@@ -381,7 +394,7 @@ class FakeTelegram(LocalServer):
         "setmycommands": _set_my_commands,
         "getmycommands": _get_my_commands,
         "deletemycommands": _delete_my_commands,
-        "sendchataction": _true,
+        "sendchataction": _send_chat_action,
         "logout": _true,
         "close": _true,
     }
@@ -479,3 +492,10 @@ def _entities(text: str) -> list[JSON]:
         entities.append({"type": "mention", "offset": utf16_len(text[:mention.start()]),
                          "length": utf16_len(mention.group())})
     return entities
+
+
+#: the actions sendChatAction accepts
+_CHAT_ACTIONS = frozenset({"typing", "upload_photo", "record_video", "upload_video",
+                           "record_voice", "upload_voice", "upload_document",
+                           "choose_sticker", "find_location", "record_video_note",
+                           "upload_video_note"})
