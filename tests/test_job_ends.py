@@ -83,7 +83,8 @@ async def test_a_server_started_in_the_background_keeps_writing_to_the_log(
     server.chmod(0o755)
     job_id = await start(adapter, f"/bg cd {tmp_path} && ./server.sh &")
     notice = await completion(adapter, job_id)
-    assert re.search(r"It left [12] process(es)? running", notice.text)  # the script (its sleep)
+    # the script, its sleep, perhaps the subshell that had not exec'd yet: a snapshot
+    assert re.search(r"It left [1-9] process(es)? running", notice.text)
     record = await gw.jobs.get(job_id)
     await eventually(lambda: "still-serving" in record.log_path.read_text(),
                      what="the server's later output in the job's log")
