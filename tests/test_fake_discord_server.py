@@ -240,3 +240,108 @@ async def test_wrong_token_and_raw_http(fake: FakeDiscord) -> None:
             assert (await response.json())["url"] == fake.gateway_url
         async with http.get(f"{fake.api_base}/users/@me") as response:
             assert response.status == 401
+
+
+async def test_an_edit_changes_what_the_user_sees(fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        await fake.user_message(channel_id=CHANNEL, content="a question")
+        preview = await client.get_partial_messageable(CHANNEL).send("thinking…")
+        await client.get_partial_messageable(THREAD).send("elsewhere")
+        edited = await client.get_partial_messageable(CHANNEL).get_partial_message(
+            preview.id).edit(content="the answer")
+        assert (edited.id, edited.content) == (preview.id, "the answer")
+        assert edited.edited_at is not None and preview.edited_at is None
+
+    [edit] = await fake.wait_for_edits(1)
+    assert (edit.channel_id, edit.message_id, edit.content) == (CHANNEL, preview.id, "the answer")
+    assert edit.payload["content"] == "the answer"
+    assert fake.visible(CHANNEL) == ["the answer"]  # the bot's messages only
+    assert fake.visible(THREAD) == ["elsewhere"]
+    assert fake.message_content(CHANNEL, preview.id) == "the answer"
+    assert fake.message_content(THREAD, preview.id) is None
+    assert [r.content for r in fake.sent] == ["thinking…", "elsewhere"]  # posts only
+
+
+async def test_edits_are_refused_as_discord_refuses_them(fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        channel = client.get_partial_messageable(CHANNEL)
+        mine = channel.get_partial_message((await channel.send("draft")).id)
+        theirs = await fake.user_message(channel_id=CHANNEL, content="a user's")
+
+        with pytest.raises(discord.NotFound) as unknown:
+            await channel.get_partial_message(42).edit(content="x")  # no such message
+        assert unknown.value.code == 10008
+        with pytest.raises(discord.NotFound) as elsewhere:  # a message of another channel
+            await client.get_partial_messageable(THREAD).get_partial_message(mine.id).edit(
+                content="x")
+        assert elsewhere.value.code == 10008
+        with pytest.raises(discord.NotFound) as no_channel:
+            await client.get_partial_messageable(987654).get_partial_message(mine.id).edit(
+                content="x")
+        assert no_channel.value.code == 10003
+        with pytest.raises(discord.Forbidden) as not_mine:
+            await channel.get_partial_message(int(theirs["id"])).edit(content="x")
+        assert not_mine.value.code == 50005
+        with pytest.raises(discord.HTTPException) as too_long:
+            await mine.edit(content="y" * 2001)
+        assert (too_long.value.status, too_long.value.code) == (400, 50035)
+        assert "2000 or fewer" in too_long.value.text
+        with pytest.raises(discord.HTTPException) as empty:
+            await mine.edit(content="")
+        assert (empty.value.status, empty.value.code) == (400, 50006)
+
+        in_locked = await client.get_partial_messageable(LOCKED).send("before the lock")
+        fake.lock_thread(LOCKED)
+        with pytest.raises(discord.Forbidden) as locked:
+            await in_locked.edit(content="after")
+        assert locked.value.code == 50083
+        in_thread = await client.get_partial_messageable(THREAD).send("before archiving")
+        fake.archive_thread(THREAD)
+        await in_thread.edit(content="reopens")
+        thread = fake.channel(THREAD)
+        assert thread is not None and thread["thread_metadata"]["archived"] is False
+
+    assert [e.content for e in fake.edits] == ["reopens"]
+    assert fake.visible(CHANNEL) == ["draft"]
+
+
+async def test_a_deleted_message_can_be_neither_edited_nor_deleted(fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        channel = client.get_partial_messageable(CHANNEL)
+        await channel.send("kept")
+        preview = await channel.send("preview")
+        await client.http.delete_message(CHANNEL, preview.id)  # as the gateway deletes
+        assert fake.deleted == {(CHANNEL, preview.id)}
+        assert fake.visible(CHANNEL) == ["kept"]
+        assert fake.message_content(CHANNEL, preview.id) is None
+        with pytest.raises(discord.NotFound) as edit_gone:
+            await preview.edit(content="final")
+        assert edit_gone.value.code == 10008
+        with pytest.raises(discord.NotFound) as delete_again:
+            await client.http.delete_message(CHANNEL, preview.id)
+        assert delete_again.value.code == 10008
+
+        dm = await fake.user_message(channel_id=DM, content="hi", guild=False)
+        with pytest.raises(discord.Forbidden) as in_dm:  # a user's DM is theirs to delete
+            await client.http.delete_message(DM, int(dm["id"]))
+        assert in_dm.value.code == 50003
+    deletes = [status for method, _, status in fake.requests if method == "DELETE"]
+    assert deletes == [204, 404, 403] and fake.edits == []
+
+
+async def test_a_rate_limited_edit_is_retried_by_discord_py(fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        preview = await client.get_partial_messageable(CHANNEL).send("draft")
+        fake.fail_next_post(channel_id=CHANNEL, retry_after=0.05)  # for the next post only
+        fake.fail_next_edit(channel_id=CHANNEL, retry_after=0.05)
+        await preview.edit(content="final")
+        await client.get_partial_messageable(CHANNEL).send("follow-up")
+
+    path = f"/api/v10/channels/{CHANNEL}/messages"
+    assert [status for method, p, status in fake.requests
+            if method == "PATCH" and p == f"{path}/{preview.id}"] == [429, 200]
+    assert [status for method, p, status in fake.requests
+            if method == "POST" and p == path] == [200, 429, 200]
+    assert [(e.message_id, e.content) for e in await fake.wait_for_edits(1)] == \
+        [(preview.id, "final")]
+    assert fake.visible(CHANNEL) == ["final", "follow-up"]

@@ -6,11 +6,22 @@ import json
 import time
 from collections.abc import AsyncIterator
 
+import httpx
 import openai
 import pytest
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, AsyncStream
+from openai.types.chat import ChatCompletionChunk
 
-from tests.fakes.openai_server import CallTools, ChatRequest, Fail, FakeOpenAI, Hang, Say
+from tests.fakes.openai_server import (
+    CallTools,
+    ChatRequest,
+    Cut,
+    Fail,
+    FakeOpenAI,
+    Hang,
+    Message,
+    Say,
+)
 
 USER = [{"role": "user", "content": "hello"}]
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
@@ -146,9 +157,164 @@ async def test_strict_mode_refuses_what_strict_chat_templates_refuse(
     assert reply.choices[0].message.content == "ok"
 
 
-async def test_stream_is_refused(client: AsyncOpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="stream"):
-        await client.chat.completions.create(model="m", messages=USER, stream=True)
+async def _stream(client: AsyncOpenAI, messages: list[dict] = USER, *,
+                  include_usage: bool = True) -> list[ChatCompletionChunk]:
+    """Every chunk of one streamed answer."""
+    stream = await client.chat.completions.create(
+        model="m", messages=messages, tools=TOOLS, stream=True,
+        stream_options={"include_usage": include_usage})
+    return [chunk async for chunk in stream]
+
+
+def _content_deltas(chunks: list[ChatCompletionChunk]) -> list[str]:
+    return [c.choices[0].delta.content for c in chunks
+            if c.choices and c.choices[0].delta.content]
+
+
+def _finish_reasons(chunks: list[ChatCompletionChunk]) -> list[str]:
+    return [c.choices[0].finish_reason for c in chunks
+            if c.choices and c.choices[0].finish_reason is not None]
+
+
+async def test_streamed_text_arrives_in_pieces_and_ends_with_stop(
+        fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(Say("hi there, streaming world"))
+    chunks = await _stream(client)
+    assert len(_content_deltas(chunks)) > 1
+    assert "".join(_content_deltas(chunks)) == "hi there, streaming world"
+    first = chunks[0].choices[0].delta
+    assert first.role == "assistant" and first.content == ""
+    assert {(c.id, c.created, c.model, c.object) for c in chunks} == {
+        ("chatcmpl-1", chunks[0].created, "m", "chat.completion.chunk")}
+    assert _finish_reasons(chunks) == ["stop"]
+    assert fake.requests[0].stream
+
+
+async def test_streamed_say_after_a_hang_can_end_with_length(
+        fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(Hang(0.01, then=Say("a long answer that goes on", finish_reason="length")))
+    chunks = await _stream(client)
+    assert "".join(_content_deltas(chunks)) == "a long answer that goes on"
+    assert _finish_reasons(chunks) == ["length"]
+
+
+async def test_streamed_tool_calls_reassemble_by_index(
+        fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(CallTools([("search", {"q": "cats", "limit": 3}), ("search", '{"q": "dogs"')]))
+    chunks = await _stream(client)
+    calls: dict[int, dict[str, str]] = {}
+    argument_pieces = 0
+    for chunk in chunks:
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] += delta.id or ""
+            assert delta.function is not None
+            call["name"] += delta.function.name or ""
+            call["arguments"] += delta.function.arguments or ""
+            argument_pieces += bool(delta.function.arguments)
+    assert calls == {
+        0: {"id": "call_1", "name": "search", "arguments": '{"q": "cats", "limit": 3}'},
+        1: {"id": "call_2", "name": "search", "arguments": '{"q": "dogs"'}}
+    assert argument_pieces > 2  # the arguments come in pieces, after the id and name
+    assert chunks[0].choices[0].delta.content is None  # no text: content null, as on OpenAI
+    assert _finish_reasons(chunks) == ["tool_calls"]
+
+
+async def test_streamed_message_keeps_its_quirks_verbatim(
+        fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    quirky_call = {"type": "function", "function": {"name": "search", "arguments": {"q": 1}}}
+    fake.script(Message({"role": "assistant", "content": None,
+                         "reasoning_content": "let me think", "tool_calls": [quirky_call]}))
+    chunks = await _stream(client, include_usage=False)
+    deltas = [c.choices[0].delta for c in chunks]
+    reasoning = [(d.model_extra or {}).get("reasoning_content") for d in deltas]
+    assert "".join(r for r in reasoning if r) == "let me think"
+    assert all(d.content is None for d in deltas)
+    [tool_delta] = [d for d in deltas if d.tool_calls]
+    assert tool_delta.model_dump(include={"tool_calls"}, exclude_unset=True, warnings=False) == {
+        "tool_calls": [quirky_call]}  # no index, no id, arguments an object: as sent
+    assert _finish_reasons(chunks) == ["tool_calls"]
+
+
+async def test_usage_chunk_comes_last_only_with_include_usage(
+        fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(Say("counted"), Say("counted"), Say("counted"))
+    plain = await client.chat.completions.create(model="m", messages=USER, tools=TOOLS)
+    with_usage = await _stream(client)
+    *answer, usage = with_usage
+    assert usage.choices == [] and usage.usage == plain.usage
+    assert all(c.choices and "usage" in c.model_fields_set and c.usage is None
+               for c in answer)  # "usage": null on every chunk before, as on OpenAI
+    without = await _stream(client, include_usage=False)
+    assert all(c.choices and "usage" not in c.model_fields_set for c in without)
+    assert len(without) == len(answer)
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    ({"stream_options": {"include_usage": True}}, "only allowed when 'stream' is enabled"),
+    ({"stream": False, "stream_options": {"include_usage": True}},
+     "only allowed when 'stream' is enabled"),
+    ({"stream": True, "stream_options": "usage please"}, "'stream_options': expected an object"),
+], ids=["no stream", "stream false", "not an object"])
+async def test_stream_options_are_validated_as_on_openai(
+        fake: FakeOpenAI, client: AsyncOpenAI, options: dict, said: str) -> None:
+    with pytest.raises(openai.BadRequestError, match=said):
+        await client.chat.completions.create(model="m", messages=USER, extra_body=options)
+    assert fake.requests[-1].error is not None
+
+
+@pytest.mark.parametrize(("messages", "said"), [
+    (SYSTEM + USER + USER, "roles must alternate"),
+    (USER + [_assistant_calls("a")], "did not have response messages: a"),
+], ids=["template", "tool pairing"])
+async def test_a_refused_stream_request_gets_the_same_400(
+        fake: FakeOpenAI, client: AsyncOpenAI, messages: list[dict], said: str) -> None:
+    with pytest.raises(openai.BadRequestError, match=said) as refused:
+        await _stream(client, messages)
+    assert refused.value.response.headers["content-type"].startswith("application/json")
+    assert fake.requests[-1].stream and fake.requests[-1].error is not None
+
+
+async def test_errors_are_not_streamed(fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(Fail(429, "slow down"))
+    with pytest.raises(openai.RateLimitError, match="slow down"):
+        await _stream(client)  # raised by create(), before any chunk
+
+
+async def test_cut_stream_raises_remote_protocol_error_while_iterating(
+        fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(Cut("the answer was going"), Cut("never sent"))
+    stream: AsyncStream[ChatCompletionChunk] = await client.chat.completions.create(
+        model="m", messages=USER, stream=True)
+    received: list[ChatCompletionChunk] = []
+    # the openai client does not wrap it: callers iterating a stream catch httpx's error
+    with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+        async for chunk in stream:
+            received.append(chunk)
+    assert "".join(_content_deltas(received)) == "the answer was going"
+    assert _finish_reasons(received) == []
+    # not streamed, the same crash comes before any answer: the client wraps it
+    with pytest.raises(openai.APIConnectionError):
+        await client.chat.completions.create(model="m", messages=USER)
+
+
+async def test_chunk_delay_paces_streams_and_an_answer_can_override_it() -> None:
+    async with FakeOpenAI(chunk_delay=60) as fake, AsyncOpenAI(
+            base_url=fake.base_url, api_key="test", max_retries=0) as client:
+        fake.script(Say("not paced at all", chunk_delay=0),
+                    CallTools([("search", {"q": "x"})], chunk_delay=0))
+        said = await _stream(client)
+        assert len(said) == 1 + 4 + 1 + 1  # role, 4 words, finish, usage
+        called = await _stream(client)
+        assert len(called) == 1 + 1 + 2 + 1 + 1  # role, call, 2 argument pieces, finish, usage
+        fake.script(Say("paced by the server"))
+        stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+        first = await anext(aiter(stream))  # the role; the first word waits a minute
+        assert first.choices[0].delta.role == "assistant"
+        await fake.stop()  # cuts the pause short, and with it the stream
+        with pytest.raises(httpx.RemoteProtocolError):
+            async for _ in stream:
+                pass
 
 
 async def test_models_list(client: AsyncOpenAI) -> None:

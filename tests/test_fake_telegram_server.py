@@ -204,3 +204,90 @@ async def test_chat_actions_are_checked_as_the_bot_api_does(fake: FakeTelegram, 
     assert await bot.send_chat_action(FORUM, "typing", message_thread_id=42) is True
     with pytest.raises(BadRequest, match="(?i)wrong parameter action"):
         await bot.send_chat_action(FORUM, "dancing")
+
+
+async def test_an_edit_changes_what_the_user_sees(fake: FakeTelegram, bot: Bot) -> None:
+    fake.user_message(chat_id=FORUM, text="ask", chat_type="supergroup", is_forum=True,
+                      thread_id=42, is_topic_message=True)
+    preview = await bot.send_message(FORUM, "thinking…", message_thread_id=42)
+    await bot.send_message(FORUM, "outside the topic")
+    edited = await bot.edit_message_text("the answer", chat_id=FORUM,
+                                         message_id=preview.message_id)
+    assert isinstance(edited, Message)
+    assert (edited.message_id, edited.text) == (preview.message_id, "the answer")
+    assert (edited.message_thread_id, edited.is_topic_message) == (42, True)
+    assert edited.edit_date is not None and edited.date == preview.date
+    [edit] = await fake.wait_for_edits(1)
+    assert (edit.chat_id, edit.message_id, edit.text) == (FORUM, preview.message_id, "the answer")
+    assert (edit.message_thread_id, edit.parse_mode) == (42, None)
+    assert fake.visible(FORUM, thread_id=42) == ["the answer"]
+    assert fake.visible(FORUM) == ["outside the topic"]
+    assert fake.message_text(FORUM, preview.message_id) == "the answer"
+    assert [r.text for r in fake.sent] == ["thinking…", "outside the topic"]  # sends only
+
+
+async def test_edits_are_refused_as_the_bot_api_refuses_them(fake: FakeTelegram,
+                                                            bot: Bot) -> None:
+    sent = await bot.send_message(555, "<b>same</b>", parse_mode="HTML")
+    mine = sent.message_id
+    with pytest.raises(BadRequest, match="(?i)message is not modified: specified new"):
+        await bot.edit_message_text("<b>same</b>", chat_id=555, message_id=mine,
+                                    parse_mode="HTML")
+    with pytest.raises(BadRequest, match="(?i)message to edit not found"):
+        await bot.edit_message_text("x", chat_id=555, message_id=mine + 10)
+    with pytest.raises(BadRequest, match="(?i)message text is empty"):
+        await bot.edit_message_text(" ", chat_id=555, message_id=mine)
+    with pytest.raises(BadRequest, match="(?i)message_too_long"):
+        await bot.edit_message_text("y" * 4097, chat_id=555, message_id=mine)
+    inbound = fake.user_message(chat_id=555, text="from the user")
+    with pytest.raises(BadRequest, match="(?i)message can't be edited"):
+        await bot.edit_message_text("x", chat_id=555, message_id=inbound["message_id"])
+    with pytest.raises(BadRequest):
+        await bot.edit_message_text("x", inline_message_id="AAAA")
+    assert fake.edits == []
+
+    # the markup renders differently without its parse mode, so this is a change
+    await bot.edit_message_text("<b>same</b>", chat_id=555, message_id=mine)
+    # 4096 visible characters inside HTML tags fit, as for sendMessage
+    await bot.edit_message_text(f"<i>{'é' * 4096}</i>", chat_id=555, message_id=mine,
+                                parse_mode="HTML")
+    assert [e.parse_mode for e in fake.edits] == [None, "HTML"]
+
+
+async def test_a_deleted_message_can_be_neither_edited_nor_deleted(fake: FakeTelegram,
+                                                                   bot: Bot) -> None:
+    kept = await bot.send_message(555, "kept")
+    preview = await bot.send_message(555, "preview")
+    assert await bot.delete_message(555, preview.message_id) is True
+    assert fake.deleted == {(555, preview.message_id)}
+    assert fake.message_text(555, preview.message_id) is None
+    assert fake.visible(555) == ["kept"]
+    with pytest.raises(BadRequest, match="(?i)message to edit not found"):
+        await bot.edit_message_text("final", chat_id=555, message_id=preview.message_id)
+    with pytest.raises(BadRequest, match="(?i)message to delete not found"):
+        await bot.delete_message(555, preview.message_id)
+    with pytest.raises(BadRequest, match="(?i)message to delete not found"):
+        await bot.delete_message(555, kept.message_id + 10)
+    assert fake.edits == [] and fake.visible(555) == ["kept"]
+
+
+@pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
+async def test_scripted_edit_failures_hit_edits_only(fake: FakeTelegram, bot: Bot) -> None:
+    preview = await bot.send_message(555, "draft")
+    fake.fail_next_send()
+    fake.fail_next_edit(chat_id=777)  # another chat: not this one's
+    await bot.edit_message_text("draft 2", chat_id=555, message_id=preview.message_id)
+    with pytest.raises(RetryAfter):  # the send failure was still waiting for a send
+        await bot.send_message(555, "x")
+
+    fake.fail_next_edit(chat_id=555, retry_after=2)
+    fake.fail_next_edit()
+    with pytest.raises(RetryAfter) as flood:
+        await bot.edit_message_text("draft 3", chat_id=555, message_id=preview.message_id)
+    assert flood.value._retry_after == timedelta(seconds=2)
+    with pytest.raises(RetryAfter) as default:  # any chat's, with Telegram's retry_after 1
+        await bot.edit_message_text("draft 3", chat_id=555, message_id=preview.message_id)
+    assert default.value._retry_after == timedelta(seconds=1)
+    await bot.edit_message_text("draft 3", chat_id=555, message_id=preview.message_id)
+    assert [e.text for e in await fake.wait_for_edits(2)] == ["draft 2", "draft 3"]
+    assert fake.visible(555) == ["draft 3"] and [r.text for r in fake.sent] == ["draft"]

@@ -13,6 +13,7 @@ the gateway WebSocket at ``/gateway`` (see ``/work/shared/notes/platform-fakes.m
         await fake.wait_until_ready()
         await fake.user_message(channel_id=111, content="hi")   # MESSAGE_CREATE → on_message
         await fake.wait_for_sent(1)                              # POST …/messages recorded
+        fake.visible(111)                   # the bot's undeleted messages, as now edited
 
 Gateway: HELLO (op 10) → heartbeats (op 1) answered with op 11 → IDENTIFY (op 2)
 → READY (s=1) and GUILD_CREATE (s=2) → dispatches with increasing ``s``. One
@@ -38,6 +39,10 @@ Behaviour worth knowing when writing tests:
   a reply to a message the fake does not know in that channel 400/50035 unless
   ``fail_if_not_exists`` is false. discord.py retries 500/502/504 itself after
   1 s, 3 s, ...; a 429 after ``retry_after``.
+* Edits (PATCH) and deletes (DELETE …/messages/{id}) as on Discord: an unknown or
+  deleted message 404/10008, another author's message 403/50005 on edit, the
+  content rules of a post; a delete answers 204. The bot's own posts, edits and
+  deletes are not echoed on the gateway (no MESSAGE_CREATE/UPDATE/DELETE).
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ from aiohttp import WSMsgType, web
 
 from .local_server import LocalServer
 
-__all__ = ["FakeDiscord", "SentRecord", "DISCORD_EPOCH_MS", "MAX_MESSAGE_LENGTH"]
+__all__ = ["FakeDiscord", "SentRecord", "EditRecord", "DISCORD_EPOCH_MS",
+           "MAX_MESSAGE_LENGTH"]
 
 JSON = dict[str, Any]
 
@@ -81,8 +87,18 @@ class SentRecord:
 
 
 @dataclass
+class EditRecord:
+    """One successful ``PATCH /channels/{id}/messages/{message_id}``."""
+
+    channel_id: int
+    message_id: int
+    content: str  # the message's content after the edit
+    payload: JSON = field(repr=False)  # the JSON payload as sent
+
+
+@dataclass
 class _Failure:
-    """A scripted error answer for the next matching message post."""
+    """A scripted error answer for the next matching message post or edit."""
 
     channel_id: int | None
     status: int
@@ -134,6 +150,8 @@ class FakeDiscord(LocalServer):
         self.allowed_privileged_intents = INTENT_MESSAGE_CONTENT
         """Privileged intents "enabled in the developer portal"; others close with 4014."""
         self.sent: list[SentRecord] = []
+        self.edits: list[EditRecord] = []
+        self.deleted: set[tuple[int, int]] = set()  # (channel id, message id) deleted
         self.requests: list[tuple[str, str, int]] = []  # every REST call: method, path, status
         self.undelivered: list[JSON] = []  # dispatches made while no session existed
         self.identify_count = 0
@@ -144,16 +162,18 @@ class FakeDiscord(LocalServer):
         self.nonce_hits = 0  # sends answered with an earlier message of the same nonce
         self.history_requests = 0
         self._channels: dict[int, JSON] = {}  # id -> channel object (text, thread or DM)
-        self._deleted: set[int] = set()
+        self._deleted_channels: set[int] = set()
         self._roles: dict[int, JSON] = {self.guild_id: _role(self.guild_id, "@everyone", 0)}
         self._messages: dict[int, JSON] = {}  # every message seen (user and bot), by id
-        self._failures: list[_Failure] = []
+        self._post_failures: list[_Failure] = []
+        self._edit_failures: list[_Failure] = []
         self._session: _Session | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         self._gateway_down = False
         self._lock = asyncio.Lock()  # orders sequence numbers and frames on the socket
         self._ready = asyncio.Event()
         self._sent_changed = asyncio.Event()
+        self._edits_changed = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -179,6 +199,9 @@ class FakeDiscord(LocalServer):
         app.router.add_get(f"{api}/channels/{{channel_id:\\d+}}", self._get_channel)
         app.router.add_post(f"{api}/channels/{{channel_id:\\d+}}/messages", self._post_message)
         app.router.add_get(f"{api}/channels/{{channel_id:\\d+}}/messages", self._get_messages)
+        message = f"{api}/channels/{{channel_id:\\d+}}/messages/{{message_id:\\d+}}"
+        app.router.add_patch(message, self._edit_message)
+        app.router.add_delete(message, self._delete_message)
         app.router.add_post(f"{api}/channels/{{channel_id:\\d+}}/typing", self._typing)
         app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
@@ -198,7 +221,7 @@ class FakeDiscord(LocalServer):
             "id": str(channel_id), "type": 0, "guild_id": str(self.guild_id), "name": name,
             "position": position, "permission_overwrites": [], "parent_id": None,
             "topic": None, "nsfw": False, "last_message_id": None, "rate_limit_per_user": 0}
-        self._deleted.discard(channel_id)
+        self._deleted_channels.discard(channel_id)
 
     def add_thread(self, thread_id: int, parent_id: int, *, locked: bool = False,
                    archived: bool = False) -> None:
@@ -212,7 +235,7 @@ class FakeDiscord(LocalServer):
             "thread_metadata": {"archived": archived, "locked": locked,
                                 "auto_archive_duration": 1440, "archive_timestamp": now,
                                 "create_timestamp": now, "invitable": True}}
-        self._deleted.discard(thread_id)
+        self._deleted_channels.discard(thread_id)
 
     def add_role(self, role_id: int, name: str = "role") -> None:
         """Add a guild role (announced in GUILD_CREATE, so add it before connecting)."""
@@ -221,7 +244,7 @@ class FakeDiscord(LocalServer):
     def delete_channel(self, channel_id: int) -> None:
         """Delete a channel or thread: later posts get 404 Unknown Channel (10003)."""
         self._channels.pop(channel_id, None)
-        self._deleted.add(channel_id)
+        self._deleted_channels.add(channel_id)
 
     def lock_thread(self, thread_id: int) -> None:
         """Lock a thread: later posts get 403 (50083)."""
@@ -290,18 +313,41 @@ class FakeDiscord(LocalServer):
         "global": false}``, so discord.py sleeps ``retry_after`` and retries it
         itself; other statuses answer ``{"code", "message"}``.
         """
-        self._failures.append(_Failure(channel_id, status, retry_after, code, message, count))
+        self._post_failures.append(
+            _Failure(channel_id, status, retry_after, code, message, count))
+
+    def fail_next_edit(self, *, channel_id: int | None = None, status: int = 429,
+                       retry_after: float = 0.1, code: int = 0,
+                       message: str = "You are being rate limited.", count: int = 1) -> None:
+        """Make the next ``count`` message edits (in ``channel_id``, or any) fail.
+
+        As :meth:`fail_next_post`, for edits only: the two never take each other's failures.
+        """
+        self._edit_failures.append(
+            _Failure(channel_id, status, retry_after, code, message, count))
 
     async def wait_for_sent(self, count: int, timeout: float = 10) -> list[SentRecord]:
         """Wait until at least ``count`` messages were posted; return all posted so far."""
-        try:
-            async with asyncio.timeout(timeout):
-                while len(self.sent) < count:
-                    await self._sent_changed.wait()
-        except TimeoutError:
-            raise TimeoutError(f"expected {count} sent messages within {timeout}s, "
-                               f"got {len(self.sent)}: {self.sent!r}") from None
+        await self._wait_for("sent", count, timeout)
         return list(self.sent)
+
+    async def wait_for_edits(self, count: int, timeout: float = 10) -> list[EditRecord]:
+        """Wait until at least ``count`` edits succeeded; return all of them."""
+        await self._wait_for("edits", count, timeout)
+        return list(self.edits)
+
+    def message_content(self, channel_id: int, message_id: int) -> str | None:
+        """The current content of a message in that channel; None if deleted or unknown."""
+        message = self._messages.get(message_id)
+        if message is None or int(message["channel_id"]) != channel_id:
+            return None
+        return message["content"]
+
+    def visible(self, channel_id: int) -> list[str]:
+        """What a user sees of the bot in that channel: the current content of its
+        undeleted messages, oldest first."""
+        return [m["content"] for _, m in sorted(self._messages.items())
+                if int(m["channel_id"]) == channel_id and m["author"]["id"] == self.bot_user["id"]]
 
     # ------------------------------------------------------------------ gateway control
 
@@ -555,19 +601,13 @@ class FakeDiscord(LocalServer):
     async def _post_message(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
         payload, files = await _read_message_payload(request)
-        self._consume_failure(channel_id)
+        _consume_failure(self._post_failures, channel_id)
         channel = self._existing_channel(channel_id)
-        metadata = channel.get("thread_metadata")
-        if metadata is not None and metadata["locked"]:
-            raise _ApiError(403, 50083, "Thread is archived")
+        metadata = _unlocked_thread_metadata(channel)
         content = payload.get("content")
         content = None if content is None else str(content)
-        if not content and not payload.get("embeds") and not files \
-                and not payload.get("sticker_ids"):
-            raise _ApiError(400, 50006, "Cannot send an empty message")
-        if content is not None and len(content) > MAX_MESSAGE_LENGTH:
-            raise _form_error("content", "BASE_TYPE_MAX_LENGTH",
-                              f"Must be {MAX_MESSAGE_LENGTH} or fewer in length.")
+        _check_content(content, has_more=bool(payload.get("embeds") or files
+                                              or payload.get("sticker_ids")))
         reference = payload.get("message_reference") or None
         ref_id = int(reference["message_id"]) if reference and reference.get("message_id") else None
         if ref_id is not None and reference.get("fail_if_not_exists", True):
@@ -609,9 +649,46 @@ class FakeDiscord(LocalServer):
                                     message_reference=ref_id, nonce=payload.get("nonce"),
                                     message_id=int(message["id"]), raw=payload,
                                     files=[name for name, _ in files]))
-        self._sent_changed.set()
-        self._sent_changed = asyncio.Event()
+        self._wake("sent")
         return _json(_public(message))
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        """PATCH a message: the bot's own only; the fields it sends replace the old ones."""
+        channel_id = int(request.match_info["channel_id"])
+        payload, files = await _read_message_payload(request)
+        _consume_failure(self._edit_failures, channel_id)
+        metadata = _unlocked_thread_metadata(self._existing_channel(channel_id))
+        message = self._existing_message(channel_id, int(request.match_info["message_id"]))
+        if message["author"]["id"] != self.bot_user["id"]:
+            raise _ApiError(403, 50005, "Cannot edit a message authored by another user")
+        content = str(payload["content"] or "") if "content" in payload else message["content"]
+        embeds = (payload["embeds"] or []) if "embeds" in payload else message["embeds"]
+        kept = {str(a.get("id")) for a in payload.get("attachments") or []}
+        attachments = message["attachments"] if "attachments" not in payload \
+            else [a for a in message["attachments"] if a["id"] in kept]
+        _check_content(content, has_more=bool(embeds or attachments or files
+                                              or message.get("sticker_items")))
+        if metadata is not None:
+            metadata["archived"] = False  # as a post, an edit reopens an archived thread
+
+        message.update(content=content, embeds=embeds, attachments=attachments,
+                       edited_timestamp=_now_iso())
+        self.edits.append(EditRecord(channel_id=channel_id, message_id=int(message["id"]),
+                                     content=content, payload=payload))
+        self._wake("edits")
+        return _json(_public(message))
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        """DELETE a message: 204. Others' messages too (the bot's role may manage
+        messages), except in a DM, where only one's own can go."""
+        channel_id = int(request.match_info["channel_id"])
+        channel = self._existing_channel(channel_id)
+        message = self._existing_message(channel_id, int(request.match_info["message_id"]))
+        if channel["type"] == 1 and message["author"]["id"] != self.bot_user["id"]:
+            raise _ApiError(403, 50003, "Cannot execute action on a DM channel")
+        del self._messages[int(message["id"])]
+        self.deleted.add((channel_id, int(message["id"])))
+        return web.Response(status=204)
 
     async def _get_messages(self, request: web.Request) -> web.Response:
         """A channel's history, as Discord answers it: newest first; ``after`` gives the
@@ -655,19 +732,29 @@ class FakeDiscord(LocalServer):
             raise _ApiError(404, 10003, "Unknown Channel")
         return channel
 
-    def _consume_failure(self, channel_id: int) -> None:
-        for failure in self._failures:
-            if failure.channel_id is None or failure.channel_id == channel_id:
-                failure.remaining -= 1
-                if failure.remaining <= 0:
-                    self._failures.remove(failure)
-                if failure.status == 429:
-                    raise _ApiError(429, failure.code, failure.message,
-                                    extra={"retry_after": failure.retry_after, "global": False},
-                                    headers={"Via": "1.1 google",
-                                             "Retry-After": str(max(1, round(failure.retry_after))),
-                                             "X-RateLimit-Scope": "user"})
-                raise _ApiError(failure.status, failure.code, failure.message)
+    def _existing_message(self, channel_id: int, message_id: int) -> JSON:
+        message = self._messages.get(message_id)
+        if message is None or int(message["channel_id"]) != channel_id:
+            raise _ApiError(404, 10008, "Unknown Message")
+        return message
+
+    def _wake(self, what: str) -> None:
+        """Wake everyone waiting on ``what`` ("sent" or "edits")."""
+        attr = f"_{what}_changed"
+        event: asyncio.Event = getattr(self, attr)
+        setattr(self, attr, asyncio.Event())
+        event.set()
+
+    async def _wait_for(self, what: str, count: int, timeout: float) -> None:
+        """Until the list ``what`` ("sent" or "edits") holds at least ``count`` records."""
+        records: list[Any] = getattr(self, what)
+        try:
+            async with asyncio.timeout(timeout):
+                while len(records) < count:
+                    await getattr(self, f"_{what}_changed").wait()
+        except TimeoutError:
+            raise TimeoutError(f"expected {count} {what} within {timeout}s, "
+                               f"got {len(records)}: {records!r}") from None
 
     def _message(self, channel_id: int, content: str, author: JSON, *,
                  mentions: list[JSON]) -> JSON:
@@ -727,6 +814,39 @@ async def _read_message_payload(request: web.Request) -> tuple[JSON, list[tuple[
         else:
             files.append((part.filename or part.name or "file", len(await part.read())))
     return payload, files
+
+
+def _consume_failure(failures: list[_Failure], channel_id: int) -> None:
+    """Raise the first scripted failure for ``channel_id`` (or any channel), if any."""
+    for failure in failures:
+        if failure.channel_id is None or failure.channel_id == channel_id:
+            failure.remaining -= 1
+            if failure.remaining <= 0:
+                failures.remove(failure)
+            if failure.status == 429:
+                raise _ApiError(429, failure.code, failure.message,
+                                extra={"retry_after": failure.retry_after, "global": False},
+                                headers={"Via": "1.1 google",
+                                         "Retry-After": str(max(1, round(failure.retry_after))),
+                                         "X-RateLimit-Scope": "user"})
+            raise _ApiError(failure.status, failure.code, failure.message)
+
+
+def _unlocked_thread_metadata(channel: JSON) -> JSON | None:
+    """A thread's metadata (None for a channel); a locked thread takes no posts or edits."""
+    metadata = channel.get("thread_metadata")
+    if metadata is not None and metadata["locked"]:
+        raise _ApiError(403, 50083, "Thread is archived")
+    return metadata
+
+
+def _check_content(content: str | None, *, has_more: bool) -> None:
+    """A message needs content or something else (``has_more``), and at most 2000 chars."""
+    if not content and not has_more:
+        raise _ApiError(400, 50006, "Cannot send an empty message")
+    if content is not None and len(content) > MAX_MESSAGE_LENGTH:
+        raise _form_error("content", "BASE_TYPE_MAX_LENGTH",
+                          f"Must be {MAX_MESSAGE_LENGTH} or fewer in length.")
 
 
 def _form_error(key: str, code: str, message: str) -> _ApiError:

@@ -11,12 +11,16 @@ mapping, timeouts) without a network or a model::
         ...
         assert fake.requests[0].tool_names == ["search"]
 
-Protocol as on OpenAI: ``POST /v1/chat/completions`` (non-streaming only) answers a
-``chat.completion`` object; errors carry the real HTTP status and an
+Protocol as on OpenAI: ``POST /v1/chat/completions`` answers a ``chat.completion``
+object or, with ``"stream": true``, ``text/event-stream`` ``chat.completion.chunk`` events
+ending in ``data: [DONE]`` (role first, then text and tool-call arguments in pieces, a
+finish chunk, and a usage chunk when ``stream_options.include_usage``); pieces can be
+paced by ``chunk_delay``, and :class:`Cut` drops the connection mid-stream. Errors are
+never streamed: they carry the real HTTP status and an
 ``{"error": {"message", "type", "param", "code"}}`` body, which the client maps to
 ``BadRequestError`` (400), ``RateLimitError`` (429), ``InternalServerError`` (5xx)...
-Requests are validated like a strict real server (roles, tool-call pairing), so a
-malformed conversation built by Homing fails here as it would in production.
+Requests, streamed or not, are validated like a strict real server (roles, tool-call
+pairing), so a malformed conversation built by Homing fails here as it would in production.
 ``GET /v1/models`` lists one model.
 """
 
@@ -27,6 +31,7 @@ import inspect
 import itertools
 import json
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,8 +41,8 @@ from aiohttp import web
 
 from .local_server import LocalServer
 
-__all__ = ["Brain", "CallTools", "ChatRequest", "Fail", "FakeOpenAI", "Hang", "Message",
-           "Raw", "Response", "Say"]
+__all__ = ["Brain", "CallTools", "ChatRequest", "Cut", "Fail", "FakeOpenAI", "Hang",
+           "Message", "Raw", "Response", "Say"]
 
 JSON = dict[str, Any]
 
@@ -49,10 +54,14 @@ MODEL_ID = "fake-model"
 
 @dataclass(frozen=True)
 class Say:
-    """An assistant text reply (``finish_reason="length"``: cut off at max_tokens)."""
+    """An assistant text reply (``finish_reason="length"``: cut off at max_tokens).
+
+    ``chunk_delay``: seconds between streamed pieces, None for the server's ``chunk_delay``.
+    """
 
     text: str
     finish_reason: str = "stop"
+    chunk_delay: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,10 +70,12 @@ class CallTools:
 
     Each call is ``(function name, arguments)``: a dict is sent as ``json.dumps``
     text, a str verbatim (e.g. malformed JSON, as real models sometimes produce).
+    Streamed, each call's arguments come in pieces after its id and name.
     """
 
     calls: list[tuple[str, dict | str]]
     text: str | None = None
+    chunk_delay: float | None = None  # as Say's
 
 
 @dataclass(frozen=True)
@@ -96,12 +107,25 @@ class Raw:
 
 @dataclass(frozen=True)
 class Message:
-    """A completion whose assistant message is exactly ``message`` (ids, nulls and all)."""
+    """A completion whose assistant message is exactly ``message`` (ids, nulls and all).
+
+    Streamed, its text fields (``content``, ``reasoning_content``) come in pieces and its
+    ``tool_calls`` verbatim in one delta, as Ollama sends them (add ``"index"`` to each
+    call for a well-formed stream).
+    """
 
     message: JSON
 
 
-Response = Say | CallTools | Fail | Hang | Raw | Message
+@dataclass(frozen=True)
+class Cut:
+    """A crash mid-answer: stream ``text_before``, then drop the connection without a
+    finish chunk or ``[DONE]`` (asked without streaming: drop it before any answer)."""
+
+    text_before: str
+
+
+Response = Say | CallTools | Fail | Hang | Raw | Message | Cut
 
 
 # ---------------------------------------------------------------------- requests
@@ -114,6 +138,7 @@ class ChatRequest:
     model: str
     messages: list[dict]
     tool_names: list[str]  # names of the function tools in body["tools"]
+    stream: bool = False  # whether the client asked for a streamed answer
     error: str | None = None  # why the fake rejected it with a 400, None when valid
 
     @classmethod
@@ -131,7 +156,7 @@ class ChatRequest:
         return cls(body=body, model=model if isinstance(model, str) else "",
                    messages=[m for m in messages if isinstance(m, dict)]
                    if isinstance(messages, list) else [],
-                   tool_names=names)
+                   tool_names=names, stream=body.get("stream") is True)
 
     @property
     def last(self) -> dict:
@@ -165,10 +190,13 @@ class FakeOpenAI(LocalServer):
     Answers come from the :meth:`script` queue first, then from ``brain``, else ``Say("ok")``.
     """
 
-    def __init__(self, brain: Brain | None = None, *, strict: bool = True) -> None:
+    def __init__(self, brain: Brain | None = None, *, strict: bool = True,
+                 chunk_delay: float = 0.0) -> None:
         self.brain: Brain | None = brain
         #: refuse what the strictest chat templates refuse (as llama.cpp does for them)
         self.strict = strict
+        #: seconds between the streamed pieces of an answer (a Say or CallTools can override)
+        self.chunk_delay = chunk_delay
         self.requests: list[ChatRequest] = []  # every chat request received, valid or not
         self.api_keys: list[str] = []  # bearer tokens seen, one per request
         self.port: int = 0
@@ -195,8 +223,16 @@ class FakeOpenAI(LocalServer):
         return app
 
     async def _before_stop(self) -> None:
-        """Cut pending Hangs short so stop() does not wait for them."""
+        """Cut pending Hangs and paced streams short so stop() does not wait for them."""
         self._closing.set()
+
+    async def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; False, at once, when the server is stopping."""
+        try:
+            await asyncio.wait_for(self._closing.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
 
     # ------------------------------------------------------------------ HTTP
 
@@ -208,7 +244,7 @@ class FakeOpenAI(LocalServer):
         return web.json_response({"object": "list", "data": [
             {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "homing-tests"}]})
 
-    async def _chat_completions(self, request: web.Request) -> web.Response:
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         self._record_key(request)
         try:
             body: object = await request.json()
@@ -225,7 +261,7 @@ class FakeOpenAI(LocalServer):
             answer = await self._decide(chat)
         except Exception as exc:  # a broken brain shows up as a model error, not a hang
             return _error(500, f"brain raised {type(exc).__name__}: {exc}")
-        return await self._answer(chat, answer)
+        return await self._answer(request, chat, answer)
 
     def _record_key(self, request: web.Request) -> None:
         auth = request.headers.get("Authorization", "")
@@ -243,49 +279,96 @@ class FakeOpenAI(LocalServer):
             answer = await answer
         return answer
 
-    async def _answer(self, chat: ChatRequest, answer: Response) -> web.Response:
+    async def _answer(self, request: web.Request, chat: ChatRequest,
+                      answer: Response) -> web.StreamResponse:
         while isinstance(answer, Hang):
-            try:
-                await asyncio.wait_for(self._closing.wait(), answer.seconds)
-            except TimeoutError:
-                answer = answer.then if answer.then is not None else Say("late")
-            else:
+            if not await self._pause(answer.seconds):
                 return _error(503, "fake server is shutting down")
+            answer = answer.then if answer.then is not None else Say("late")
         if isinstance(answer, Fail):
             return _error(answer.status, answer.message, answer.headers, answer.code)
         if isinstance(answer, Raw):
             return web.Response(status=answer.status, text=answer.body,
                                 content_type=answer.content_type)
+        if isinstance(answer, Cut):
+            if not chat.stream:
+                return _drop(request)
+            deltas = _deltas({"role": "assistant", "content": answer.text_before})
+            return await self._stream(request, chat, deltas, self.chunk_delay)
         if isinstance(answer, Say | CallTools | Message):
-            return web.json_response(self._completion(chat, answer))
+            message = self._message(answer)
+            finish_reason = ("tool_calls" if "tool_calls" in message
+                             else answer.finish_reason if isinstance(answer, Say) else "stop")
+            usage = _usage(chat, message)
+            if not chat.stream:
+                return web.json_response(self._completion(chat, {
+                    "choices": [{"index": 0, "message": message, "logprobs": None,
+                                 "finish_reason": finish_reason}],
+                    "usage": usage}))
+            pace = None if isinstance(answer, Message) else answer.chunk_delay
+            deltas = _deltas(message, split_tool_calls=not isinstance(answer, Message))
+            return await self._stream(request, chat, deltas,
+                                      self.chunk_delay if pace is None else pace,
+                                      ending=(finish_reason, usage))
         return _error(500, f"the fake got an answer it cannot send: {answer!r}")
 
-    def _completion(self, chat: ChatRequest, answer: Say | CallTools | Message) -> JSON:
-        message: JSON = {"role": "assistant"}
+    def _message(self, answer: Say | CallTools | Message) -> JSON:
+        """The assistant message of an answer, with fresh tool-call ids."""
         if isinstance(answer, Message):
-            message = answer.message
-        elif isinstance(answer, Say):
-            message["content"] = answer.text
-        else:
-            message["content"] = answer.text
+            return answer.message
+        message: JSON = {"role": "assistant", "content": answer.text}
+        if isinstance(answer, CallTools):
             message["tool_calls"] = [
                 {"id": f"call_{next(self._call_ids)}", "type": "function",
                  "function": {"name": name,
                               "arguments": args if isinstance(args, str) else json.dumps(args)}}
                 for name, args in answer.calls]
-        prompt_tokens = _tokens(chat.messages)
-        completion_tokens = _tokens(message)
-        return {
-            "id": f"chatcmpl-{next(self._completion_ids)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": chat.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if "tool_calls" in message
-                         else answer.finish_reason if isinstance(answer, Say) else "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        }
+        return message
+
+    def _completion(self, chat: ChatRequest, fields: JSON, *,
+                    kind: str = "chat.completion") -> JSON:
+        """``fields`` under a fresh completion id (a stream's chunks share one header)."""
+        return {"id": f"chatcmpl-{next(self._completion_ids)}", "object": kind,
+                "created": int(time.time()), "model": chat.model, **fields}
+
+    async def _stream(self, request: web.Request, chat: ChatRequest, deltas: list[JSON],
+                      delay: float, *, ending: tuple[str, JSON] | None = None,
+                      ) -> web.StreamResponse:
+        """Send ``deltas`` as chunks, ``delay`` seconds apart after the first; then
+        ``ending`` (finish reason, usage): the finish chunk, the usage chunk when the
+        client asked for it, and ``[DONE]``. No ending (a Cut), or the server stopping
+        mid-stream: drop the connection instead, as a crashing server does."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        header = self._completion(chat, {}, kind="chat.completion.chunk")
+        options = chat.body.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
+
+        async def send(chunk: JSON) -> None:
+            await response.write(f"data: {json.dumps({**header, **chunk})}\n\n".encode())
+
+        def choice(delta: JSON, finish_reason: str | None = None) -> JSON:
+            chunk: JSON = {"choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                        "finish_reason": finish_reason}]}
+            return chunk | {"usage": None} if with_usage else chunk
+
+        try:
+            for i, delta in enumerate(deltas):
+                if i and delay > 0 and not await self._pause(delay):
+                    return _drop(request, response)
+                await send(choice(delta))
+            if ending is None:
+                return _drop(request, response)
+            finish_reason, usage = ending
+            await send(choice({}, finish_reason))
+            if with_usage:
+                await send({"choices": [], "usage": usage})
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client closed the stream early: there is no one left to answer
+        return response
 
 
 # ---------------------------------------------------------------------- validation
@@ -298,8 +381,7 @@ def _validate(body: object, *, strict: bool = True) -> None:
                           "expected a JSON object.")
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise _BadRequest("you must provide a model parameter")
-    if body.get("stream"):
-        raise _BadRequest("stream=true is not supported by the fake OpenAI server")
+    _validate_streaming(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise _BadRequest("Missing required parameter: 'messages' (must be a list).")
@@ -316,6 +398,24 @@ def _validate(body: object, *, strict: bool = True) -> None:
     _validate_tool_pairing(messages)
     if strict:
         _validate_template(messages)
+
+
+def _validate_streaming(body: JSON) -> None:
+    """``stream`` is a boolean; ``stream_options`` an object, and only with a stream."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _BadRequest("Invalid type for 'stream': expected a boolean.")
+    options = body.get("stream_options")
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise _BadRequest("Invalid type for 'stream_options': expected an object.")
+    if not stream:
+        raise _BadRequest("The 'stream_options' parameter is only allowed when 'stream' "
+                          "is enabled.")
+    if not isinstance(options.get("include_usage", False), bool):
+        raise _BadRequest("Invalid type for 'stream_options.include_usage': expected a "
+                          "boolean.")
 
 
 #: how a chat template's refusal reaches a client: llama.cpp passes the Jinja
@@ -423,6 +523,50 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None,
         kind = "invalid_request_error"
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
     return web.json_response(body, status=status, headers=headers)
+
+
+def _usage(chat: ChatRequest, message: JSON) -> JSON:
+    prompt_tokens = _tokens(chat.messages)
+    completion_tokens = _tokens(message)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def _deltas(message: JSON, *, split_tool_calls: bool = True) -> list[JSON]:
+    """The deltas that stream ``message``, as OpenAI sends them: role (and any other
+    field) first, with its text fields emptied (a null content stays null, as OpenAI's
+    does before tool calls); then reasoning and content in pieces; then
+    each tool call's id and name, followed by its arguments in pieces — or, not
+    ``split_tool_calls``, the tool calls verbatim in one delta, as Ollama sends them."""
+    texts = [key for key in ("reasoning_content", "content")
+             if isinstance(message.get(key), str)]
+    deltas = [{key: "" if key in texts else value
+               for key, value in message.items() if key != "tool_calls"}]
+    deltas += [{key: piece} for key in texts for piece in _pieces(message[key])]
+    if "tool_calls" in message and not split_tool_calls:
+        deltas.append({"tool_calls": message["tool_calls"]})
+    elif "tool_calls" in message:
+        for index, call in enumerate(message["tool_calls"]):
+            function = call["function"]
+            deltas.append({"tool_calls": [
+                {"index": index, "id": call["id"], "type": "function",
+                 "function": {"name": function["name"], "arguments": ""}}]})
+            deltas += [{"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+                       for piece in _pieces(function["arguments"])]
+    return deltas
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` in the pieces a model would stream it in: words with their trailing spaces."""
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+def _drop(request: web.Request, response: web.StreamResponse | None = None,
+          ) -> web.StreamResponse:
+    """Close the connection at once, mid-answer, as a crashing server does."""
+    if request.transport is not None:
+        request.transport.abort()
+    return response if response is not None else web.Response()
 
 
 def _tokens(value: object) -> int:

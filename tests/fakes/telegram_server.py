@@ -1,7 +1,7 @@
 """A small fake Telegram Bot API server for tests with the real python-telegram-bot.
 
-It speaks just enough of the Bot API for PTB 22.x to long-poll and send
-messages (see ``/work/shared/notes/platform-fakes.md``)::
+It speaks just enough of the Bot API for PTB 22.x to long-poll, send, edit and
+delete messages (see ``/work/shared/notes/platform-fakes.md``)::
 
     fake = FakeTelegram()
     await fake.start()
@@ -9,6 +9,8 @@ messages (see ``/work/shared/notes/platform-fakes.md``)::
            .base_url(fake.base_url).base_file_url(fake.base_file_url).build())
     fake.user_message(chat_id=7, text="hi")          # next getUpdates returns it
     await app.bot.send_message(7, "hello")            # recorded in fake.sent
+    await app.bot.edit_message_text("hello!", chat_id=7, message_id=1)  # fake.edits
+    fake.visible(7)                                   # ["hello!"]: what the user sees
     await fake.stop()
 
 Protocol as on Telegram: ``POST /bot<TOKEN>/<method>`` with a form-encoded
@@ -16,6 +18,11 @@ Protocol as on Telegram: ``POST /bot<TOKEN>/<method>`` with a form-encoded
 all; answers ``{"ok": true, "result": ...}`` with HTTP 200, errors carry the
 real HTTP status, ``error_code``, ``description`` and ``parameters`` when
 relevant (``retry_after``).
+
+Edits and deletes answer as the Bot API does: an unknown or deleted message is
+"message to edit not found" / "message to delete not found", an edit to the same
+content "message is not modified", an over-long edit ``MESSAGE_TOO_LONG`` (where
+sendMessage says "message is too long"), and a user's message "can't be edited".
 """
 
 from __future__ import annotations
@@ -32,11 +39,16 @@ from aiohttp import web
 
 from .local_server import LocalServer
 
-__all__ = ["FakeTelegram", "SentRecord", "utf16_len"]
+__all__ = ["EditRecord", "FakeTelegram", "SentRecord", "utf16_len"]
 
 JSON = dict[str, Any]
 
 THREAD_NOT_FOUND = "Bad Request: message thread not found"
+EDIT_NOT_FOUND = "Bad Request: message to edit not found"
+DELETE_NOT_FOUND = "Bad Request: message to delete not found"
+NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and "
+                "reply markup are exactly the same as a current content and reply markup "
+                "of the message")
 MAX_MESSAGE_LENGTH = 4096
 
 
@@ -56,6 +68,31 @@ class SentRecord:
     parse_mode: str | None
     message_id: int
     params: dict[str, Any] = field(repr=False)  # the request parameters, values as sent
+
+
+@dataclass
+class EditRecord:
+    """One successful ``editMessageText`` call, as the fake received it."""
+
+    chat_id: int
+    message_id: int
+    text: str
+    message_thread_id: int | None  # the edited message's thread (an edit cannot move it)
+    parse_mode: str | None
+    params: dict[str, Any] = field(repr=False)  # the request parameters, values as sent
+
+
+@dataclass
+class _Posted:
+    """A message the bot sent, as it stands now (after its edits)."""
+
+    message: JSON  # the Message object the API answers, text and edit_date kept current
+    parse_mode: str | None
+    inline_markup: Any  # the inline keyboard, part of what "not modified" compares
+
+    @property
+    def thread_id(self) -> int | None:
+        return self.message.get("message_thread_id")
 
 
 @dataclass
@@ -92,6 +129,8 @@ class FakeTelegram(LocalServer):
         self.bot_user: JSON = {"id": self.bot_id, "is_bot": True, "first_name": "Homing",
                                "username": bot_username}
         self.sent: list[SentRecord] = []
+        self.edits: list[EditRecord] = []
+        self.deleted: set[tuple[int, int]] = set()  # (chat id, message id) deleted by the bot
         self.handed_out = 0  # updates getUpdates returned, counting each time one is returned
         self._sends_open = asyncio.Event()
         self._sends_open.set()
@@ -103,10 +142,14 @@ class FakeTelegram(LocalServer):
         self._next_update_id = 10_000
         self._message_ids: dict[int, int] = {}  # chat id -> last message id in that chat
         self._chats: dict[int, JSON] = {}  # chats seen in inbound messages
+        self._posted: dict[tuple[int, int], _Posted] = {}  # (chat id, message id) of the bot's
+        self._user_messages: set[tuple[int, int]] = set()  # inbound ones: the bot can't edit
         self._send_failures: list[_Failure] = []
+        self._edit_failures: list[_Failure] = []
         self._poll_failures: list[_Failure] = []
         self._updates_changed = asyncio.Event()
         self._sent_changed = asyncio.Event()
+        self._edits_changed = asyncio.Event()
         self._closing = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -182,6 +225,7 @@ class FakeTelegram(LocalServer):
                 "message_id": thread_id, "date": message["date"], "chat": chat,
                 "from": sender, "message_thread_id": thread_id, "is_topic_message": True,
                 "forum_topic_created": {"name": f"Topic {thread_id}", "icon_color": 7322096}}
+        self._user_messages.add((chat_id, message["message_id"]))
         self.raw_update({"message": message})
         return message
 
@@ -212,9 +256,17 @@ class FakeTelegram(LocalServer):
         ``retry_after`` gets ``retry_after=1`` like Telegram's own answer.
         Note PTB raises RetryAfter only for a non-zero ``retry_after``.
         """
-        if status == 429 and retry_after is None:
-            retry_after = 1
-        self._send_failures.append(_Failure(chat_id, status, description, retry_after, count))
+        self._send_failures.append(_scripted(chat_id, status, retry_after, description, count))
+
+    def fail_next_edit(self, *, chat_id: int | None = None, status: int = 429,
+                       retry_after: int | None = None,
+                       description: str = "Too Many Requests: retry after 1",
+                       count: int = 1) -> None:
+        """Make the next ``count`` editMessageText calls (in ``chat_id``, or any) fail.
+
+        As :meth:`fail_next_send`, for edits only: the two never take each other's failures.
+        """
+        self._edit_failures.append(_scripted(chat_id, status, retry_after, description, count))
 
     def fail_next_poll(self, *, status: int = 409,
                        description: str = ("Conflict: terminated by other getUpdates request; "
@@ -225,16 +277,24 @@ class FakeTelegram(LocalServer):
 
     async def wait_for_sent(self, count: int, timeout: float = 10) -> list[SentRecord]:
         """Wait until at least ``count`` messages were sent; return all of them."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while len(self.sent) < count:
-            remaining = deadline - asyncio.get_running_loop().time()
-            event = self._sent_changed
-            try:
-                await asyncio.wait_for(event.wait(), max(remaining, 0))
-            except TimeoutError:
-                raise TimeoutError(f"expected {count} sent messages within {timeout}s, "
-                                   f"got {len(self.sent)}: {self.sent!r}") from None
+        await self._wait_for("sent", count, timeout)
         return list(self.sent)
+
+    async def wait_for_edits(self, count: int, timeout: float = 10) -> list[EditRecord]:
+        """Wait until at least ``count`` edits succeeded; return all of them."""
+        await self._wait_for("edits", count, timeout)
+        return list(self.edits)
+
+    def message_text(self, chat_id: int, message_id: int) -> str | None:
+        """The current text of a message the bot sent; None if deleted or never sent."""
+        posted = self._posted.get((chat_id, message_id))
+        return None if posted is None else posted.message["text"]
+
+    def visible(self, chat_id: int, thread_id: int | None = None) -> list[str]:
+        """What a user sees of the bot in that chat: the current texts of its undeleted
+        messages in the topic ``thread_id`` (None: outside any topic), oldest first."""
+        return [p.message["text"] for (chat, _), p in sorted(self._posted.items())
+                if chat == chat_id and p.thread_id == thread_id]
 
     # ------------------------------------------------------------------ HTTP
 
@@ -366,11 +426,54 @@ class FakeTelegram(LocalServer):
         if reply_to is not None:
             message["reply_to_message"] = {"message_id": reply_to, "date": message["date"],
                                            "chat": chat}
+        self._posted[(chat_id, message["message_id"])] = _Posted(
+            message, parse_mode, _inline_markup(params.get("reply_markup")))
         self.sent.append(SentRecord(chat_id=chat_id, text=text, message_thread_id=thread_id,
                                     reply_to_message_id=reply_to, parse_mode=parse_mode,
                                     message_id=message["message_id"], params=params))
         self._wake("sent")
         return message
+
+    async def _edit_message_text(self, params: dict[str, Any]) -> JSON:
+        """In the Bot API's order: the text, the message, then what Telegram itself checks."""
+        text = params.get("text") or ""
+        parse_mode = params.get("parse_mode")
+        if "inline_message_id" in params and "chat_id" not in params:
+            raise _ApiError(400, "Bad Request: MESSAGE_ID_INVALID")  # the fake has none
+        chat_id, message_id = _message_key(params)
+        _consume(self._edit_failures, chat_id)
+        if not text.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        posted = self._posted.get((chat_id, message_id))
+        if posted is None:
+            if (chat_id, message_id) in self._user_messages:
+                raise _ApiError(400, "Bad Request: message can't be edited")
+            raise _ApiError(400, EDIT_NOT_FOUND)
+        if utf16_len(_visible_text(text, parse_mode)) > MAX_MESSAGE_LENGTH:
+            raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+        markup = _inline_markup(params.get("reply_markup"))  # none given: the keyboard goes
+        current = posted.message
+        if (_content(text, parse_mode), markup) == \
+                (_content(current["text"], posted.parse_mode), posted.inline_markup):
+            raise _ApiError(400, NOT_MODIFIED)
+
+        current.update(text=text, edit_date=int(time.time()))
+        posted.parse_mode, posted.inline_markup = parse_mode, markup
+        self.edits.append(EditRecord(chat_id=chat_id, message_id=message_id, text=text,
+                                     message_thread_id=posted.thread_id,
+                                     parse_mode=parse_mode, params=params))
+        self._wake("edits")
+        return dict(current)
+
+    async def _delete_message(self, params: dict[str, Any]) -> bool:
+        """The bot's own messages, and users' (as an admin, or in a private chat)."""
+        key = _message_key(params)
+        if self._posted.pop(key, None) is None:
+            if key not in self._user_messages:
+                raise _ApiError(400, DELETE_NOT_FOUND)
+            self._user_messages.discard(key)
+        self.deleted.add(key)
+        return True
 
     async def _set_my_commands(self, params: dict[str, Any]) -> bool:
         commands = _as_json(params.get("commands"))
@@ -391,6 +494,8 @@ class FakeTelegram(LocalServer):
         "deletewebhook": _delete_webhook,
         "getupdates": _get_updates,
         "sendmessage": _send_message,
+        "editmessagetext": _edit_message_text,
+        "deletemessage": _delete_message,
         "setmycommands": _set_my_commands,
         "getmycommands": _get_my_commands,
         "deletemycommands": _delete_my_commands,
@@ -406,11 +511,24 @@ class FakeTelegram(LocalServer):
         return self._message_ids[chat_id]
 
     def _wake(self, what: str) -> None:
-        """Wake everyone waiting on ``what`` ("updates" or "sent")."""
+        """Wake everyone waiting on ``what`` ("updates", "sent" or "edits")."""
         attr = f"_{what}_changed"
         event: asyncio.Event = getattr(self, attr)
         setattr(self, attr, asyncio.Event())
         event.set()
+
+    async def _wait_for(self, what: str, count: int, timeout: float) -> None:
+        """Until the list ``what`` ("sent" or "edits") holds at least ``count`` records."""
+        records: list[Any] = getattr(self, what)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(records) < count:
+            remaining = deadline - asyncio.get_running_loop().time()
+            event: asyncio.Event = getattr(self, f"_{what}_changed")
+            try:
+                await asyncio.wait_for(event.wait(), max(remaining, 0))
+            except TimeoutError:
+                raise TimeoutError(f"expected {count} {what} within {timeout}s, "
+                                   f"got {len(records)}: {records!r}") from None
 
 
 # ---------------------------------------------------------------------- module helpers
@@ -420,6 +538,14 @@ def _error(status: int, description: str, retry_after: int | None = None) -> web
     if retry_after is not None:
         body["parameters"] = {"retry_after": retry_after}
     return web.json_response(body, status=status)
+
+
+def _scripted(chat_id: int | None, status: int, retry_after: int | None, description: str,
+              count: int) -> _Failure:
+    """A scripted failure; a 429 without ``retry_after`` gets 1, as Telegram's own answer."""
+    if status == 429 and retry_after is None:
+        retry_after = 1
+    return _Failure(chat_id, status, description, retry_after, count)
 
 
 def _consume(failures: list[_Failure], chat_id: int | None) -> None:
@@ -464,6 +590,33 @@ def _as_json(value: Any) -> Any:
         return None
 
 
+def _message_key(params: dict[str, Any]) -> tuple[int, int]:
+    """(chat id, message id) of the message an edit or delete names."""
+    try:
+        chat_id = int(params.get("chat_id", ""))
+    except (TypeError, ValueError):
+        raise _ApiError(400, "Bad Request: chat not found") from None
+    message_id = _as_int(params.get("message_id"))
+    if not message_id:
+        raise _ApiError(400, "Bad Request: message identifier is not specified")
+    return chat_id, message_id
+
+
+def _inline_markup(value: Any) -> Any:
+    """A message keeps an inline keyboard only (a reply keyboard belongs to the chat)."""
+    markup = _as_json(value)
+    return markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
+
+
+def _content(text: str, parse_mode: str | None) -> tuple[str, str | None]:
+    """What "not modified" compares, roughly: Telegram compares the rendered text and its
+    entities, so a parse mode counts only when the text holds that mode's markup."""
+    mode = (parse_mode or "").lower() or None
+    if mode is not None and not any(c in text for c in _MARKUP.get(mode, "")):
+        mode = None
+    return text, mode
+
+
 def _guess_chat(chat_id: int) -> JSON:
     """A chat never seen inbound: private for positive ids, else a (super)group."""
     if chat_id > 0:
@@ -493,6 +646,9 @@ def _entities(text: str) -> list[JSON]:
                          "length": utf16_len(mention.group())})
     return entities
 
+
+#: characters that can start formatting in each parse mode
+_MARKUP = {"html": "<&", "markdown": "_*`[", "markdownv2": "_*[]()~`>#+-=|{}.!\\"}
 
 #: the actions sendChatAction accepts
 _CHAT_ACTIONS = frozenset({"typing", "upload_photo", "record_video", "upload_video",
