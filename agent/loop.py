@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from .history import Message
-from .model_client import ModelClient, ModelReply
+from .model_client import ModelClient, ModelReply, OnText
 from .toolbox import ToolBox, ToolContext
 
 log = structlog.get_logger(__name__)
@@ -35,12 +35,14 @@ class ToolLoop:
         self.toolbox = toolbox
         self.max_rounds = max_rounds
 
-    async def run(self, context: Context, record: Record, say: Say, ctx: ToolContext
-                  ) -> ModelReply | None:
+    async def run(self, context: Context, record: Record, say: Say, ctx: ToolContext, *,
+                  on_text: OnText | None = None) -> ModelReply | None:
         """Rounds until the model answers without tool calls (that reply is returned)
-        or ``max_rounds`` run out (None). Raises ModelUnavailable."""
+        or ``max_rounds`` run out (None). Raises ModelUnavailable. ``on_text``: each
+        round's answer as it is streamed, before ``say`` has the whole of it."""
         for _ in range(self.max_rounds):
-            reply = await self.client.complete(await context(), self.toolbox.schemas())
+            reply = await self.client.complete(await context(), self.toolbox.schemas(),
+                                               on_text=on_text)
             if reply.text:
                 # cut off by agent.max_tokens: posted as it is, with a note, not asked again
                 await say(reply.text + (f"\n\n{CUT_NOTE}" if reply.cut else ""))

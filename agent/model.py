@@ -149,13 +149,15 @@ class ModelAgent:
             convo.messages += messages
             convo.reported_tokens = reported
 
+        async def show(text: str) -> None:  # the answer as the model writes it
+            await turn.show(f"{header}\n{text}" if header and not convo.said else text)
+
         overflowed = False
         while True:
             try:
                 answer = await self.loop.run(
-                    context, record, say,
-                    ToolContext(reply=say, status=lambda text: turn.runner.tool_status(
-                        turn.route, text)))
+                    context, record, say, ToolContext(reply=say, status=turn.status),
+                    on_text=show if turn.live is not None else None)
                 break
             except ModelUnavailable as exc:
                 if exc.context_overflow and not overflowed:

@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import openai
 import pydantic
 import structlog
-from openai.types.chat import ChatCompletion
+from openai import AsyncStream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from gateway.config import AgentConfig
 
 from .history import Message
+from .model_reply import ModelReply, ToolCall, arguments_text, make_reply, new_call_id
+from .streamed import StreamedAnswer
+
+__all__ = ["ModelClient", "ModelReply", "ModelUnavailable", "OnText", "ToolCall",
+           "retry_after"]
 
 log = structlog.get_logger(__name__)
 
@@ -52,26 +56,8 @@ class ModelUnavailable(Exception):
         self.context_overflow = context_overflow
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True, slots=True)
-class ModelReply:
-    #: the assistant message, ready to be appended to the history
-    message: Message
-    tool_calls: list[ToolCall]
-    #: prompt plus completion tokens, when the endpoint reports them
-    total_tokens: int | None
-    #: the answer stopped at ``agent.max_tokens`` (``finish_reason: length``)
-    cut: bool = False
-
-    @property
-    def text(self) -> str:
-        return (self.message.get("content") or "").strip()
+#: told the answer's text so far, each time a streamed answer's text grows
+OnText = Callable[[str], Awaitable[None]]
 
 
 class ModelClient:
@@ -89,19 +75,26 @@ class ModelClient:
         await self._client.close()
 
     async def complete(self, messages: list[Message],
-                       tools: list[dict[str, Any]] | None = None) -> ModelReply:
-        """One model answer, retried per the policy; raises ModelUnavailable."""
+                       tools: list[dict[str, Any]] | None = None, *,
+                       on_text: OnText | None = None) -> ModelReply:
+        """One model answer, retried per the policy; raises ModelUnavailable.
+
+        With ``on_text`` (and ``agent.stream``) the answer is streamed and ``on_text``
+        is told its text as it grows — from the start again when an attempt is retried.
+        """
         attempts = self.config.max_retries + 1
         timeouts = 0
+        body = self._request(messages, tools)
         for attempt in range(1, attempts + 1):
             started = time.monotonic()
             try:
+                if on_text is not None and self.config.stream:
+                    return await self._streamed(body, on_text)
                 # post() rather than chat.completions.create(): the messages are already
                 # wire-format dicts, and create() re-walks every one of them against the
                 # typed schema — 40 ms a call at 200 messages (bench/agent_overhead.py)
-                response = await self._client.post(
-                    "/chat/completions", body=self._request(messages, tools),
-                    cast_to=ChatCompletion)
+                response = await self._client.post("/chat/completions", body=body,
+                                                   cast_to=ChatCompletion)
                 return _reply(response)
             except openai.APIError as exc:
                 if isinstance(exc, openai.APITimeoutError):
@@ -123,6 +116,38 @@ class ModelClient:
                     f"The model endpoint gave an answer that cannot be read "
                     f"({type(exc).__name__}).") from exc
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _streamed(self, body: dict[str, Any], on_text: OnText) -> ModelReply:
+        stream = await self._client.post(
+            "/chat/completions", cast_to=ChatCompletion, stream=True,
+            stream_cls=AsyncStream[ChatCompletionChunk],
+            body={**body, "stream": True, "stream_options": {"include_usage": True}})
+        response = stream.response
+        kind = response.headers.get("content-type", "")
+        if "text/event-stream" not in kind:
+            await response.aread()
+            await response.aclose()
+            if "json" not in kind:
+                raise TypeError(f"a {kind or 'untyped'} answer instead of a chat completion")
+            # a server (or a proxy) that ignores stream: true answers the whole thing
+            return _reply(ChatCompletion.model_validate(response.json()))
+        answer = StreamedAnswer()
+        try:
+            async with stream:
+                async for chunk in stream:
+                    if answer.add(chunk) and answer.text.strip():
+                        await on_text(answer.text)
+        except httpx.TimeoutException as exc:  # between two chunks: as a timeout
+            raise openai.APITimeoutError(request=response.request) from exc
+        except httpx.HTTPError as exc:  # the server went away mid-answer
+            raise openai.APIConnectionError(message=f"the stream broke: {exc!r}",
+                                            request=response.request) from exc
+        if answer.chunks and answer.finish_reason is None and answer.usage is None:
+            raise openai.APIConnectionError(
+                message="the stream ended before the answer did", request=response.request)
+        if not answer.chunks:
+            raise ModelUnavailable("The model endpoint returned no answer.")
+        return answer.reply()
 
     def _request(self, messages: list[Message], tools: list[dict[str, Any]] | None
                  ) -> dict[str, Any]:
@@ -209,44 +234,6 @@ def _reply(response: ChatCompletion) -> ModelReply:
              for c in (msg.tool_calls or []) if getattr(c, "function", None) is not None]
     return make_reply(msg.content, calls, getattr(response, "usage", None),
                       choice.finish_reason)
-
-
-def make_reply(content: str | None, calls: list[ToolCall], usage: Any,
-               finish_reason: str | None) -> ModelReply:
-    """The reply as the loop takes it, from a whole answer or a stream's pieces.
-    ``content`` may be None beside ``reasoning_content`` (which is not kept)."""
-    message: Message = {"role": "assistant", "content": content or ""}
-    if calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": _storable(c.arguments)}}
-            for c in calls]
-    return ModelReply(message, calls, getattr(usage, "total_tokens", None),
-                      cut=finish_reason == "length")
-
-
-def new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:12]}"
-
-
-def arguments_text(arguments: object) -> str:
-    """Tool-call arguments as the JSON text the API specifies; some local servers
-    (Ollama among them) give the object itself."""
-    if arguments is None:
-        return ""
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments, ensure_ascii=False)
-
-
-def _storable(arguments: str) -> str:
-    """Arguments as the history keeps them: a JSON object, or ``{}`` when the model's were
-    not one (some servers parse past arguments and would refuse every later request; the
-    tool's error already told the model what it sent)."""
-    try:
-        return arguments if isinstance(json.loads(arguments), dict) else "{}"
-    except ValueError:
-        return "{}"
 
 
 def _is_overflow(exc: openai.APIError) -> bool:

@@ -54,10 +54,10 @@ class _Timed(ModelClient):
 
     spent = 0.0
 
-    async def complete(self, messages, tools=None):  # type: ignore[no-untyped-def]
+    async def complete(self, messages, tools=None, **kw):  # type: ignore[no-untyped-def]
         started = time.perf_counter()
         try:
-            return await super().complete(messages, tools)
+            return await super().complete(messages, tools, **kw)
         finally:
             _Timed.spent += time.perf_counter() - started
 

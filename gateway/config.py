@@ -60,6 +60,8 @@ class TelegramConfig(_ChatPlatformConfig):
     thread_fallback_to_chat: bool = False
     messages_per_second: float = Field(30.0, gt=0)
     group_messages_per_minute: float = Field(20.0, gt=0)
+    #: a streamed reply's preview is edited at most this often (flood control decides too)
+    stream_edit_interval_seconds: float = Field(1.0, ge=0.2)
 
     @field_validator("allowed_chats", mode="before")
     @classmethod
@@ -72,6 +74,8 @@ class DiscordConfig(_ChatPlatformConfig):
     gateway_url: str = "wss://gateway.discord.gg"
     allowed_roles: list[str] = Field(default_factory=list)
     require_mention: bool = False
+    #: a streamed reply's preview is edited at most this often
+    stream_edit_interval_seconds: float = Field(1.0, ge=0.2)
 
     @field_validator("allowed_roles", mode="before")
     @classmethod
@@ -121,6 +125,8 @@ class AgentConfig(_Strict):
     max_tool_rounds: int = Field(12, ge=1)
     #: sent on every request: a small model can otherwise talk past any timeout
     max_tokens: int = Field(4096, ge=16)
+    #: the answer is shown as the model writes it (web deltas, an edited preview)
+    stream: bool = True
     #: a message arriving mid-turn: queue (after the turn), interrupt (stop the turn,
     #: answer with both in context) or steer (given to the turn before its next model call)
     busy: Literal["queue", "interrupt", "steer"] = "queue"

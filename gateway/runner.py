@@ -31,7 +31,7 @@ from .pairing import Pairing, pairing_message
 from .replay import Replay
 from .route import Route
 from .session_key import build_session_key
-from .signs_of_life import signs_of_life
+from .signs_of_life import live_reply, signs_of_life
 from .store import SessionEntry, SessionStore
 from .turn import Turn
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from agent.base import Agent
     from tools.scheduler import Scheduler
 
-    from .platforms.base import Adapter
+    from .platforms.base import Adapter, LiveReply
 
 log = structlog.get_logger(__name__)
 
@@ -319,7 +319,8 @@ class GatewayRunner:
         command = parse_command(turn.event.text)
         if command is not None and await run_gateway_command(turn, *command):
             return
-        async with signs_of_life(self.adapters.get(turn.route.platform), turn.route):
+        adapter = self.adapters.get(turn.route.platform)
+        async with signs_of_life(adapter, turn.route), live_reply(adapter, turn):
             await self.agent.run_turn(turn)
 
     async def tool_status(self, route: Route, text: str) -> None:
@@ -378,31 +379,37 @@ class GatewayRunner:
     async def send(self, session: SessionEntry, route: Route, text: str, *,
                    kind: MessageKind = "reply",
                    recorded_with: Callable[[SendResult], Sequence[Op]] | None = None,
-                   dedupe_key: str | None = None) -> SendResult:
+                   dedupe_key: str | None = None, live: LiveReply | None = None
+                   ) -> SendResult:
         """Send ``text`` to ``route`` and record it in the session's transcript.
 
         Recorded once it went out, in one write with ``recorded_with(result)`` (a
         notification's sent id): a crash leaves the transcript and the outbox
         agreeing on whether the notice was said — never a second copy in the
-        transcript when the outbox sends it again.
+        transcript when the outbox sends it again. ``live``: the turn's reply being
+        written, which the text finishes.
         """
         result = await self.post(route, text, kind=kind, session_id=session.id,
-                                 dedupe_key=dedupe_key)
+                                 dedupe_key=dedupe_key, live=live)
         if result.ok:
             extra = recorded_with(result) if recorded_with is not None else ()
             self.store.record_message(session.id, kind, text, with_ops=extra)
         return result
 
     async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None, dedupe_key: str | None = None
-                   ) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   live: LiveReply | None = None) -> SendResult:
         """Send ``text`` to ``route`` without recording it in any transcript."""
         adapter = self.adapters.get(route.platform)
         if adapter is None:
             log.error("send_no_adapter", platform=route.platform, session_id=session_id)
             return SendResult.failed(f"platform {route.platform!r} is not running")
-        result = await adapter.send(route, text, kind=kind, session_id=session_id,
-                                    dedupe_key=dedupe_key)
+        if live is not None:
+            result = await live.finish(text, kind=kind, session_id=session_id,
+                                       dedupe_key=dedupe_key)
+        else:
+            result = await adapter.send(route, text, kind=kind, session_id=session_id,
+                                        dedupe_key=dedupe_key)
         if result.ok:
             self.metrics.messages_out.labels(route.platform).inc()
         else:

@@ -1,5 +1,6 @@
 """Signs of life while a turn runs: "typing" in its conversation — its topic, its
-thread — renewed until the turn ends. Best effort: never the turn's failure."""
+thread — renewed until the turn ends, and the reply shown as it is written.
+Best effort: never the turn's failure."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .route import Route
 
 if TYPE_CHECKING:
     from .platforms.base import Adapter
+    from .turn import Turn
 
 log = structlog.get_logger(__name__)
 
@@ -43,3 +45,23 @@ async def signs_of_life(adapter: Adapter | None, route: Route) -> AsyncIterator[
         await asyncio.gather(keeper, return_exceptions=True)
         with contextlib.suppress(Exception):
             await adapter.typing(route, False)
+
+
+@contextlib.asynccontextmanager
+async def live_reply(adapter: Adapter | None, turn: Turn) -> AsyncIterator[None]:
+    """``turn.live`` for the turn's duration, where its platform shows replies growing;
+    closed at the end, /stop included, so no half-written preview is left behind."""
+    live = adapter.live_reply(turn.route, turn.session.id) if adapter is not None else None
+    if live is None:
+        yield
+        return
+    turn.live = live
+    try:
+        yield
+    finally:
+        turn.live = None
+        try:
+            await live.close()
+        except Exception as exc:
+            log.warning("live_reply_close_failed", platform=turn.route.platform,
+                        error=str(exc))

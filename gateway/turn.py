@@ -12,6 +12,7 @@ from .route import Route
 from .store import SessionEntry
 
 if TYPE_CHECKING:
+    from .platforms.base import LiveReply
     from .runner import GatewayRunner
 
 
@@ -28,6 +29,8 @@ class Turn:
     #: a notification turn's idempotency key: each send of the turn gets its own key
     #: from it, the same when the turn runs again after a crash
     dedupe_key: str | None = None
+    #: the reply shown as it is written, where the platform can (a message's turn)
+    live: LiveReply | None = None
 
     @property
     def route(self) -> Route:
@@ -37,6 +40,19 @@ class Turn:
     async def reply(self, text: str, *, kind: MessageKind = "reply") -> SendResult:
         key = f"{self.dedupe_key}:{len(self.sent)}" if self.dedupe_key else None
         result = await self.runner.send(self.session, self.route, text, kind=kind,
-                                        recorded_with=self.sent_ops, dedupe_key=key)
+                                        recorded_with=self.sent_ops, dedupe_key=key,
+                                        live=self.live)
         self.sent.append(result)
         return result
+
+    async def show(self, text: str) -> None:
+        """The next reply so far, while the model writes it (best effort)."""
+        if self.live is not None:
+            await self.live.show(text)
+
+    async def status(self, text: str) -> None:
+        """What the turn is doing: in the live reply, else where the platform shows it."""
+        if self.live is not None:
+            await self.live.status(text)
+        else:
+            await self.runner.tool_status(self.route, text)

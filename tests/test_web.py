@@ -21,16 +21,23 @@ class Tab:
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, ready: dict[str, Any]) -> None:
         self.ws, self.ready = ws, ready
+        #: streamed replies' delta frames, set aside by frame() (tests of streaming
+        #: read them with deltas=True)
+        self.deltas: list[dict[str, Any]] = []
 
     async def say(self, text: str) -> None:
         await self.ws.send_str(json.dumps({"type": "message", "text": text}))
 
-    async def frame(self, timeout: float = 5) -> dict[str, Any]:
-        return await self.ws.receive_json(timeout=timeout)
+    async def frame(self, timeout: float = 5, *, deltas: bool = False) -> dict[str, Any]:
+        while True:
+            frame = await self.ws.receive_json(timeout=timeout)
+            if deltas or frame.get("type") != "delta":
+                return frame
+            self.deltas.append(frame)
 
     async def no_frame(self, wait: float = 0.3) -> None:
         with pytest.raises(asyncio.TimeoutError):
-            frame = await self.ws.receive_json(timeout=wait)
+            frame = await self.frame(timeout=wait)
             pytest.fail(f"unexpected frame {frame}")
 
 

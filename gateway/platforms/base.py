@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..events import MessageKind, SendResult
 from ..route import Route
 
 if TYPE_CHECKING:
     from ..runner import GatewayRunner
+
+
+class LiveReply(Protocol):
+    """One turn's reply as it is written: shown while the model writes, then final.
+
+    Best effort until ``finish``: a preview that cannot be shown is skipped;
+    ``finish`` delivers the final text exactly once, in place of the preview.
+    """
+
+    async def show(self, text: str) -> None:
+        """The reply so far: the whole of it, not what was added."""
+
+    async def status(self, text: str) -> None:
+        """What the turn is doing ("running `make test`…")."""
+
+    async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
+                     dedupe_key: str | None = None) -> SendResult:
+        """The final message, taking the preview's place; the next ``show`` starts anew."""
+
+    async def close(self) -> None:
+        """The turn is over: whatever preview did not become a message goes away."""
 
 
 class Adapter(ABC):
@@ -56,6 +77,11 @@ class Adapter(ABC):
 
     async def status(self, route: Route, text: str) -> None:  # noqa: B027
         """What the turn is doing ("running `make test`…"), where a platform can show it."""
+
+    def live_reply(self, route: Route, session_id: str | None) -> LiveReply | None:
+        """A reply shown as it is written in ``route``, or None where the platform
+        cannot show one (then replies are sent whole)."""
+        return None
 
     @property
     def connected(self) -> bool:

@@ -25,7 +25,8 @@ from ..events import MessageEvent, MessageKind, SendResult
 from ..route import Route
 from ..runner import GatewayClosed
 from ..splitter import split_message
-from .base import Adapter
+from .base import Adapter, LiveReply
+from .discord_preview import DiscordPreview
 from .flow import FlowControl, RateLimits
 
 if TYPE_CHECKING:
@@ -317,10 +318,20 @@ class DiscordAdapter(Adapter):
         if kind == "notification" and not self._gateway_up:
             # REST would work, but notices wait for the session, in the outbox
             return SendResult.failed("discord gateway is reconnecting")
+        return await self.send_parts(route, split_message(text, MESSAGE_LIMIT),
+                                     dedupe_key=dedupe_key, first=True)
+
+    async def send_parts(self, route: Route, parts: list[str], *,
+                         dedupe_key: str | None = None, first: bool = False) -> SendResult:
+        """``parts`` in order, as one message; ``first``: they start it (a streamed
+        reply's rest comes after its preview took the first part)."""
+        client = self._client
+        if client is None or client.is_closed():
+            return SendResult.failed("discord is not connected")
         channel = client.get_partial_messageable(int(route.chat_id))
         last: str | None = None
         async with self.flow.chat(route.chat_id):
-            for index, part in enumerate(split_message(text, MESSAGE_LIMIT)):
+            for index, part in enumerate(parts, start=0 if first else 1):
                 reference = None
                 if index == 0 and route.message_id is not None:
                     reference = discord.MessageReference(
@@ -336,6 +347,13 @@ class DiscordAdapter(Adapter):
                     return result
                 last = result.message_id
         return SendResult.sent(last)
+
+    def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
+        return DiscordPreview(self, route)
+
+    @property
+    def client(self) -> discord.Client | None:
+        return self._client
 
     async def _send_part(self, channel: Any, route: Route, text: str,
                          reference: discord.MessageReference | None,

@@ -63,18 +63,30 @@ class FlowControl:
 
     async def admit(self, chat: str, *, group: bool) -> None:
         """Wait until one more request to ``chat`` fits every limit, and count it."""
-        state = self._state(chat)
-        while True:
-            now = self._clock()
-            wait = max(state.paused_until, self._global_paused_until) - now
-            wait = max(wait, _room(self._global_recent, now, 1.0, self.limits.per_second))
-            if group:
-                wait = max(wait, _room(state.recent, now, 60.0, self.limits.group_per_minute))
-            if wait <= 0:
-                self._global_recent.append(now)
-                state.recent.append(now)
-                return
+        while (wait := self._wait(chat, group)) > 0:
             await self._sleep(wait)
+
+    def try_admit(self, chat: str, *, group: bool) -> bool:
+        """Count one more request to ``chat`` if it fits every limit now; a request that
+        can be skipped (a preview edit) is, rather than delay the ones that count."""
+        # a group's last few slots of the minute are kept for messages that count
+        if group and _room(self._state(chat).recent, self._clock(), 60.0,
+                           max(1.0, self.limits.group_per_minute - 3)) > 0:
+            return False
+        return self._wait(chat, group) <= 0
+
+    def _wait(self, chat: str, group: bool) -> float:
+        """Seconds until the next request to ``chat`` fits; 0 (and counted) when it does."""
+        state = self._state(chat)
+        now = self._clock()
+        wait = max(state.paused_until, self._global_paused_until) - now
+        wait = max(wait, _room(self._global_recent, now, 1.0, self.limits.per_second))
+        if group:
+            wait = max(wait, _room(state.recent, now, 60.0, self.limits.group_per_minute))
+        if wait <= 0:
+            self._global_recent.append(now)
+            state.recent.append(now)
+        return wait
 
     def pause(self, chat: str, seconds: float) -> bool:
         """The platform asked us to wait before sending to ``chat`` again.

@@ -37,8 +37,9 @@ from ..events import MessageEvent, MessageKind, SendResult
 from ..route import Route
 from ..runner import GatewayClosed, Received
 from ..splitter import split_message, utf16_len
-from .base import Adapter
+from .base import Adapter, LiveReply
 from .flow import FlowControl, RateLimits
+from .telegram_preview import TelegramPreview
 from .telegram_routes import route_of, send_arguments
 
 if TYPE_CHECKING:
@@ -277,15 +278,27 @@ class TelegramAdapter(Adapter):
         if self._app is None or not self._connected:
             return SendResult.failed("telegram is not connected")
         parts = split_message(text, MESSAGE_LIMIT, utf16_len)
+        return await self.send_parts(route, parts, first_patient=kind != "notification")
+
+    async def send_parts(self, route: Route, parts: list[str], *,
+                         first_patient: bool = True) -> SendResult:
+        """``parts`` in order, as one message (a streamed reply's rest, after its preview)."""
         last: str | None = None
         async with self.flow.chat(route.chat_id):
             for index, part in enumerate(parts):
-                patient = index > 0 or kind != "notification"
-                result = await self._send_part(route, part, patient=patient)
+                result = await self._send_part(route, part,
+                                               patient=index > 0 or first_patient)
                 if not result.ok:
                     return result
                 last = result.message_id
         return SendResult.sent(last)
+
+    def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
+        return TelegramPreview(self, route)
+
+    @property
+    def app(self) -> Application | None:
+        return self._app
 
     async def _send_part(self, route: Route, text: str, *, patient: bool) -> SendResult:
         assert self._app is not None

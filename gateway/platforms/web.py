@@ -28,7 +28,8 @@ from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ..route import Route
 from ..runner import GatewayClosed
 from ..store import ARCHIVED_FILTERS, SessionEntry, SessionNotFound
-from .base import Adapter
+from .base import Adapter, LiveReply
+from .web_live import WebLiveReply
 from .web_schedules import schedule_routes
 
 if TYPE_CHECKING:
@@ -109,16 +110,28 @@ class WebAdapter(Adapter):
     # sending ---------------------------------------------------------------
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   stream: str | None = None) -> SendResult:
+        """``stream``: the id of the deltas this message completes (the page puts it
+        in their place)."""
         frame = {"type": "message", "kind": kind, "text": text, "session_id": session_id,
                  "session_key": self.runner.session_key_for(route)}
         if dedupe_key is not None:
             # the same for a send repeated after a crash (a replayed message's reply, a
             # notice sent again): the page shows a key it has shown once only
             frame["key"] = hashlib.blake2b(dedupe_key.encode(), digest_size=8).hexdigest()
+        if stream is not None:
+            frame["stream"] = stream
         await self._broadcast(route.chat_id, frame)
         self._frames_sent += 1
         return SendResult.sent(f"web-{self._frames_sent}")
+
+    def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
+        return WebLiveReply(self, route)
+
+    async def delta(self, route: Route, frame: dict[str, Any]) -> None:
+        """A streamed reply's growth, to every tab of the conversation."""
+        await self._broadcast(route.chat_id, frame)
 
     async def typing(self, route: Route, active: bool) -> None:
         await self._broadcast(route.chat_id, {"type": "typing", "active": active},

@@ -1,0 +1,226 @@
+"""Replies that grow in place: a preview message edited while the model writes,
+then made the final message.
+
+One rule for every platform that edits messages (Telegram, Discord). The
+preview is best effort: throttled, skipped while flood control is tight, and
+dropped at the first sign of trouble. The final text is what counts, and it
+exists once: it is the preview itself, edited a last time — an edit is
+idempotent, so retrying it never makes a second copy — or, only when the
+preview is gone or could never be edited, a message of its own (the preview
+then deleted). A long reply's first part takes the preview's place; the rest
+follow as messages of their own.
+
+Each turn has its own preview, keyed by nothing: two topics of one chat
+streaming at once never touch each other's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+import structlog
+
+from ..events import MessageKind, SendResult
+from ..splitter import split_message
+
+log = structlog.get_logger(__name__)
+
+#: how often the final edit is tried before the text goes as its own message
+FINAL_ATTEMPTS = 5
+_BACKOFF = (0.5, 1.0, 2.0, 4.0)
+#: the longest "retry after" the final edit waits out, each time
+_MAX_WAIT = 60.0
+#: a preview still being written ends with this
+WRITING = " …"
+#: a reply (or a tool's status) written faster than this is sent whole, with no preview
+#: to flash by and no edit to spend flood control on
+FIRST_PREVIEW_AFTER = 0.5
+
+
+class PreviewGone(Exception):
+    """The preview message no longer exists (deleted by someone, or never made)."""
+
+
+class PreviewRateLimited(Exception):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"retry after {seconds:g} s")
+        self.seconds = seconds
+
+
+class EditedPreview(ABC):
+    """One turn's preview on a platform that edits messages.
+
+    ``show`` and ``status`` never wait on the platform: a flusher task posts
+    or edits the latest text, at most every ``interval`` seconds. ``finish``
+    and ``close`` take over from it.
+    """
+
+    def __init__(self, *, limit: int, interval: float,
+                 measure: Callable[[str], int] = len) -> None:
+        self.limit = limit
+        self.interval = interval
+        self.measure = measure
+        self._lock = asyncio.Lock()  # one platform request at a time
+        self._message_id: str | None = None
+        self._wanted: str | None = None
+        self._shown: str | None = None
+        self._next_at = 0.0
+        self._broken = False  # this message's preview failed: no more tries until it is final
+        self._flusher: asyncio.Task[None] | None = None
+
+    # the platform's part -------------------------------------------------------
+
+    @abstractmethod
+    async def _post(self, text: str) -> str:
+        """Post a new preview; its message id."""
+
+    @abstractmethod
+    async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
+        """Edit the preview (no error when the text is already that). Raise PreviewGone,
+        PreviewRateLimited, or anything else for a failure that may pass. ``final``:
+        wait for flood control rather than skip."""
+
+    @abstractmethod
+    async def _delete(self, message_id: str) -> None: ...
+
+    @abstractmethod
+    async def _send(self, text: str, kind: MessageKind, session_id: str | None,
+                    dedupe_key: str | None) -> SendResult:
+        """The adapter's own send, for a final text that has no preview to take."""
+
+    @abstractmethod
+    async def _send_parts(self, parts: list[str], kind: MessageKind) -> SendResult:
+        """Parts after the first, after the preview took the first."""
+
+    def _may_preview(self) -> bool:
+        """Whether flood control has room for a preview request right now."""
+        return True
+
+    # the turn's part -----------------------------------------------------------
+
+    async def show(self, text: str) -> None:
+        """The reply so far (the whole of it)."""
+        self._want(self._fit(text.rstrip()) + WRITING)
+
+    async def status(self, text: str) -> None:
+        """What the turn is doing, in the preview until the next words replace it."""
+        self._want(self._fit(text))
+
+    async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
+                     dedupe_key: str | None = None) -> SendResult:
+        """The final message: the preview, edited a last time, or a message of its own."""
+        async with self._lock:
+            self._stop_flusher()
+            message_id = self._message_id
+            self._reset()
+            if message_id is None:
+                return await self._send(text, kind, session_id, dedupe_key)
+            parts = split_message(text, self.limit, self.measure) or [text]
+            if not await self._edit_final(message_id, parts[0]):
+                await self._drop(message_id)
+                return await self._send(text, kind, session_id, dedupe_key)
+            if len(parts) == 1:
+                return SendResult.sent(message_id)
+            return await self._send_parts(parts[1:], kind)
+
+    async def close(self) -> None:
+        """The turn is over: a preview that did not become a message goes away."""
+        async with self._lock:
+            self._stop_flusher()
+            message_id = self._message_id
+            self._reset()
+            if message_id is not None:
+                await self._drop(message_id)
+
+    # inside --------------------------------------------------------------------
+
+    def _fit(self, text: str) -> str:
+        """As much of the start as one message holds (each character counts one or more)."""
+        room = self.limit - len(WRITING)
+        while self.measure(text) > room:
+            text = text[:max(1, len(text) - (self.measure(text) - room))]
+        return text
+
+    def _want(self, text: str) -> None:
+        if self._broken or not text.strip():
+            return
+        if self._wanted is None and self._message_id is None:
+            self._next_at = max(self._next_at, time.monotonic() + FIRST_PREVIEW_AFTER)
+        self._wanted = text
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="preview")
+
+    async def _flush(self) -> None:
+        while not self._broken and self._wanted is not None and self._wanted != self._shown:
+            delay = self._next_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            if not self._may_preview():
+                self._next_at = time.monotonic() + self.interval
+                continue
+            async with self._lock:
+                await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        text = self._wanted
+        if text is None or self._broken or text == self._shown:
+            return
+        self._next_at = time.monotonic() + self.interval
+        try:
+            if self._message_id is None:
+                self._message_id = await self._post(text)
+            else:
+                await self._edit(self._message_id, text, final=False)
+            self._shown = text
+        except PreviewRateLimited as exc:
+            self._next_at = time.monotonic() + exc.seconds
+        except PreviewGone:
+            log.info("preview_gone", message_id=self._message_id)
+            self._message_id, self._broken = None, True
+        except Exception as exc:
+            if self._message_id is None:
+                # a post that failed (or may have failed): no more previews for this
+                # message, and the final text goes as its own
+                self._broken = True
+            log.info("preview_failed", error=str(exc)[:200], posted=self._message_id is not None)
+
+    async def _edit_final(self, message_id: str, text: str) -> bool:
+        for attempt in range(FINAL_ATTEMPTS):
+            try:
+                await self._edit(message_id, text, final=True)
+                return True
+            except PreviewGone:
+                return False
+            except PreviewRateLimited as exc:
+                wait = min(exc.seconds, _MAX_WAIT)
+            except Exception as exc:
+                wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+                log.warning("preview_final_edit_failed", message_id=message_id,
+                            error=str(exc)[:200], retry_in=wait)
+            if attempt < FINAL_ATTEMPTS - 1:
+                await asyncio.sleep(wait)
+        return False
+
+    async def _drop(self, message_id: str) -> None:
+        try:
+            await self._delete(message_id)
+        except PreviewGone:
+            pass
+        except Exception as exc:
+            log.warning("preview_delete_failed", message_id=message_id, error=str(exc)[:200])
+
+    def _stop_flusher(self) -> None:
+        # called holding the lock: the flusher is asleep or waiting for the lock, never
+        # mid-request, so cancelling it cannot lose track of a posted preview
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+
+    def _reset(self) -> None:
+        self._message_id = self._wanted = self._shown = None
+        self._broken = False
+        self._next_at = 0.0

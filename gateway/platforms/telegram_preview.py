@@ -1,0 +1,89 @@
+"""A Telegram reply as it is written: a preview in the conversation's own topic,
+edited with ``editMessageText`` at most every
+``platforms.telegram.stream_edit_interval_seconds`` and only while flood
+control has room, then edited into the final text (see ``preview``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from telegram import Bot
+from telegram.error import BadRequest, RetryAfter
+
+from ..events import MessageKind, SendResult
+from ..route import Route
+from ..splitter import utf16_len
+from .preview import EditedPreview, PreviewGone, PreviewRateLimited
+from .telegram_routes import send_arguments
+
+if TYPE_CHECKING:
+    from .telegram import TelegramAdapter
+
+_GONE = ("message to edit not found", "message to delete not found", "message can't be edited",
+         "message can't be deleted", "message_id_invalid")
+
+
+class TelegramPreview(EditedPreview):
+    def __init__(self, adapter: TelegramAdapter, route: Route) -> None:
+        super().__init__(limit=adapter.message_limit,
+                         interval=adapter.config.stream_edit_interval_seconds,
+                         measure=utf16_len)
+        self.adapter = adapter
+        self.route = route
+
+    @property
+    def _bot(self) -> Bot:
+        if self.adapter.app is None or not self.adapter.connected:
+            raise ConnectionError("telegram is not connected")
+        return self.adapter.app.bot
+
+    def _may_preview(self) -> bool:
+        return self.adapter.flow.try_admit(self.route.chat_id,
+                                           group=self.route.chat_type == "group")
+
+    async def _post(self, text: str) -> str:
+        try:
+            message = await self._bot.send_message(text=text, **send_arguments(self.route))
+        except RetryAfter as exc:
+            raise PreviewRateLimited(self._flood(exc)) from exc
+        return str(message.message_id)
+
+    async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
+        if final:
+            await self.adapter.flow.admit(self.route.chat_id,
+                                          group=self.route.chat_type == "group")
+        try:
+            await self._bot.edit_message_text(text, chat_id=int(self.route.chat_id),
+                                              message_id=int(message_id))
+        except RetryAfter as exc:
+            raise PreviewRateLimited(self._flood(exc)) from exc
+        except BadRequest as exc:
+            said = exc.message.lower()
+            if "not modified" in said:
+                return  # it already says that: an earlier try went through
+            if any(gone in said for gone in _GONE):
+                raise PreviewGone(exc.message) from exc
+            raise
+
+    async def _delete(self, message_id: str) -> None:
+        try:
+            await self._bot.delete_message(int(self.route.chat_id), int(message_id))
+        except BadRequest as exc:
+            if any(gone in exc.message.lower() for gone in _GONE):
+                raise PreviewGone(exc.message) from exc
+            raise
+
+    async def _send(self, text: str, kind: MessageKind, session_id: str | None,
+                    dedupe_key: str | None) -> SendResult:
+        return await self.adapter.send(self.route, text, kind=kind, session_id=session_id,
+                                       dedupe_key=dedupe_key)
+
+    async def _send_parts(self, parts: list[str], kind: MessageKind) -> SendResult:
+        return await self.adapter.send_parts(self.route, parts)
+
+    def _flood(self, exc: RetryAfter) -> float:
+        """Telegram's "retry after" holds for every send to the chat, not only ours."""
+        retry = exc.retry_after
+        seconds = float(retry.total_seconds()) if hasattr(retry, "total_seconds") else float(retry)
+        self.adapter.flow.pause(self.route.chat_id, seconds)
+        return seconds

@@ -1,0 +1,294 @@
+"""Streamed replies as users see them: web deltas then one final frame; a Telegram or
+Discord preview edited in the turn's own topic or thread, then exactly one final
+message — whatever flood control, a vanished preview or a long reply does. The real
+``openai`` client streams from the strict fake; the real platform libraries talk to
+theirs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gateway.daemon import running_gateway
+
+from .fakes.openai_server import CallTools, ChatRequest, Cut, Response, Say
+from .helpers import eventually
+from .model_support import model_config, model_settings, user_says, web_base
+from .test_web import open_tab
+
+
+def words(tag: str, count: int = 24) -> str:
+    """A reply long enough to be streamed in many pieces, naming its conversation."""
+    return " ".join(f"{tag}-{i}" for i in range(count))
+
+
+# ---------------------------------------------------------------------- web
+
+async def test_web_tabs_get_deltas_then_one_final_frame_with_the_same_stream(
+        tmp_path: Path, model, http) -> None:
+    model.chunk_delay = 0.01
+    model.brain = lambda req: Say(words("web"))
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        first = await open_tab(http, web_base(gw))
+        second = await open_tab(http, web_base(gw), first.ready["conversation"])
+        elsewhere = await open_tab(http, web_base(gw))
+        await first.say("tell me")
+        for tab in (first, second):
+            frames = []
+            while not frames or frames[-1]["type"] != "message":
+                frames.append(await tab.frame(deltas=True))
+            deltas, final = frames[:-1], frames[-1]
+            assert len(deltas) > 3 and all(d["type"] == "delta" for d in deltas)
+            assert {d["stream"] for d in deltas} == {final["stream"]}
+            assert "".join(d["text"] for d in deltas) == final["text"] == words("web")
+            assert final["kind"] == "reply"
+            await tab.no_frame(0.2)
+        await elsewhere.no_frame(0.1)
+    assert model.requests[-1].stream
+
+
+async def test_a_stream_cut_mid_answer_is_asked_again_and_the_page_starts_over(
+        tmp_path: Path, model, http) -> None:
+    model.script(Cut("half an answer that"), Say("the whole answer"))
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("go")
+        frames = []
+        while not frames or frames[-1]["type"] != "message":
+            frames.append(await tab.frame(deltas=True))
+        resets = [f for f in frames if f.get("reset")]
+        assert resets and resets[0]["text"].startswith("the")
+        assert frames[-1]["text"] == "the whole answer"
+        await tab.no_frame(0.3)
+    assert len(model.requests) == 2
+
+
+async def test_stop_mid_stream_drops_the_growing_reply_and_the_next_message_works(
+        tmp_path: Path, model, http) -> None:
+    model.chunk_delay = 0.2
+    model.brain = lambda req: (Say("fine", chunk_delay=0) if user_says(req, "again")
+                               else Say(words("slow", 60)))
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("write a lot")
+        first = await tab.frame(deltas=True)
+        assert first["type"] == "delta"
+        await tab.say("/stop")
+        frames = []
+        while not any(f.get("done") for f in frames):
+            frames.append(await tab.frame(deltas=True))
+        assert not [f for f in frames if f["type"] == "message" and "slow-" in f["text"]]
+        await tab.say("again")
+        assert (await tab.frame())["text"] == "fine"
+
+
+async def test_with_streaming_off_answers_come_whole(tmp_path: Path, model, http) -> None:
+    model.brain = lambda req: Say(words("whole"))
+    config = model_config(tmp_path / "home", model, agent__stream=False)
+    async with running_gateway(config) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("hi")
+        assert (await tab.frame(deltas=True))["text"] == words("whole")
+    assert not model.requests[-1].stream and "stream_options" not in model.requests[-1].body
+
+
+async def test_streamed_tool_calls_of_local_servers_run_as_whole_ones_would(
+        tmp_path: Path, model, http) -> None:
+    """No id, arguments as an object, two calls in one message (llama.cpp, Ollama)."""
+    from .fakes.openai_server import Message
+
+    def brain(req: ChatRequest) -> Response:
+        if req.last["role"] == "tool":
+            results = [m["content"][:40] for m in req.messages if m["role"] == "tool"]
+            return Say(f"results: {results}")
+        return Message({"role": "assistant", "content": None, "reasoning_content": "hmm",
+                        "tool_calls": [
+                            {"type": "function", "function": {
+                                "name": "terminal", "arguments": {"command": "echo one"}}},
+                            {"type": "function", "function": {
+                                "name": "terminal", "arguments": {"command": "echo two"}}}]})
+
+    model.brain = brain
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("run both")
+        answer = await tab.frame()
+        assert "one" in answer["text"] and "two" in answer["text"]
+    calls = model.requests[-1].messages[-3]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["terminal", "terminal"]
+    assert len({c["id"] for c in calls}) == 2
+
+
+# ---------------------------------------------------------------------- Telegram
+
+def _telegram(tmp_path: Path, telegram, model, **overrides: object):
+    from .test_telegram import telegram_config
+
+    return telegram_config(tmp_path / "home", telegram, **model_settings(model),
+                           platforms__telegram__stream_edit_interval_seconds=0.2,
+                           **overrides)
+
+
+def _topic_message(telegram, text: str, thread_id: int) -> None:
+    from .test_telegram import FORUM
+
+    telegram.user_message(text=text, thread_id=thread_id, chat_id=FORUM,
+                          chat_type="supergroup", is_forum=True, is_topic_message=True)
+
+
+async def test_two_topics_streaming_at_once_each_end_with_one_final_message(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    model.chunk_delay = 0.05
+    model.brain = lambda req: Say(words("t42") if user_says(req, "in 42") else words("t17"))
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "in 42", 42)
+            _topic_message(telegram, "in 17", 17)
+            await eventually(lambda: telegram.visible(FORUM, 42) == [words("t42")]
+                             and telegram.visible(FORUM, 17) == [words("t17")],
+                             timeout=20, what="both final messages")
+    for thread, tag, other in ((42, "t42", "t17"), (17, "t17", "t42")):
+        edits = [e for e in telegram.edits if e.message_thread_id == thread]
+        assert len(edits) >= 2, f"the preview in topic {thread} was edited as it grew"
+        assert all(tag in e.text and other not in e.text for e in edits)
+        posted = [s for s in telegram.sent if s.message_thread_id == thread]
+        assert len(posted) == 1 and posted[0].text.endswith(" …")  # the preview, once
+    assert {s.message_thread_id for s in telegram.sent} == {42, 17}
+
+
+async def test_a_rate_limited_preview_edit_loses_nothing_and_doubles_nothing(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    model.chunk_delay = 0.05
+    model.brain = lambda req: Say(words("flood", 40))
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            telegram.fail_next_edit(status=429, retry_after=1, count=2)
+            _topic_message(telegram, "flood me", 42)
+            await eventually(lambda: telegram.visible(FORUM, 42) == [words("flood", 40)],
+                             timeout=20, what="the final message")
+            await asyncio.sleep(0.5)  # nothing else arrives after it
+            assert telegram.visible(FORUM, 42) == [words("flood", 40)]
+    assert len([s for s in telegram.sent if s.message_thread_id == 42]) == 1
+    refused = [p for m, p in telegram.calls if m == "editMessageText"]
+    assert len(refused) > len(telegram.edits)  # the 429s were answered, and waited out
+
+
+async def test_a_rate_limited_final_edit_is_waited_out_not_sent_again(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    model.chunk_delay = 0.15
+    model.brain = lambda req: Say(words("last", 8))
+
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "go", 42)
+            await telegram.wait_for_sent(1, timeout=10)  # the preview is up
+            telegram.fail_next_edit(status=429, retry_after=1, count=3)
+            await eventually(lambda: telegram.visible(FORUM, 42) == [words("last", 8)],
+                             timeout=20, what="the final message")
+    assert len([s for s in telegram.sent if s.message_thread_id == 42]) == 1
+
+
+async def test_a_long_reply_ends_as_split_parts_the_first_in_the_preview(
+        tmp_path: Path, model) -> None:
+    from gateway.splitter import split_message, utf16_len
+
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    long = "\n\n".join(words(f"p{n}", 40) for n in range(20))  # about 9,000 characters
+    model.chunk_delay = 0.002
+    model.brain = lambda req: Say(long)
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "a long one", 42)
+            parts = split_message(long, 4096, utf16_len)
+            await eventually(lambda: telegram.visible(FORUM, 42) == parts, timeout=30,
+                             what="the reply as its parts")
+    preview = [s for s in telegram.sent if s.message_thread_id == 42][0]
+    assert preview.text.endswith(" …") and telegram.message_text(
+        FORUM, preview.message_id) == parts[0]
+
+
+async def test_a_preview_deleted_meanwhile_gives_the_final_text_its_own_message(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    model.chunk_delay = 0.1
+    model.brain = lambda req: Say(words("orphan", 20))
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "go", 42)
+            (preview,) = await telegram.wait_for_sent(1, timeout=10)
+            await gw.runner.adapters["telegram"].app.bot.delete_message(
+                FORUM, preview.message_id)  # as a user deleting it
+            await eventually(lambda: telegram.visible(FORUM, 42) == [words("orphan", 20)],
+                             timeout=20, what="the final message")
+
+
+async def test_tool_status_shows_in_the_preview_until_the_answer_replaces_it(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    def brain(req: ChatRequest) -> Response:
+        if req.last["role"] == "tool":
+            return Say("built fine")
+        return CallTools([("terminal", {"command": "sleep 1.5; echo built"})])
+
+    model.brain = brain
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "build it", 42)
+            await eventually(lambda: telegram.visible(FORUM, 42) == ["built fine"],
+                             timeout=20, what="the answer in place of the status")
+    (status,) = [s for s in telegram.sent if s.message_thread_id == 42]
+    assert status.text == "running `sleep 1.5; echo built`…"
+
+
+# ---------------------------------------------------------------------- Discord
+
+async def test_a_discord_thread_streams_into_one_message_through_a_rate_limit(
+        tmp_path: Path, model, discord_endpoints) -> None:
+    from .fakes.discord_server import FakeDiscord
+    from .test_discord import CHANNEL, THREAD_A, THREAD_B
+
+    model.chunk_delay = 0.05
+    model.brain = lambda req: Say(words("a") if user_says(req, "in A") else words("b"))
+    async with FakeDiscord() as fake:
+        fake.add_channel(CHANNEL, "builds")
+        fake.add_thread(THREAD_A, CHANNEL)
+        fake.add_thread(THREAD_B, CHANNEL)
+        config = model_config(
+            tmp_path / "home", model, platforms__discord__enabled=True,
+            platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
+            platforms__discord__gateway_url=fake.gateway_url,
+            platforms__discord__allowed_users=["1"],
+            platforms__discord__stream_edit_interval_seconds=0.2)
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            fake.fail_next_edit(channel_id=THREAD_A, status=429, count=1)
+            await fake.user_message(content="in A", channel_id=THREAD_A)
+            await fake.user_message(content="in B", channel_id=THREAD_B)
+            await eventually(lambda: fake.visible(THREAD_A) == [words("a")]
+                             and fake.visible(THREAD_B) == [words("b")],
+                             timeout=20, what="one final message in each thread")
+    for thread, tag in ((THREAD_A, "a-"), (THREAD_B, "b-")):
+        edits = [e for e in fake.edits if e.channel_id == thread]
+        assert len(edits) >= 2 and all(e.content.startswith(tag) for e in edits)
+        assert len([s for s in fake.sent if s.channel_id == thread]) == 1
