@@ -22,6 +22,10 @@ never streamed: they carry the real HTTP status and an
 Requests, streamed or not, are validated like a strict real server (roles, tool-call
 pairing), so a malformed conversation built by Homing fails here as it would in production.
 ``GET /v1/models`` lists one model.
+
+This module holds what tests script and see (the answers, :class:`ChatRequest`) and the
+server that picks an answer; the rules a request must follow are in ``openai_validation``
+and the streamed form of an answer in ``openai_streaming``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import inspect
 import itertools
 import json
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -40,13 +43,14 @@ from typing import Any
 from aiohttp import web
 
 from .local_server import LocalServer
+from .openai_streaming import drop, stream_chunks, stream_deltas
+from .openai_validation import ROLES, BadRequest, validate  # noqa: F401 (ROLES: re-exported)
 
 __all__ = ["Brain", "CallTools", "ChatRequest", "Cut", "Fail", "FakeOpenAI", "Hang",
            "Message", "Raw", "Response", "Say"]
 
 JSON = dict[str, Any]
 
-ROLES = ("system", "user", "assistant", "tool", "developer")
 MODEL_ID = "fake-model"
 
 
@@ -178,10 +182,6 @@ class ChatRequest:
 Brain = Callable[[ChatRequest], Response | Awaitable[Response]]
 
 
-class _BadRequest(Exception):
-    """Raised by validation: answer 400 with this reason."""
-
-
 # ---------------------------------------------------------------------- server
 
 class FakeOpenAI(LocalServer):
@@ -253,8 +253,8 @@ class FakeOpenAI(LocalServer):
         chat = ChatRequest.parse(body)
         self.requests.append(chat)
         try:
-            _validate(body, strict=self.strict)
-        except _BadRequest as exc:
+            validate(body, strict=self.strict)
+        except BadRequest as exc:
             chat.error = str(exc)
             return _error(400, chat.error)
         try:
@@ -292,8 +292,8 @@ class FakeOpenAI(LocalServer):
                                 content_type=answer.content_type)
         if isinstance(answer, Cut):
             if not chat.stream:
-                return _drop(request)
-            deltas = _deltas({"role": "assistant", "content": answer.text_before})
+                return drop(request)
+            deltas = stream_deltas({"role": "assistant", "content": answer.text_before})
             return await self._stream(request, chat, deltas, self.chunk_delay)
         if isinstance(answer, Say | CallTools | Message):
             message = self._message(answer)
@@ -306,7 +306,7 @@ class FakeOpenAI(LocalServer):
                                  "finish_reason": finish_reason}],
                     "usage": usage}))
             pace = None if isinstance(answer, Message) else answer.chunk_delay
-            deltas = _deltas(message, split_tool_calls=not isinstance(answer, Message))
+            deltas = stream_deltas(message, split_tool_calls=not isinstance(answer, Message))
             return await self._stream(request, chat, deltas,
                                       self.chunk_delay if pace is None else pace,
                                       ending=(finish_reason, usage))
@@ -334,180 +334,12 @@ class FakeOpenAI(LocalServer):
     async def _stream(self, request: web.Request, chat: ChatRequest, deltas: list[JSON],
                       delay: float, *, ending: tuple[str, JSON] | None = None,
                       ) -> web.StreamResponse:
-        """Send ``deltas`` as chunks, ``delay`` seconds apart after the first; then
-        ``ending`` (finish reason, usage): the finish chunk, the usage chunk when the
-        client asked for it, and ``[DONE]``. No ending (a Cut), or the server stopping
-        mid-stream: drop the connection instead, as a crashing server does."""
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        header = self._completion(chat, {}, kind="chat.completion.chunk")
+        """Send ``deltas`` as chunks of one completion (see :func:`stream_chunks`)."""
         options = chat.body.get("stream_options")
-        with_usage = isinstance(options, dict) and options.get("include_usage") is True
-
-        async def send(chunk: JSON) -> None:
-            await response.write(f"data: {json.dumps({**header, **chunk})}\n\n".encode())
-
-        def choice(delta: JSON, finish_reason: str | None = None) -> JSON:
-            chunk: JSON = {"choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                        "finish_reason": finish_reason}]}
-            return chunk | {"usage": None} if with_usage else chunk
-
-        try:
-            for i, delta in enumerate(deltas):
-                if i and delay > 0 and not await self._pause(delay):
-                    return _drop(request, response)
-                await send(choice(delta))
-            if ending is None:
-                return _drop(request, response)
-            finish_reason, usage = ending
-            await send(choice({}, finish_reason))
-            if with_usage:
-                await send({"choices": [], "usage": usage})
-            await response.write(b"data: [DONE]\n\n")
-            await response.write_eof()
-        except ConnectionResetError:
-            pass  # the client closed the stream early: there is no one left to answer
-        return response
-
-
-# ---------------------------------------------------------------------- validation
-
-def _validate(body: object, *, strict: bool = True) -> None:
-    """Raise :class:`_BadRequest` where a strict real server would answer 400
-    (``strict``: also where the strictest chat templates would)."""
-    if not isinstance(body, dict):
-        raise _BadRequest("We could not parse the JSON body of your request: "
-                          "expected a JSON object.")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise _BadRequest("you must provide a model parameter")
-    _validate_streaming(body)
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise _BadRequest("Missing required parameter: 'messages' (must be a list).")
-    if not messages:
-        raise _BadRequest("Invalid 'messages': empty array. Expected an array with "
-                          "minimum length 1, but got an empty array instead.")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise _BadRequest(f"Invalid type for 'messages[{i}]': expected an object.")
-        role = message.get("role")
-        if role not in ROLES:
-            raise _BadRequest(f"Invalid value for 'messages[{i}].role': {role!r}. "
-                              f"Supported values are: {', '.join(ROLES)}.")
-    _validate_tool_pairing(messages)
-    if strict:
-        _validate_template(messages)
-
-
-def _validate_streaming(body: JSON) -> None:
-    """``stream`` is a boolean; ``stream_options`` an object, and only with a stream."""
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _BadRequest("Invalid type for 'stream': expected a boolean.")
-    options = body.get("stream_options")
-    if options is None:
-        return
-    if not isinstance(options, dict):
-        raise _BadRequest("Invalid type for 'stream_options': expected an object.")
-    if not stream:
-        raise _BadRequest("The 'stream_options' parameter is only allowed when 'stream' "
-                          "is enabled.")
-    if not isinstance(options.get("include_usage", False), bool):
-        raise _BadRequest("Invalid type for 'stream_options.include_usage': expected a "
-                          "boolean.")
-
-
-#: how a chat template's refusal reaches a client: llama.cpp passes the Jinja
-#: exception through, with the template's text around it (Homing must not show this)
-_TEMPLATE_TRACE = ("{message} at row 1, column 2147:\n{{%- for message in loop_messages "
-                   "%}}\n    {{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) "
-                   "%}}\n        {{{{- raise_exception('")
-
-
-def _validate_template(messages: list[JSON]) -> None:
-    """What the strictest common chat templates (Mistral-Nemo, Gemma-2, ...) refuse:
-    a system message anywhere but first, and user and assistant turns that do not
-    alternate — counting only assistant messages without tool calls, as they do —
-    or do not start with the user."""
-    for i, message in enumerate(messages):
-        if message["role"] in ("system", "developer") and i != 0:
-            raise _BadRequest(_TEMPLATE_TRACE.format(
-                message="Jinja Exception: System message must be at the beginning."))
-    turns = [m["role"] for m in messages
-             if m["role"] == "user" or (m["role"] == "assistant" and not m.get("tool_calls"))]
-    for i, role in enumerate(turns):
-        if role != ("user" if i % 2 == 0 else "assistant"):
-            raise _BadRequest(_TEMPLATE_TRACE.format(
-                message="Jinja Exception: Conversation roles must alternate "
-                        "user/assistant/user/assistant/..."))
-    if messages[-1]["role"] not in ("user", "tool"):
-        raise _BadRequest(_TEMPLATE_TRACE.format(
-            message="Jinja Exception: the conversation must end with a user message or "
-                    "tool results"))
-
-
-def _validate_tool_pairing(messages: list[JSON]) -> None:
-    """Every tool result answers a call of the assistant message right before it,
-    and every such call is answered before the next non-tool message."""
-    declared: set[str] = set()  # every tool_call id declared so far
-    pending: dict[str, int] = {}  # id -> index of the assistant message still awaiting it
-    for i, message in enumerate(messages):
-        role = message["role"]
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _BadRequest(f"Missing required parameter: 'messages[{i}].tool_call_id'.")
-            if call_id not in declared:
-                raise _BadRequest(
-                    f"Invalid parameter: messages[{i}] with role 'tool' has tool_call_id "
-                    f"{call_id!r}, which no preceding assistant message's 'tool_calls' "
-                    "declared.")
-            if call_id not in pending:
-                raise _BadRequest(
-                    f"Invalid parameter: messages[{i}] with role 'tool' (tool_call_id "
-                    f"{call_id!r}) must directly follow the assistant message with that "
-                    "'tool_calls' entry, and answer it only once.")
-            del pending[call_id]
-            continue
-        _check_answered(pending)
-        pending.clear()
-        if role == "assistant" and message.get("tool_calls"):
-            for call_id in _tool_call_ids(message, i):
-                declared.add(call_id)
-                pending[call_id] = i
-        elif role == "assistant" and not isinstance(message.get("content"), str | list):
-            raise _BadRequest(f"Invalid value for 'messages[{i}].content': expected a "
-                              "string (content is required unless tool_calls is set).")
-    _check_answered(pending)
-
-
-def _check_answered(pending: dict[str, int]) -> None:
-    if pending:
-        index = next(iter(pending.values()))
-        raise _BadRequest(
-            "An assistant message with 'tool_calls' must be followed by tool messages "
-            f"responding to each 'tool_call_id'. The following tool_call_ids of "
-            f"messages[{index}] did not have response messages: {', '.join(pending)}")
-
-
-def _tool_call_ids(message: JSON, i: int) -> list[str]:
-    calls = message["tool_calls"]
-    if not isinstance(calls, list):
-        raise _BadRequest(f"Invalid type for 'messages[{i}].tool_calls': expected an array.")
-    ids = []
-    for j, call in enumerate(calls):
-        where = f"messages[{i}].tool_calls[{j}]"
-        if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
-            raise _BadRequest(f"Missing required parameter: '{where}.id'.")
-        function = call.get("function")
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise _BadRequest(f"Missing required parameter: '{where}.function.name'.")
-        if not isinstance(function.get("arguments"), str):
-            raise _BadRequest(f"Invalid type for '{where}.function.arguments': "
-                              "expected a string.")
-        ids.append(call["id"])
-    return ids
+        return await stream_chunks(
+            request, deltas, delay, pause=self._pause, ending=ending,
+            header=lambda: self._completion(chat, {}, kind="chat.completion.chunk"),
+            with_usage=isinstance(options, dict) and options.get("include_usage") is True)
 
 
 # ---------------------------------------------------------------------- module helpers
@@ -530,43 +362,6 @@ def _usage(chat: ChatRequest, message: JSON) -> JSON:
     completion_tokens = _tokens(message)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
-
-
-def _deltas(message: JSON, *, split_tool_calls: bool = True) -> list[JSON]:
-    """The deltas that stream ``message``, as OpenAI sends them: role (and any other
-    field) first, with its text fields emptied (a null content stays null, as OpenAI's
-    does before tool calls); then reasoning and content in pieces; then
-    each tool call's id and name, followed by its arguments in pieces — or, not
-    ``split_tool_calls``, the tool calls verbatim in one delta, as Ollama sends them."""
-    texts = [key for key in ("reasoning_content", "content")
-             if isinstance(message.get(key), str)]
-    deltas = [{key: "" if key in texts else value
-               for key, value in message.items() if key != "tool_calls"}]
-    deltas += [{key: piece} for key in texts for piece in _pieces(message[key])]
-    if "tool_calls" in message and not split_tool_calls:
-        deltas.append({"tool_calls": message["tool_calls"]})
-    elif "tool_calls" in message:
-        for index, call in enumerate(message["tool_calls"]):
-            function = call["function"]
-            deltas.append({"tool_calls": [
-                {"index": index, "id": call["id"], "type": "function",
-                 "function": {"name": function["name"], "arguments": ""}}]})
-            deltas += [{"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
-                       for piece in _pieces(function["arguments"])]
-    return deltas
-
-
-def _pieces(text: str) -> list[str]:
-    """``text`` in the pieces a model would stream it in: words with their trailing spaces."""
-    return re.findall(r"\S+\s*|\s+", text)
-
-
-def _drop(request: web.Request, response: web.StreamResponse | None = None,
-          ) -> web.StreamResponse:
-    """Close the connection at once, mid-answer, as a crashing server does."""
-    if request.transport is not None:
-        request.transport.abort()
-    return response if response is not None else web.Response()
 
 
 def _tokens(value: object) -> int:

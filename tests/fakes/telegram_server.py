@@ -23,100 +23,53 @@ Edits and deletes answer as the Bot API does: an unknown or deleted message is
 "message to edit not found" / "message to delete not found", an edit to the same
 content "message is not modified", an over-long edit ``MESSAGE_TOO_LONG`` (where
 sendMessage says "message is too long"), and a user's message "can't be edited".
+
+The bot's messages (sending, editing, deleting, what a user sees) live in
+``telegram_messages``, the Bot API's parameters and errors in ``telegram_api``; this
+module holds the server as tests drive it: updates in, long polling, commands,
+scripted failures and the waits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
-import json
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from .local_server import LocalServer
+from .telegram_api import (
+    ApiError,
+    Failure,
+    as_bool,
+    as_int,
+    as_json,
+    consume_failure,
+    error_response,
+    read_params,
+    scripted_failure,
+)
+from .telegram_messages import (  # noqa: F401 (the constants: re-exported, as before the split)
+    DELETE_NOT_FOUND,
+    EDIT_NOT_FOUND,
+    MAX_MESSAGE_LENGTH,
+    NOT_MODIFIED,
+    THREAD_NOT_FOUND,
+    BotMessages,
+    EditRecord,
+    Posted,
+    SentRecord,
+    utf16_len,
+)
 
 __all__ = ["EditRecord", "FakeTelegram", "SentRecord", "utf16_len"]
 
 JSON = dict[str, Any]
 
-THREAD_NOT_FOUND = "Bad Request: message thread not found"
-EDIT_NOT_FOUND = "Bad Request: message to edit not found"
-DELETE_NOT_FOUND = "Bad Request: message to delete not found"
-NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and "
-                "reply markup are exactly the same as a current content and reply markup "
-                "of the message")
-MAX_MESSAGE_LENGTH = 4096
 
-
-def utf16_len(text: str) -> int:
-    """Length of ``text`` in UTF-16 code units, the unit Telegram counts in."""
-    return len(text.encode("utf-16-le")) // 2
-
-
-@dataclass
-class SentRecord:
-    """One successful ``sendMessage`` call, as the fake received it."""
-
-    chat_id: int
-    text: str
-    message_thread_id: int | None
-    reply_to_message_id: int | None
-    parse_mode: str | None
-    message_id: int
-    params: dict[str, Any] = field(repr=False)  # the request parameters, values as sent
-
-
-@dataclass
-class EditRecord:
-    """One successful ``editMessageText`` call, as the fake received it."""
-
-    chat_id: int
-    message_id: int
-    text: str
-    message_thread_id: int | None  # the edited message's thread (an edit cannot move it)
-    parse_mode: str | None
-    params: dict[str, Any] = field(repr=False)  # the request parameters, values as sent
-
-
-@dataclass
-class _Posted:
-    """A message the bot sent, as it stands now (after its edits)."""
-
-    message: JSON  # the Message object the API answers, text and edit_date kept current
-    parse_mode: str | None
-    inline_markup: Any  # the inline keyboard, part of what "not modified" compares
-
-    @property
-    def thread_id(self) -> int | None:
-        return self.message.get("message_thread_id")
-
-
-@dataclass
-class _Failure:
-    """A scripted error answer, consumed by the next matching call."""
-
-    chat_id: int | None
-    status: int
-    description: str
-    retry_after: int | None
-    remaining: int
-
-
-class _ApiError(Exception):
-    """Raised inside a handler to answer with a Bot API error."""
-
-    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
-        super().__init__(description)
-        self.status = status
-        self.description = description
-        self.retry_after = retry_after
-
-
-class FakeTelegram(LocalServer):
+class FakeTelegram(BotMessages, LocalServer):
     """An in-process Bot API server on ``127.0.0.1`` (a free port, picked on start)."""
 
     max_poll_hold: float = 5.0
@@ -142,11 +95,11 @@ class FakeTelegram(LocalServer):
         self._next_update_id = 10_000
         self._message_ids: dict[int, int] = {}  # chat id -> last message id in that chat
         self._chats: dict[int, JSON] = {}  # chats seen in inbound messages
-        self._posted: dict[tuple[int, int], _Posted] = {}  # (chat id, message id) of the bot's
+        self._posted: dict[tuple[int, int], Posted] = {}  # (chat id, message id) of the bot's
         self._user_messages: set[tuple[int, int]] = set()  # inbound ones: the bot can't edit
-        self._send_failures: list[_Failure] = []
-        self._edit_failures: list[_Failure] = []
-        self._poll_failures: list[_Failure] = []
+        self._send_failures: list[Failure] = []
+        self._edit_failures: list[Failure] = []
+        self._poll_failures: list[Failure] = []
         self._updates_changed = asyncio.Event()
         self._sent_changed = asyncio.Event()
         self._edits_changed = asyncio.Event()
@@ -256,7 +209,8 @@ class FakeTelegram(LocalServer):
         ``retry_after`` gets ``retry_after=1`` like Telegram's own answer.
         Note PTB raises RetryAfter only for a non-zero ``retry_after``.
         """
-        self._send_failures.append(_scripted(chat_id, status, retry_after, description, count))
+        self._send_failures.append(
+            scripted_failure(chat_id, status, retry_after, description, count))
 
     def fail_next_edit(self, *, chat_id: int | None = None, status: int = 429,
                        retry_after: int | None = None,
@@ -266,14 +220,15 @@ class FakeTelegram(LocalServer):
 
         As :meth:`fail_next_send`, for edits only: the two never take each other's failures.
         """
-        self._edit_failures.append(_scripted(chat_id, status, retry_after, description, count))
+        self._edit_failures.append(
+            scripted_failure(chat_id, status, retry_after, description, count))
 
     def fail_next_poll(self, *, status: int = 409,
                        description: str = ("Conflict: terminated by other getUpdates request; "
                                            "make sure that only one bot instance is running"),
                        count: int = 1) -> None:
         """Make the next ``count`` getUpdates calls fail (default: 409 Conflict)."""
-        self._poll_failures.append(_Failure(None, status, description, None, count))
+        self._poll_failures.append(Failure(None, status, description, None, count))
 
     async def wait_for_sent(self, count: int, timeout: float = 10) -> list[SentRecord]:
         """Wait until at least ``count`` messages were sent; return all of them."""
@@ -285,42 +240,32 @@ class FakeTelegram(LocalServer):
         await self._wait_for("edits", count, timeout)
         return list(self.edits)
 
-    def message_text(self, chat_id: int, message_id: int) -> str | None:
-        """The current text of a message the bot sent; None if deleted or never sent."""
-        posted = self._posted.get((chat_id, message_id))
-        return None if posted is None else posted.message["text"]
-
-    def visible(self, chat_id: int, thread_id: int | None = None) -> list[str]:
-        """What a user sees of the bot in that chat: the current texts of its undeleted
-        messages in the topic ``thread_id`` (None: outside any topic), oldest first."""
-        return [p.message["text"] for (chat, _), p in sorted(self._posted.items())
-                if chat == chat_id and p.thread_id == thread_id]
 
     # ------------------------------------------------------------------ HTTP
 
     async def _not_found(self, request: web.Request) -> web.Response:
-        return _error(404, "Not Found")
+        return error_response(404, "Not Found")
 
     async def _handle(self, request: web.Request) -> web.Response:
         token, method = request.match_info["token"], request.match_info["method"]
         if token != self.token:
-            return _error(404, "Not Found")
-        params = await _read_params(request)
+            return error_response(404, "Not Found")
+        params = await read_params(request)
         self.calls.append((method, params))
         handler = self._methods.get(method.lower())
         if handler is None:
-            return _error(404, "Not Found")
+            return error_response(404, "Not Found")
         if method.lower() == "sendmessage":
             await self._sends_open.wait()
             if request.transport is None or request.transport.is_closing():
                 # its bot died while the send was held: it never reached "Telegram"
-                return _error(500, "Internal Server Error: the client is gone")
+                return error_response(500, "Internal Server Error: the client is gone")
         try:
             result = await handler(self, params)
-        except _ApiError as exc:
-            return _error(exc.status, exc.description, exc.retry_after)
+        except ApiError as exc:
+            return error_response(exc.status, exc.description, exc.retry_after)
         except (TypeError, ValueError) as exc:
-            return _error(400, f"Bad Request: {exc}")
+            return error_response(400, f"Bad Request: {exc}")
         return web.json_response({"ok": True, "result": result})
 
     # ------------------------------------------------------------------ methods
@@ -337,23 +282,23 @@ class FakeTelegram(LocalServer):
         try:
             int(params.get("chat_id", ""))
         except (TypeError, ValueError):
-            raise _ApiError(400, "Bad Request: chat not found") from None
+            raise ApiError(400, "Bad Request: chat not found") from None
         if params.get("action") not in _CHAT_ACTIONS:
-            raise _ApiError(400, "Bad Request: wrong parameter action in request")
-        thread = _as_int(params.get("message_thread_id"))
+            raise ApiError(400, "Bad Request: wrong parameter action in request")
+        thread = as_int(params.get("message_thread_id"))
         if thread is not None and (int(params["chat_id"]), thread) in self.deleted_threads:
-            raise _ApiError(400, "Bad Request: message thread not found")
+            raise ApiError(400, "Bad Request: message thread not found")
         return True
 
     async def _delete_webhook(self, params: dict[str, Any]) -> bool:
-        if _as_bool(params.get("drop_pending_updates")):
+        if as_bool(params.get("drop_pending_updates")):
             self._pending.clear()
         return True
 
     async def _get_updates(self, params: dict[str, Any]) -> list[JSON]:
-        _consume(self._poll_failures, None)
-        offset = _as_int(params.get("offset"))
-        limit = _as_int(params.get("limit")) or 100
+        consume_failure(self._poll_failures, None)
+        offset = as_int(params.get("offset"))
+        limit = as_int(params.get("limit")) or 100
         timeout = float(params.get("timeout") or 0)
         if offset is not None and offset < 0:
             self._pending = self._pending[offset:]
@@ -394,91 +339,10 @@ class FakeTelegram(LocalServer):
                 raise TimeoutError(f"only {self.handed_out} updates handed out")
             await asyncio.sleep(0.01)
 
-    async def _send_message(self, params: dict[str, Any]) -> JSON:
-        try:
-            chat_id = int(params.get("chat_id", ""))
-        except (TypeError, ValueError):
-            raise _ApiError(400, "Bad Request: chat not found") from None
-        text = params.get("text") or ""
-        thread_id = _as_int(params.get("message_thread_id"))
-        reply_params = _as_json(params.get("reply_parameters"))
-        reply_to = _as_int(reply_params.get("message_id")) if isinstance(reply_params, dict) \
-            else _as_int(params.get("reply_to_message_id"))
-        parse_mode = params.get("parse_mode")
-
-        _consume(self._send_failures, chat_id)
-        if not text.strip():
-            raise _ApiError(400, "Bad Request: message text is empty")
-        if thread_id == 1 or (thread_id is not None
-                              and (chat_id, thread_id) in self.deleted_threads):
-            raise _ApiError(400, THREAD_NOT_FOUND)
-        if utf16_len(_visible_text(text, parse_mode)) > MAX_MESSAGE_LENGTH:
-            raise _ApiError(400, "Bad Request: message is too long")
-
-        chat = self._chats.get(chat_id) or _guess_chat(chat_id)
-        message: JSON = {"message_id": self._next_message_id(chat_id),
-                         "date": int(time.time()), "chat": chat, "from": self.bot_user,
-                         "text": text}
-        if thread_id is not None:
-            message["message_thread_id"] = thread_id
-            if chat.get("is_forum"):
-                message["is_topic_message"] = True
-        if reply_to is not None:
-            message["reply_to_message"] = {"message_id": reply_to, "date": message["date"],
-                                           "chat": chat}
-        self._posted[(chat_id, message["message_id"])] = _Posted(
-            message, parse_mode, _inline_markup(params.get("reply_markup")))
-        self.sent.append(SentRecord(chat_id=chat_id, text=text, message_thread_id=thread_id,
-                                    reply_to_message_id=reply_to, parse_mode=parse_mode,
-                                    message_id=message["message_id"], params=params))
-        self._wake("sent")
-        return message
-
-    async def _edit_message_text(self, params: dict[str, Any]) -> JSON:
-        """In the Bot API's order: the text, the message, then what Telegram itself checks."""
-        text = params.get("text") or ""
-        parse_mode = params.get("parse_mode")
-        if "inline_message_id" in params and "chat_id" not in params:
-            raise _ApiError(400, "Bad Request: MESSAGE_ID_INVALID")  # the fake has none
-        chat_id, message_id = _message_key(params)
-        _consume(self._edit_failures, chat_id)
-        if not text.strip():
-            raise _ApiError(400, "Bad Request: message text is empty")
-        posted = self._posted.get((chat_id, message_id))
-        if posted is None:
-            if (chat_id, message_id) in self._user_messages:
-                raise _ApiError(400, "Bad Request: message can't be edited")
-            raise _ApiError(400, EDIT_NOT_FOUND)
-        if utf16_len(_visible_text(text, parse_mode)) > MAX_MESSAGE_LENGTH:
-            raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
-        markup = _inline_markup(params.get("reply_markup"))  # none given: the keyboard goes
-        current = posted.message
-        if (_content(text, parse_mode), markup) == \
-                (_content(current["text"], posted.parse_mode), posted.inline_markup):
-            raise _ApiError(400, NOT_MODIFIED)
-
-        current.update(text=text, edit_date=int(time.time()))
-        posted.parse_mode, posted.inline_markup = parse_mode, markup
-        self.edits.append(EditRecord(chat_id=chat_id, message_id=message_id, text=text,
-                                     message_thread_id=posted.thread_id,
-                                     parse_mode=parse_mode, params=params))
-        self._wake("edits")
-        return dict(current)
-
-    async def _delete_message(self, params: dict[str, Any]) -> bool:
-        """The bot's own messages, and users' (as an admin, or in a private chat)."""
-        key = _message_key(params)
-        if self._posted.pop(key, None) is None:
-            if key not in self._user_messages:
-                raise _ApiError(400, DELETE_NOT_FOUND)
-            self._user_messages.discard(key)
-        self.deleted.add(key)
-        return True
-
     async def _set_my_commands(self, params: dict[str, Any]) -> bool:
-        commands = _as_json(params.get("commands"))
+        commands = as_json(params.get("commands"))
         if not isinstance(commands, list):
-            raise _ApiError(400, "Bad Request: can't parse commands JSON object")
+            raise ApiError(400, "Bad Request: can't parse commands JSON object")
         self.commands = commands
         return True
 
@@ -493,9 +357,9 @@ class FakeTelegram(LocalServer):
         "getme": _get_me,
         "deletewebhook": _delete_webhook,
         "getupdates": _get_updates,
-        "sendmessage": _send_message,
-        "editmessagetext": _edit_message_text,
-        "deletemessage": _delete_message,
+        "sendmessage": BotMessages._send_message,
+        "editmessagetext": BotMessages._edit_message_text,
+        "deletemessage": BotMessages._delete_message,
         "setmycommands": _set_my_commands,
         "getmycommands": _get_my_commands,
         "deletemycommands": _delete_my_commands,
@@ -533,105 +397,6 @@ class FakeTelegram(LocalServer):
 
 # ---------------------------------------------------------------------- module helpers
 
-def _error(status: int, description: str, retry_after: int | None = None) -> web.Response:
-    body: JSON = {"ok": False, "error_code": status, "description": description}
-    if retry_after is not None:
-        body["parameters"] = {"retry_after": retry_after}
-    return web.json_response(body, status=status)
-
-
-def _scripted(chat_id: int | None, status: int, retry_after: int | None, description: str,
-              count: int) -> _Failure:
-    """A scripted failure; a 429 without ``retry_after`` gets 1, as Telegram's own answer."""
-    if status == 429 and retry_after is None:
-        retry_after = 1
-    return _Failure(chat_id, status, description, retry_after, count)
-
-
-def _consume(failures: list[_Failure], chat_id: int | None) -> None:
-    """Raise the first scripted failure matching ``chat_id`` (or any chat), if any."""
-    for failure in failures:
-        if failure.chat_id is None or failure.chat_id == chat_id:
-            failure.remaining -= 1
-            if failure.remaining <= 0:
-                failures.remove(failure)
-            raise _ApiError(failure.status, failure.description, failure.retry_after)
-
-
-async def _read_params(request: web.Request) -> dict[str, Any]:
-    """Query string plus body: form-encoded, multipart (files as FileField) or JSON."""
-    params: dict[str, Any] = dict(request.query)
-    if not request.body_exists:
-        return params
-    if request.content_type == "application/json":
-        body = await request.json()
-        params.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in body.items()})
-    else:
-        params.update(await request.post())
-    return params
-
-
-def _as_int(value: Any) -> int | None:
-    if value is None or value == "":
-        return None
-    return int(value)
-
-
-def _as_bool(value: Any) -> bool:
-    return str(value).lower() in ("true", "1")
-
-
-def _as_json(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None
-
-
-def _message_key(params: dict[str, Any]) -> tuple[int, int]:
-    """(chat id, message id) of the message an edit or delete names."""
-    try:
-        chat_id = int(params.get("chat_id", ""))
-    except (TypeError, ValueError):
-        raise _ApiError(400, "Bad Request: chat not found") from None
-    message_id = _as_int(params.get("message_id"))
-    if not message_id:
-        raise _ApiError(400, "Bad Request: message identifier is not specified")
-    return chat_id, message_id
-
-
-def _inline_markup(value: Any) -> Any:
-    """A message keeps an inline keyboard only (a reply keyboard belongs to the chat)."""
-    markup = _as_json(value)
-    return markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
-
-
-def _content(text: str, parse_mode: str | None) -> tuple[str, str | None]:
-    """What "not modified" compares, roughly: Telegram compares the rendered text and its
-    entities, so a parse mode counts only when the text holds that mode's markup."""
-    mode = (parse_mode or "").lower() or None
-    if mode is not None and not any(c in text for c in _MARKUP.get(mode, "")):
-        mode = None
-    return text, mode
-
-
-def _guess_chat(chat_id: int) -> JSON:
-    """A chat never seen inbound: private for positive ids, else a (super)group."""
-    if chat_id > 0:
-        return {"id": chat_id, "type": "private", "first_name": "User"}
-    kind = "supergroup" if str(chat_id).startswith("-100") else "group"
-    return {"id": chat_id, "type": kind, "title": f"Group {chat_id}"}
-
-
-def _visible_text(text: str, parse_mode: str | None) -> str:
-    """The text Telegram counts against the limit (HTML markup removed; Markdown as-is)."""
-    if parse_mode and parse_mode.upper() == "HTML":
-        return html.unescape(re.sub(r"<[^>]*>", "", text))
-    return text
-
-
 def _entities(text: str) -> list[JSON]:
     """bot_command for a leading ``/cmd[@bot]``, mention for each ``@name``."""
     entities: list[JSON] = []
@@ -646,9 +411,6 @@ def _entities(text: str) -> list[JSON]:
                          "length": utf16_len(mention.group())})
     return entities
 
-
-#: characters that can start formatting in each parse mode
-_MARKUP = {"html": "<&", "markdown": "_*`[", "markdownv2": "_*[]()~`>#+-=|{}.!\\"}
 
 #: the actions sendChatAction accepts
 _CHAT_ACTIONS = frozenset({"typing", "upload_photo", "record_video", "upload_video",

@@ -1,0 +1,227 @@
+"""The bot's messages in the fake Telegram server: what sendMessage, editMessageText and
+deleteMessage do to them, and what a user sees of them.
+
+Kept apart from the rest of the server because it is a store with rules of its own —
+message ids per chat, topics, replies, the length limit counted in UTF-16 units, and
+the Bot API's answers to an edit that finds nothing, changes nothing or is too long —
+while the server handles polling, commands and the HTTP side. Mixed into
+:class:`~tests.fakes.telegram_server.FakeTelegram`, which holds the store.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .telegram_api import ApiError, Failure, as_int, as_json, consume_failure, message_key
+
+__all__ = ["MAX_MESSAGE_LENGTH", "BotMessages", "EditRecord", "Posted", "SentRecord",
+           "utf16_len"]
+
+JSON = dict[str, Any]
+
+THREAD_NOT_FOUND = "Bad Request: message thread not found"
+EDIT_NOT_FOUND = "Bad Request: message to edit not found"
+DELETE_NOT_FOUND = "Bad Request: message to delete not found"
+NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and "
+                "reply markup are exactly the same as a current content and reply markup "
+                "of the message")
+MAX_MESSAGE_LENGTH = 4096
+
+
+def utf16_len(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units, the unit Telegram counts in."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+@dataclass
+class SentRecord:
+    """One successful ``sendMessage`` call, as the fake received it."""
+
+    chat_id: int
+    text: str
+    message_thread_id: int | None
+    reply_to_message_id: int | None
+    parse_mode: str | None
+    message_id: int
+    params: dict[str, Any] = field(repr=False)  # the request parameters, values as sent
+
+
+@dataclass
+class EditRecord:
+    """One successful ``editMessageText`` call, as the fake received it."""
+
+    chat_id: int
+    message_id: int
+    text: str
+    message_thread_id: int | None  # the edited message's thread (an edit cannot move it)
+    parse_mode: str | None
+    params: dict[str, Any] = field(repr=False)  # the request parameters, values as sent
+
+
+@dataclass
+class Posted:
+    """A message the bot sent, as it stands now (after its edits)."""
+
+    message: JSON  # the Message object the API answers, text and edit_date kept current
+    parse_mode: str | None
+    inline_markup: Any  # the inline keyboard, part of what "not modified" compares
+
+    @property
+    def thread_id(self) -> int | None:
+        return self.message.get("message_thread_id")
+
+
+class BotMessages:
+    """The message half of :class:`~tests.fakes.telegram_server.FakeTelegram`.
+
+    Numbers messages with FakeTelegram's ``_next_message_id`` and wakes its waiters
+    with ``_wake``.
+    """
+
+    # the state FakeTelegram keeps for it
+    bot_user: JSON
+    sent: list[SentRecord]
+    edits: list[EditRecord]
+    deleted: set[tuple[int, int]]
+    deleted_threads: set[tuple[int, int]]
+    _chats: dict[int, JSON]
+    _posted: dict[tuple[int, int], Posted]
+    _user_messages: set[tuple[int, int]]
+    _send_failures: list[Failure]
+    _edit_failures: list[Failure]
+
+    # ------------------------------------------------------------------ what a user sees
+
+    def message_text(self, chat_id: int, message_id: int) -> str | None:
+        """The current text of a message the bot sent; None if deleted or never sent."""
+        posted = self._posted.get((chat_id, message_id))
+        return None if posted is None else posted.message["text"]
+
+    def visible(self, chat_id: int, thread_id: int | None = None) -> list[str]:
+        """What a user sees of the bot in that chat: the current texts of its undeleted
+        messages in the topic ``thread_id`` (None: outside any topic), oldest first."""
+        return [p.message["text"] for (chat, _), p in sorted(self._posted.items())
+                if chat == chat_id and p.thread_id == thread_id]
+
+    # ------------------------------------------------------------------ methods
+
+    async def _send_message(self, params: dict[str, Any]) -> JSON:
+        try:
+            chat_id = int(params.get("chat_id", ""))
+        except (TypeError, ValueError):
+            raise ApiError(400, "Bad Request: chat not found") from None
+        text = params.get("text") or ""
+        thread_id = as_int(params.get("message_thread_id"))
+        reply_params = as_json(params.get("reply_parameters"))
+        reply_to = as_int(reply_params.get("message_id")) if isinstance(reply_params, dict) \
+            else as_int(params.get("reply_to_message_id"))
+        parse_mode = params.get("parse_mode")
+
+        consume_failure(self._send_failures, chat_id)
+        if not text.strip():
+            raise ApiError(400, "Bad Request: message text is empty")
+        if thread_id == 1 or (thread_id is not None
+                              and (chat_id, thread_id) in self.deleted_threads):
+            raise ApiError(400, THREAD_NOT_FOUND)
+        if utf16_len(_visible_text(text, parse_mode)) > MAX_MESSAGE_LENGTH:
+            raise ApiError(400, "Bad Request: message is too long")
+
+        chat = self._chats.get(chat_id) or _guess_chat(chat_id)
+        message: JSON = {"message_id": self._next_message_id(chat_id),
+                         "date": int(time.time()), "chat": chat, "from": self.bot_user,
+                         "text": text}
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            if chat.get("is_forum"):
+                message["is_topic_message"] = True
+        if reply_to is not None:
+            message["reply_to_message"] = {"message_id": reply_to, "date": message["date"],
+                                           "chat": chat}
+        self._posted[(chat_id, message["message_id"])] = Posted(
+            message, parse_mode, _inline_markup(params.get("reply_markup")))
+        self.sent.append(SentRecord(chat_id=chat_id, text=text, message_thread_id=thread_id,
+                                    reply_to_message_id=reply_to, parse_mode=parse_mode,
+                                    message_id=message["message_id"], params=params))
+        self._wake("sent")
+        return message
+
+    async def _edit_message_text(self, params: dict[str, Any]) -> JSON:
+        """In the Bot API's order: the text, the message, then what Telegram itself checks."""
+        text = params.get("text") or ""
+        parse_mode = params.get("parse_mode")
+        if "inline_message_id" in params and "chat_id" not in params:
+            raise ApiError(400, "Bad Request: MESSAGE_ID_INVALID")  # the fake has none
+        chat_id, message_id = message_key(params)
+        consume_failure(self._edit_failures, chat_id)
+        if not text.strip():
+            raise ApiError(400, "Bad Request: message text is empty")
+        posted = self._posted.get((chat_id, message_id))
+        if posted is None:
+            if (chat_id, message_id) in self._user_messages:
+                raise ApiError(400, "Bad Request: message can't be edited")
+            raise ApiError(400, EDIT_NOT_FOUND)
+        if utf16_len(_visible_text(text, parse_mode)) > MAX_MESSAGE_LENGTH:
+            raise ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+        markup = _inline_markup(params.get("reply_markup"))  # none given: the keyboard goes
+        current = posted.message
+        if (_content(text, parse_mode), markup) == \
+                (_content(current["text"], posted.parse_mode), posted.inline_markup):
+            raise ApiError(400, NOT_MODIFIED)
+
+        current.update(text=text, edit_date=int(time.time()))
+        posted.parse_mode, posted.inline_markup = parse_mode, markup
+        self.edits.append(EditRecord(chat_id=chat_id, message_id=message_id, text=text,
+                                     message_thread_id=posted.thread_id,
+                                     parse_mode=parse_mode, params=params))
+        self._wake("edits")
+        return dict(current)
+
+    async def _delete_message(self, params: dict[str, Any]) -> bool:
+        """The bot's own messages, and users' (as an admin, or in a private chat)."""
+        key = message_key(params)
+        if self._posted.pop(key, None) is None:
+            if key not in self._user_messages:
+                raise ApiError(400, DELETE_NOT_FOUND)
+            self._user_messages.discard(key)
+        self.deleted.add(key)
+        return True
+
+
+# ---------------------------------------------------------------------- module helpers
+
+def _inline_markup(value: Any) -> Any:
+    """A message keeps an inline keyboard only (a reply keyboard belongs to the chat)."""
+    markup = as_json(value)
+    return markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
+
+
+def _content(text: str, parse_mode: str | None) -> tuple[str, str | None]:
+    """What "not modified" compares, roughly: Telegram compares the rendered text and its
+    entities, so a parse mode counts only when the text holds that mode's markup."""
+    mode = (parse_mode or "").lower() or None
+    if mode is not None and not any(c in text for c in _MARKUP.get(mode, "")):
+        mode = None
+    return text, mode
+
+
+def _guess_chat(chat_id: int) -> JSON:
+    """A chat never seen inbound: private for positive ids, else a (super)group."""
+    if chat_id > 0:
+        return {"id": chat_id, "type": "private", "first_name": "User"}
+    kind = "supergroup" if str(chat_id).startswith("-100") else "group"
+    return {"id": chat_id, "type": kind, "title": f"Group {chat_id}"}
+
+
+def _visible_text(text: str, parse_mode: str | None) -> str:
+    """The text Telegram counts against the limit (HTML markup removed; Markdown as-is)."""
+    if parse_mode and parse_mode.upper() == "HTML":
+        return html.unescape(re.sub(r"<[^>]*>", "", text))
+    return text
+
+
+#: characters that can start formatting in each parse mode
+_MARKUP = {"html": "<&", "markdown": "_*`[", "markdownv2": "_*[]()~`>#+-=|{}.!\\"}
