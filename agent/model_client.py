@@ -70,6 +70,8 @@ class ModelClient:
         self._client = openai.AsyncOpenAI(
             base_url=config.base_url, api_key=config.api_key or "not-needed",
             timeout=config.timeout_seconds, max_retries=0)
+        #: ask for the token count at a stream's end (off once a server refuses it)
+        self._usage_in_stream = True
 
     async def close(self) -> None:
         await self._client.close()
@@ -89,7 +91,7 @@ class ModelClient:
             started = time.monotonic()
             try:
                 if on_text is not None and self.config.stream:
-                    return await self._streamed(body, on_text)
+                    return await self._streamed_or_not(body, on_text)
                 # post() rather than chat.completions.create(): the messages are already
                 # wire-format dicts, and create() re-walks every one of them against the
                 # typed schema — 40 ms a call at 200 messages (bench/agent_overhead.py)
@@ -117,11 +119,25 @@ class ModelClient:
                     f"({type(exc).__name__}).") from exc
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    async def _streamed_or_not(self, body: dict[str, Any], on_text: OnText) -> ModelReply:
+        try:
+            return await self._streamed(body, on_text)
+        except openai.APIStatusError as exc:
+            if not (self._usage_in_stream and exc.status_code in (400, 422)
+                    and "stream_options" in _message(exc)):
+                raise
+            # a server that does not know stream_options: without it (no token count)
+            log.warning("model_stream_options_refused", error=_message(exc))
+            self._usage_in_stream = False
+            return await self._streamed(body, on_text)
+
     async def _streamed(self, body: dict[str, Any], on_text: OnText) -> ModelReply:
+        request = {**body, "stream": True}
+        if self._usage_in_stream:
+            request["stream_options"] = {"include_usage": True}
         stream = await self._client.post(
             "/chat/completions", cast_to=ChatCompletion, stream=True,
-            stream_cls=AsyncStream[ChatCompletionChunk],
-            body={**body, "stream": True, "stream_options": {"include_usage": True}})
+            stream_cls=AsyncStream[ChatCompletionChunk], body=request)
         response = stream.response
         kind = response.headers.get("content-type", "")
         if "text/event-stream" not in kind:
@@ -129,8 +145,12 @@ class ModelClient:
             await response.aclose()
             if "json" not in kind:
                 raise TypeError(f"a {kind or 'untyped'} answer instead of a chat completion")
-            # a server (or a proxy) that ignores stream: true answers the whole thing
-            return _reply(ChatCompletion.model_validate(response.json()))
+            # a server (or a proxy) that ignores stream: true answers the whole thing;
+            # read as leniently as a whole answer is
+            data = response.json()
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__} instead of a chat completion")
+            return _reply(ChatCompletion.construct(**data))
         answer = StreamedAnswer()
         try:
             async with stream:
@@ -139,14 +159,14 @@ class ModelClient:
                         await on_text(answer.text)
         except httpx.TimeoutException as exc:  # between two chunks: as a timeout
             raise openai.APITimeoutError(request=response.request) from exc
-        except httpx.HTTPError as exc:  # the server went away mid-answer
+        except httpx.HTTPError as exc:  # the server went away mid-answer (a cut chunked body)
             raise openai.APIConnectionError(message=f"the stream broke: {exc!r}",
                                             request=response.request) from exc
-        if answer.chunks and answer.finish_reason is None and answer.usage is None:
-            raise openai.APIConnectionError(
-                message="the stream ended before the answer did", request=response.request)
         if not answer.chunks:
             raise ModelUnavailable("The model endpoint returned no answer.")
+        if answer.finish_reason is None:
+            # a cut connection raised above; a stream that ended cleanly is the answer
+            log.info("model_stream_without_finish_reason", chunks=answer.chunks)
         return answer.reply()
 
     def _request(self, messages: list[Message], tools: list[dict[str, Any]] | None
@@ -172,8 +192,12 @@ class ModelClient:
         if isinstance(exc, openai.APIConnectionError):
             return (None if last else backoff), (
                 f"The model endpoint {cfg.base_url} cannot be reached ({attempts} tries).")
+        if isinstance(exc, openai.APIResponseValidationError):
+            return None, "The model endpoint gave an answer that cannot be read."
         if not isinstance(exc, openai.APIStatusError):
-            return None, f"The model endpoint gave an answer that cannot be read ({exc})."
+            # an error event in the middle of a streamed answer: as a server error
+            return (None if last else backoff), (
+                f"The model endpoint failed while answering ({attempts} tries).")
         status = exc.status_code
         if status == 429:
             asked = retry_after(exc.response.headers)

@@ -53,11 +53,7 @@ class StreamedAnswer:
         return grew
 
     def _add_call(self, piece: Any) -> None:
-        index = piece.index if isinstance(piece.index, int) else None
-        if index is None:
-            # no index: a piece with an id (or a name) starts a call, others continue the last
-            starts = piece.id is not None or (piece.function and piece.function.name)
-            index = len(self._calls) if starts or not self._calls else max(self._calls)
+        index = piece.index if isinstance(piece.index, int) else self._index_of(piece)
         call = self._calls.setdefault(index, _CallPieces())
         if piece.id:
             call.id = piece.id
@@ -67,6 +63,18 @@ class StreamedAnswer:
                 call.name = function.name
             if function.arguments is not None:
                 call.arguments.append(arguments_text(function.arguments))
+
+    def _index_of(self, piece: Any) -> int:
+        """Where a piece without an index goes: the call with its id, else a new call
+        when it names one, else the last call."""
+        if piece.id is not None:
+            for index, call in self._calls.items():
+                if call.id == piece.id:
+                    return index
+        starts = piece.id is not None or (piece.function and piece.function.name)
+        if starts or not self._calls:
+            return max(self._calls, default=-1) + 1
+        return max(self._calls)
 
     def reply(self) -> ModelReply:
         calls = [ToolCall(c.id or new_call_id(), c.name, "".join(c.arguments))

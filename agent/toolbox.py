@@ -222,6 +222,7 @@ class ToolBox:
             return {"job": job_line(job),
                     "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
         if args.action == "wait":
+            await ctx.say_status(f"waiting for job {args.job_id}…")
             job, notices = await self.processes.wait(args.job_id, args.timeout_seconds)
             result: dict[str, Any] = {
                 "job": job_line(job), "ended": job.state != "running",

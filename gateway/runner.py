@@ -211,7 +211,8 @@ class GatewayRunner:
         try:
             return await self._handle(
                 key, entry.event, note=self.intake.late_note(entry, replayed=replayed),
-                journal_id=entry.id, dedupe_key=f"in:{entry.platform}:{entry.platform_id}")
+                journal_id=entry.id, dedupe_key=f"in:{entry.platform}:{entry.platform_id}",
+                replayed=replayed)
         finally:
             self.inbound.finished(entry.id)
 
@@ -239,7 +240,8 @@ class GatewayRunner:
         return self.lanes.by_key
 
     async def _handle(self, key: str, event: MessageEvent, *, note: str | None = None,
-                      journal_id: int | None = None, dedupe_key: str | None = None) -> Outcome:
+                      journal_id: int | None = None, dedupe_key: str | None = None,
+                      replayed: bool = False) -> Outcome:
         """An authorized, journaled message's turn (``note``: said before it).
 
         ``dedupe_key`` names its replies the same way when a crash makes it run again,
@@ -256,7 +258,7 @@ class GatewayRunner:
                 return "failed"
             turn = Turn(event=event, session=session, runner=self,
                         sent_ops=_replied(journal_id) if journal_id is not None else None,
-                        dedupe_key=dedupe_key)
+                        dedupe_key=dedupe_key, may_stream=not replayed)
             self.metrics.turns.labels("message").inc()
             if note is not None:  # not a reply: the message is not answered by it
                 await self.send(session, event.route, note, kind="system",

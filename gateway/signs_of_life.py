@@ -51,7 +51,8 @@ async def signs_of_life(adapter: Adapter | None, route: Route) -> AsyncIterator[
 async def live_reply(adapter: Adapter | None, turn: Turn) -> AsyncIterator[None]:
     """``turn.live`` for the turn's duration, where its platform shows replies growing;
     closed at the end, /stop included, so no half-written preview is left behind."""
-    live = adapter.live_reply(turn.route, turn.session.id) if adapter is not None else None
+    live = (adapter.live_reply(turn.route, turn.session.id)
+            if adapter is not None and turn.may_stream else None)
     if live is None:
         yield
         return
@@ -60,8 +61,10 @@ async def live_reply(adapter: Adapter | None, turn: Turn) -> AsyncIterator[None]
         yield
     finally:
         turn.live = None
+        # shielded: a second /stop must not leave a preview behind
+        closing = asyncio.ensure_future(live.close())
         try:
-            await live.close()
+            await asyncio.shield(closing)
         except Exception as exc:
             log.warning("live_reply_close_failed", platform=turn.route.platform,
                         error=str(exc))

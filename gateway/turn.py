@@ -6,10 +6,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import structlog
+
 from .database import Op
 from .events import MessageEvent, MessageKind, SendResult
 from .route import Route
 from .store import SessionEntry
+
+log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
     from .platforms.base import LiveReply
@@ -31,6 +35,9 @@ class Turn:
     dedupe_key: str | None = None
     #: the reply shown as it is written, where the platform can (a message's turn)
     live: LiveReply | None = None
+    #: False for a message replayed after a crash: its replies go whole, each with its
+    #: dedupe key (a preview would be a second copy of what the crashed run posted)
+    may_stream: bool = True
 
     @property
     def route(self) -> Route:
@@ -48,11 +55,17 @@ class Turn:
     async def show(self, text: str) -> None:
         """The next reply so far, while the model writes it (best effort)."""
         if self.live is not None:
-            await self.live.show(text)
+            try:
+                await self.live.show(text)
+            except Exception as exc:  # the final message is what counts
+                log.info("live_show_failed", platform=self.route.platform, error=str(exc))
 
     async def status(self, text: str) -> None:
         """What the turn is doing: in the live reply, else where the platform shows it."""
-        if self.live is not None:
-            await self.live.status(text)
-        else:
+        if self.live is None:
             await self.runner.tool_status(self.route, text)
+            return
+        try:
+            await self.live.status(text)
+        except Exception as exc:
+            log.info("live_status_failed", platform=self.route.platform, error=str(exc))

@@ -127,3 +127,29 @@ async def test_a_message_typed_while_the_gateway_is_down_waits_and_is_sent_once_
                 if line.role == "user"]
         assert said == ["typed while away"]
     await context.close()
+
+
+async def test_a_streamed_reply_grows_in_one_bubble_that_the_final_text_replaces(
+        tmp_path: Path, browser) -> None:
+    from .fakes.openai_server import FakeOpenAI, Say
+    from .model_support import model_config, web_base
+
+    expect.set_options(timeout=10_000)
+    answer = " ".join(f"piece{i}" for i in range(30))
+    async with FakeOpenAI(lambda req: Say(answer), chunk_delay=0.1) as model, \
+            running_gateway(model_config(tmp_path / "home", model)) as gw:
+        context = await browser.new_context()
+        page = await open_page(context, web_base(gw) + "/")
+        await page.locator("#input").fill("write slowly")
+        await page.locator("#send").click()
+        replies = page.locator('div.msg[data-kind="reply"]')
+        await expect(replies).to_have_count(1)
+        await expect(replies).to_contain_text("piece3")
+        partial = await replies.inner_text()
+        assert "piece29" not in partial  # still being written
+        await expect(replies).to_contain_text("piece29")
+        await expect(page.locator("div.msg.writing")).to_have_count(0)
+        await page.wait_for_timeout(300)
+        await expect(replies).to_have_count(1)  # the final text took the bubble's place
+        assert answer in await replies.inner_text()
+        await context.close()

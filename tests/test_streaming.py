@@ -292,3 +292,77 @@ async def test_a_discord_thread_streams_into_one_message_through_a_rate_limit(
         edits = [e for e in fake.edits if e.channel_id == thread]
         assert len(edits) >= 2 and all(e.content.startswith(tag) for e in edits)
         assert len([s for s in fake.sent if s.channel_id == thread]) == 1
+
+
+async def test_waiting_on_a_job_shows_as_the_turns_status(tmp_path: Path, model,
+                                                           http) -> None:
+    import json
+
+    def brain(req: ChatRequest) -> Response:
+        results = [json.loads(m["content"]) for m in req.messages if m["role"] == "tool"]
+        if not results:
+            return CallTools([("terminal", {"command": "sleep 0.3", "background": True})])
+        if len(results) == 1:
+            return CallTools([("process", {"action": "wait", "job_id": results[0]["job_id"]})])
+        return Say("waited")
+
+    model.brain = brain
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw), live="1")
+        await tab.say("start and wait")
+        frames = []
+        while not frames or frames[-1].get("text") != "waited":
+            frames.append(await tab.frame())
+    statuses = [f["text"] for f in frames if f["type"] == "status"]
+    assert any(s.startswith("waiting for job ") and s.endswith("…") for s in statuses)
+
+
+async def test_an_endpoint_that_ignores_stream_is_read_as_a_whole_answer(
+        tmp_path: Path, model, http) -> None:
+    from .fakes.openai_server import Raw
+
+    model.script(Raw('{"choices": [{"index": 0, "finish_reason": "stop", '
+                     '"message": {"role": "assistant", "content": "all at once"}}]}'))
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("hi")
+        assert (await tab.frame(deltas=True))["text"] == "all at once"
+
+
+async def test_an_endpoint_that_refuses_stream_options_is_asked_without_them(
+        tmp_path: Path, model, http) -> None:
+    from .fakes.openai_server import Fail
+
+    model.script(Fail(400, "Unrecognized request argument supplied: stream_options"))
+    model.brain = lambda req: Say("streamed anyway")
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("one")
+        assert (await tab.frame())["text"] == "streamed anyway"
+        await tab.say("two")
+        assert (await tab.frame())["text"] == "streamed anyway"
+    assert [("stream_options" in r.body, r.stream) for r in model.requests] == [
+        (True, True), (False, True), (False, True)]
+
+
+async def test_stop_while_the_final_edit_waits_out_a_429_leaves_no_preview(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    model.chunk_delay = 0.15
+    model.brain = lambda req: Say(words("half", 8))
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "go", 42)
+            (preview,) = await telegram.wait_for_sent(1, timeout=10)
+            telegram.fail_next_edit(status=429, retry_after=5, count=10)
+            await eventually(lambda: len([p for m, p in telegram.calls
+                                          if m == "editMessageText"]) >= 2,
+                             timeout=10, what="the final edit refused")
+            _topic_message(telegram, "/stop", 42)
+            await eventually(lambda: telegram.message_text(FORUM, preview.message_id) is None,
+                             timeout=20, what="the preview deleted")
+            await asyncio.sleep(0.3)
+    assert not [t for t in telegram.visible(FORUM, 42) if "half-" in t]

@@ -1,17 +1,19 @@
 """A Discord reply as it is written: a preview in the channel or thread of the
 turn, edited at most every ``platforms.discord.stream_edit_interval_seconds``
-(discord.py waits out Discord's own rate limits), then edited into the final
+(discord.py waits out Discord's own rate limits; a preview edit kept waiting
+longer than that is dropped), then edited into the final
 text (see ``preview``)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import discord
 
 from ..events import MessageKind, SendResult
 from ..route import Route
-from .preview import EditedPreview, PreviewGone, PreviewRateLimited
+from .preview import EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
 
 if TYPE_CHECKING:
     from .discord import DiscordAdapter
@@ -39,23 +41,33 @@ class DiscordPreview(EditedPreview):
             kwargs["reference"] = discord.MessageReference(
                 message_id=int(self.route.message_id), channel_id=int(self.route.chat_id),
                 fail_if_not_exists=False)
-        try:
-            message = await self._channel().send(text, **kwargs)
-        except discord.RateLimited as exc:
-            raise PreviewRateLimited(exc.retry_after) from exc
+        message = await self._channel().send(text, **kwargs)
         return str(message.id)
 
     async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
-        if final:
-            await self.adapter.flow.admit(self.route.chat_id, group=False)
+        message = self._channel().get_partial_message(int(message_id))
         try:
-            await self._channel().get_partial_message(int(message_id)).edit(content=text)
-        except discord.RateLimited as exc:
-            raise PreviewRateLimited(exc.retry_after) from exc
+            if final:
+                await self.adapter.flow.admit(self.route.chat_id, group=False)
+                await message.edit(content=text)
+                return
+            # discord.py waits out a 429 inside the request: a preview edit that would
+            # wait longer than the interval is dropped (an edit is safe to cut short)
+            async with asyncio.timeout(max(2.0, self.interval)):
+                await message.edit(content=text)
+        except TimeoutError as exc:
+            raise PreviewRateLimited(self.interval) from exc
         except discord.NotFound as exc:
             raise PreviewGone(exc.text) from exc
+        except discord.Forbidden as exc:
+            raise PreviewRefused(exc.text) from exc
+        except discord.HTTPException as exc:
+            if exc.status == 400:
+                raise PreviewRefused(exc.text) from exc
+            raise
 
     async def _delete(self, message_id: str) -> None:
+        await self.adapter.flow.admit(self.route.chat_id, group=False)
         try:
             await self._channel().get_partial_message(int(message_id)).delete()
         except discord.NotFound as exc:

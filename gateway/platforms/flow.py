@@ -70,8 +70,9 @@ class FlowControl:
         """Count one more request to ``chat`` if it fits every limit now; a request that
         can be skipped (a preview edit) is, rather than delay the ones that count."""
         # a group's last few slots of the minute are kept for messages that count
+        allowed = self.limits.group_per_minute
         if group and _room(self._state(chat).recent, self._clock(), 60.0,
-                           max(1.0, self.limits.group_per_minute - 3)) > 0:
+                           allowed - min(3.0, allowed // 2)) > 0:
             return False
         return self._wait(chat, group) <= 0
 

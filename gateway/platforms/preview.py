@@ -44,6 +44,10 @@ class PreviewGone(Exception):
     """The preview message no longer exists (deleted by someone, or never made)."""
 
 
+class PreviewRefused(Exception):
+    """The platform refuses this edit for good (asking again would not help)."""
+
+
 class PreviewRateLimited(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"retry after {seconds:g} s")
@@ -69,6 +73,7 @@ class EditedPreview(ABC):
         self._shown: str | None = None
         self._next_at = 0.0
         self._broken = False  # this message's preview failed: no more tries until it is final
+        self._closing = False  # finish or close is under way: the flusher stands back
         self._flusher: asyncio.Task[None] | None = None
 
     # the platform's part -------------------------------------------------------
@@ -80,11 +85,12 @@ class EditedPreview(ABC):
     @abstractmethod
     async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
         """Edit the preview (no error when the text is already that). Raise PreviewGone,
-        PreviewRateLimited, or anything else for a failure that may pass. ``final``:
-        wait for flood control rather than skip."""
+        PreviewRefused, PreviewRateLimited, or anything else for a failure that may pass.
+        ``final``: wait for flood control rather than skip."""
 
     @abstractmethod
-    async def _delete(self, message_id: str) -> None: ...
+    async def _delete(self, message_id: str) -> None:
+        """Delete the preview (waiting for flood control); PreviewGone when it is not there."""
 
     @abstractmethod
     async def _send(self, text: str, kind: MessageKind, session_id: str | None,
@@ -96,7 +102,7 @@ class EditedPreview(ABC):
         """Parts after the first, after the preview took the first."""
 
     def _may_preview(self) -> bool:
-        """Whether flood control has room for a preview request right now."""
+        """Whether flood control has room for a preview request right now (counting it)."""
         return True
 
     # the turn's part -----------------------------------------------------------
@@ -112,22 +118,35 @@ class EditedPreview(ABC):
     async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
                      dedupe_key: str | None = None) -> SendResult:
         """The final message: the preview, edited a last time, or a message of its own."""
+        self._closing = True  # the flusher makes no new request from now on
         async with self._lock:
             self._stop_flusher()
+            self._wanted = self._shown = None
             message_id = self._message_id
-            self._reset()
             if message_id is None:
+                self._reset()
                 return await self._send(text, kind, session_id, dedupe_key)
             parts = split_message(text, self.limit, self.measure) or [text]
-            if not await self._edit_final(message_id, parts[0]):
-                await self._drop(message_id)
+            # the preview stays ours until its edit is through: a turn cancelled meanwhile
+            # (/stop) leaves it to close(), which deletes it
+            edited = await self._edit_final(message_id, parts[0])
+            if edited is None and not await self._drop(message_id):
+                # neither edited nor deleted: a copy of its own would make two
+                self._reset()
+                log.error("preview_stuck", message_id=message_id)
+                return SendResult.failed("the reply's preview could be neither edited nor "
+                                         "deleted", permanent=True, route_gone=False)
+            self._reset()
+            if not edited:
                 return await self._send(text, kind, session_id, dedupe_key)
+            self._next_at = time.monotonic() + self.interval
             if len(parts) == 1:
                 return SendResult.sent(message_id)
             return await self._send_parts(parts[1:], kind)
 
     async def close(self) -> None:
         """The turn is over: a preview that did not become a message goes away."""
+        self._closing = True
         async with self._lock:
             self._stop_flusher()
             message_id = self._message_id
@@ -154,22 +173,22 @@ class EditedPreview(ABC):
             self._flusher = asyncio.create_task(self._flush(), name="preview")
 
     async def _flush(self) -> None:
-        while not self._broken and self._wanted is not None and self._wanted != self._shown:
+        while self._wanted is not None and self._wanted != self._shown:
             delay = self._next_at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-                continue
-            if not self._may_preview():
-                self._next_at = time.monotonic() + self.interval
                 continue
             async with self._lock:
                 await self._flush_once()
 
     async def _flush_once(self) -> None:
         text = self._wanted
-        if text is None or self._broken or text == self._shown:
+        if text is None or self._broken or self._closing or text == self._shown:
+            self._wanted = None if self._broken or self._closing else self._wanted
             return
         self._next_at = time.monotonic() + self.interval
+        if not self._may_preview():
+            return  # flood control is tight: the messages that count go first
         try:
             if self._message_id is None:
                 self._message_id = await self._post(text)
@@ -188,13 +207,17 @@ class EditedPreview(ABC):
                 self._broken = True
             log.info("preview_failed", error=str(exc)[:200], posted=self._message_id is not None)
 
-    async def _edit_final(self, message_id: str, text: str) -> bool:
+    async def _edit_final(self, message_id: str, text: str) -> bool | None:
+        """True: edited; False: the preview is gone; None: it could not be edited."""
         for attempt in range(FINAL_ATTEMPTS):
             try:
                 await self._edit(message_id, text, final=True)
                 return True
             except PreviewGone:
                 return False
+            except PreviewRefused as exc:
+                log.warning("preview_final_edit_refused", message_id=message_id, error=str(exc))
+                return None
             except PreviewRateLimited as exc:
                 wait = min(exc.seconds, _MAX_WAIT)
             except Exception as exc:
@@ -203,15 +226,25 @@ class EditedPreview(ABC):
                             error=str(exc)[:200], retry_in=wait)
             if attempt < FINAL_ATTEMPTS - 1:
                 await asyncio.sleep(wait)
-        return False
+        return None
 
-    async def _drop(self, message_id: str) -> None:
-        try:
-            await self._delete(message_id)
-        except PreviewGone:
-            pass
-        except Exception as exc:
-            log.warning("preview_delete_failed", message_id=message_id, error=str(exc)[:200])
+    async def _drop(self, message_id: str) -> bool:
+        """Delete the preview; True when it is known to be gone."""
+        for attempt in range(FINAL_ATTEMPTS):
+            try:
+                await self._delete(message_id)
+                return True
+            except PreviewGone:
+                return True
+            except PreviewRateLimited as exc:
+                wait = min(exc.seconds, _MAX_WAIT)
+            except Exception as exc:
+                wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+                log.warning("preview_delete_failed", message_id=message_id,
+                            error=str(exc)[:200])
+            if attempt < FINAL_ATTEMPTS - 1:
+                await asyncio.sleep(wait)
+        return False
 
     def _stop_flusher(self) -> None:
         # called holding the lock: the flusher is asleep or waiting for the lock, never
@@ -221,6 +254,6 @@ class EditedPreview(ABC):
             self._flusher = None
 
     def _reset(self) -> None:
+        """Ready for the turn's next reply (the edit interval still holds)."""
         self._message_id = self._wanted = self._shown = None
-        self._broken = False
-        self._next_at = 0.0
+        self._broken = self._closing = False

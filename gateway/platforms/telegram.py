@@ -283,6 +283,8 @@ class TelegramAdapter(Adapter):
     async def send_parts(self, route: Route, parts: list[str], *,
                          first_patient: bool = True) -> SendResult:
         """``parts`` in order, as one message (a streamed reply's rest, after its preview)."""
+        if self._app is None or not self._connected:
+            return SendResult.failed("telegram is not connected")
         last: str | None = None
         async with self.flow.chat(route.chat_id):
             for index, part in enumerate(parts):

@@ -13,7 +13,7 @@ from telegram.error import BadRequest, RetryAfter
 from ..events import MessageKind, SendResult
 from ..route import Route
 from ..splitter import utf16_len
-from .preview import EditedPreview, PreviewGone, PreviewRateLimited
+from .preview import EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
 from .telegram_routes import send_arguments
 
 if TYPE_CHECKING:
@@ -63,11 +63,14 @@ class TelegramPreview(EditedPreview):
                 return  # it already says that: an earlier try went through
             if any(gone in said for gone in _GONE):
                 raise PreviewGone(exc.message) from exc
-            raise
+            raise PreviewRefused(exc.message) from exc
 
     async def _delete(self, message_id: str) -> None:
+        await self.adapter.flow.admit(self.route.chat_id, group=self.route.chat_type == "group")
         try:
             await self._bot.delete_message(int(self.route.chat_id), int(message_id))
+        except RetryAfter as exc:
+            raise PreviewRateLimited(self._flood(exc)) from exc
         except BadRequest as exc:
             if any(gone in exc.message.lower() for gone in _GONE):
                 raise PreviewGone(exc.message) from exc
