@@ -19,14 +19,13 @@ import httpx
 import openai
 import pydantic
 import structlog
-from openai import AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 
 from gateway.config import AgentConfig
 
 from .history import Message
 from .model_reply import ModelReply, ToolCall, arguments_text, make_reply, new_call_id
-from .streamed import StreamedAnswer
+from .streamed import StreamedAnswer, StreamError, sse_data
 
 __all__ = ["ModelClient", "ModelReply", "ModelUnavailable", "OnText", "ToolCall",
            "retry_after"]
@@ -135,39 +134,50 @@ class ModelClient:
         request = {**body, "stream": True}
         if self._usage_in_stream:
             request["stream_options"] = {"include_usage": True}
-        stream = await self._client.post(
-            "/chat/completions", cast_to=ChatCompletion, stream=True,
-            stream_cls=AsyncStream[ChatCompletionChunk], body=request)
-        response = stream.response
-        kind = response.headers.get("content-type", "")
-        if "text/event-stream" not in kind:
-            await response.aread()
-            await response.aclose()
-            if "json" not in kind:
-                raise TypeError(f"a {kind or 'untyped'} answer instead of a chat completion")
-            # a server (or a proxy) that ignores stream: true answers the whole thing;
-            # read as leniently as a whole answer is
-            data = response.json()
-            if not isinstance(data, dict):
-                raise TypeError(f"a JSON {type(data).__name__} instead of a chat completion")
-            return _reply(ChatCompletion.construct(**data))
-        answer = StreamedAnswer()
+        response = await self._client.post("/chat/completions", cast_to=httpx.Response,
+                                           stream=True, body=request)
         try:
-            async with stream:
-                async for chunk in stream:
-                    if answer.add(chunk) and answer.text.strip():
-                        await on_text(answer.text)
-        except httpx.TimeoutException as exc:  # between two chunks: as a timeout
-            raise openai.APITimeoutError(request=response.request) from exc
-        except httpx.HTTPError as exc:  # the server went away mid-answer (a cut chunked body)
-            raise openai.APIConnectionError(message=f"the stream broke: {exc!r}",
-                                            request=response.request) from exc
+            kind = response.headers.get("content-type", "")
+            if "text/event-stream" not in kind:
+                await response.aread()
+                if "json" not in kind:
+                    raise TypeError(f"a {kind or 'untyped'} answer instead of a chat "
+                                    f"completion")
+                # a server (or a proxy) that ignores stream: true answers the whole
+                # thing; read as leniently as a whole answer is
+                data = response.json()
+                if not isinstance(data, dict):
+                    raise TypeError(f"a JSON {type(data).__name__} instead of a chat "
+                                    f"completion")
+                return _reply(ChatCompletion.construct(**data))
+            answer = await self._read_stream(response, on_text)
+        finally:
+            await response.aclose()
         if not answer.chunks:
             raise ModelUnavailable("The model endpoint returned no answer.")
-        if answer.finish_reason is None:
-            # a cut connection raised above; a stream that ended cleanly is the answer
-            log.info("model_stream_without_finish_reason", chunks=answer.chunks)
         return answer.reply()
+
+    @staticmethod
+    async def _read_stream(response: httpx.Response, on_text: OnText) -> StreamedAnswer:
+        answer = StreamedAnswer()
+        try:
+            async for data in sse_data(response):
+                if answer.add_event(data) and answer.text.strip():
+                    await on_text(answer.text)
+                if answer.done:
+                    break
+        except httpx.TimeoutException as exc:  # between two chunks: as a timeout
+            raise openai.APITimeoutError(request=response.request) from exc
+        except httpx.HTTPError as exc:  # the server went away mid-answer (a cut body)
+            raise openai.APIConnectionError(message=f"the stream broke: {exc!r}",
+                                            request=response.request) from exc
+        except StreamError as exc:  # judged as a server error: asked again
+            raise openai.APIError(f"an error event mid-answer: {exc}", response.request,
+                                  body=None) from exc
+        if answer.chunks and not answer.done and answer.finish_reason is None:
+            raise openai.APIConnectionError(message="the stream ended before the answer did",
+                                            request=response.request)
+        return answer
 
     def _request(self, messages: list[Message], tools: list[dict[str, Any]] | None
                  ) -> dict[str, Any]:

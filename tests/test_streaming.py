@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gateway.daemon import running_gateway
 
 from .fakes.openai_server import CallTools, ChatRequest, Cut, Response, Say
@@ -26,7 +28,7 @@ def words(tag: str, count: int = 24) -> str:
 
 async def test_web_tabs_get_deltas_then_one_final_frame_with_the_same_stream(
         tmp_path: Path, model, http) -> None:
-    model.chunk_delay = 0.01
+    model.chunk_delay = 0.03
     model.brain = lambda req: Say(words("web"))
     async with running_gateway(model_config(tmp_path / "home", model)) as gw:
         first = await open_tab(http, web_base(gw))
@@ -40,7 +42,9 @@ async def test_web_tabs_get_deltas_then_one_final_frame_with_the_same_stream(
             deltas, final = frames[:-1], frames[-1]
             assert len(deltas) > 3 and all(d["type"] == "delta" for d in deltas)
             assert {d["stream"] for d in deltas} == {final["stream"]}
-            assert "".join(d["text"] for d in deltas) == final["text"] == words("web")
+            # batched: what the deltas showed is the start of the final text, which has it all
+            assert final["text"] == words("web")
+            assert final["text"].startswith("".join(d["text"] for d in deltas))
             assert final["kind"] == "reply"
             await tab.no_frame(0.2)
         await elsewhere.no_frame(0.1)
@@ -49,7 +53,7 @@ async def test_web_tabs_get_deltas_then_one_final_frame_with_the_same_stream(
 
 async def test_a_stream_cut_mid_answer_is_asked_again_and_the_page_starts_over(
         tmp_path: Path, model, http) -> None:
-    model.script(Cut("half an answer that"), Say("the whole answer"))
+    model.script(Cut("half an answer that"), Say("the whole answer", chunk_delay=0.08))
     async with running_gateway(model_config(tmp_path / "home", model)) as gw:
         tab = await open_tab(http, web_base(gw))
         await tab.say("go")
@@ -366,3 +370,34 @@ async def test_stop_while_the_final_edit_waits_out_a_429_leaves_no_preview(
                              timeout=20, what="the preview deleted")
             await asyncio.sleep(0.3)
     assert not [t for t in telegram.visible(FORUM, 42) if "half-" in t]
+
+
+def _sse(*events: str) -> str:
+    return "".join(f"data: {e}\n\n" for e in events)
+
+
+_PIECE = ('{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", '
+          '"choices": [{"index": 0, "delta": {"content": "%s"}, "finish_reason": null}]}')
+
+
+@pytest.mark.parametrize("stream, asked", [
+    # an error event mid-answer: as a server error, asked again
+    (_sse(_PIECE % "half", '{"error": {"message": "overloaded"}}'), 2),
+    # a stream that stops with neither a finish reason nor [DONE] was cut: asked again
+    (_sse(_PIECE % "half"), 2),
+    # [DONE] without a finish reason: a whole answer (some servers leave it out)
+    (_sse(_PIECE % "from the stream", "[DONE]"), 1),
+])
+async def test_how_a_stream_ends_decides_whether_it_is_asked_again(
+        tmp_path: Path, model, http, stream: str, asked: int) -> None:
+    from .fakes.openai_server import Raw
+
+    model.script(Raw(stream, content_type="text/event-stream"))
+    model.brain = lambda req: Say("asked again")
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("hi")
+        final = await tab.frame()
+        assert final["text"] == ("asked again" if asked == 2 else "from the stream")
+        assert final["kind"] == "reply"
+    assert len(model.requests) == asked

@@ -4,11 +4,14 @@ conversation, then the final ``message`` frame carrying the same ``stream`` id.
 The page grows a bubble from the deltas and replaces it with the final text,
 so a tab that missed deltas (opened mid-reply) still ends with the whole
 message. A retried model call starts its text again: that delta carries
-``"reset": true`` and the whole text so far.
+``"reset": true`` and the whole text so far. Deltas are batched (at most one
+every ``DELTA_INTERVAL``), so a fast model does not cost a frame per token.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -19,37 +22,71 @@ if TYPE_CHECKING:
     from .web import WebAdapter
 
 
+#: deltas go out at most this often (the first at once): a fast model's tokens are
+#: batched rather than each a frame to every tab
+DELTA_INTERVAL = 0.05
+
+
 class WebLiveReply:
     def __init__(self, adapter: WebAdapter, route: Route) -> None:
         self.adapter = adapter
         self.route = route
         self._stream: str | None = None
         self._shown = ""
+        self._latest = ""
+        self._sent_at = 0.0
+        self._pending: asyncio.Task[None] | None = None
 
     async def show(self, text: str) -> None:
         if self._stream is None:
             self._stream = uuid.uuid4().hex[:12]
-        frame: dict[str, Any] = {"type": "delta", "stream": self._stream}
-        if text.startswith(self._shown):
-            frame["text"] = text[len(self._shown):]
+        self._latest = text
+        if self._pending is not None:
+            return  # the batch under way takes it
+        wait = self._sent_at + DELTA_INTERVAL - time.monotonic()
+        if wait <= 0:
+            await self._send_delta()
         else:
-            frame.update(text=text, reset=True)
-        self._shown = text
-        if frame["text"] or frame.get("reset"):
-            await self.adapter.delta(self.route, frame)
+            self._pending = asyncio.create_task(self._send_later(wait), name="web-delta")
 
     async def status(self, text: str) -> None:
         await self.adapter.status(self.route, text)
 
     async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
                      dedupe_key: str | None = None) -> SendResult:
-        stream, self._stream, self._shown = self._stream, None, ""
+        stream = self._end()
         return await self.adapter.send(self.route, text, kind=kind, session_id=session_id,
                                        dedupe_key=dedupe_key, stream=stream)
 
     async def close(self) -> None:
         """Deltas no message finished (the turn was stopped): the page drops them."""
-        stream, self._stream, self._shown = self._stream, None, ""
+        stream = self._end()
         if stream is not None:
             await self.adapter.delta(self.route, {"type": "delta", "stream": stream,
                                                   "text": "", "done": True})
+
+    async def _send_later(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        self._pending = None
+        await self._send_delta()
+
+    async def _send_delta(self) -> None:
+        text, stream = self._latest, self._stream
+        if stream is None or text == self._shown:
+            return
+        frame: dict[str, Any] = {"type": "delta", "stream": stream}
+        if text.startswith(self._shown):
+            frame["text"] = text[len(self._shown):]
+        else:
+            frame.update(text=text, reset=True)
+        self._shown = text
+        self._sent_at = time.monotonic()
+        await self.adapter.delta(self.route, frame)
+
+    def _end(self) -> str | None:
+        """The stream that ends here; deltas not yet sent are not needed any more."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        stream, self._stream, self._shown, self._latest = self._stream, None, "", ""
+        return stream
