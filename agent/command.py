@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
+from gateway.attachments import FileRefused, file_lines
 from gateway.commands import parse_command
 from gateway.notifications import Notification
 from gateway.turn import Turn
@@ -40,6 +41,7 @@ class CommandAgent:
         "kill": "stop a job: /kill <job>",
         "delegate": "hand a command to a background sub-agent: /delegate <command>",
         "whoami": "show the conversation this turn runs in, as a tool sees it",
+        "send": "post a file here: /send <path> [caption]",
     }
 
     def __init__(self, terminal: Terminal | None = None,
@@ -55,6 +57,11 @@ class CommandAgent:
     async def run_turn(self, turn: Turn) -> None:
         command = parse_command(turn.event.text)
         if command is None:
+            saved = file_lines(turn.event.metadata)
+            if saved:  # a file sent without a command: say where it is
+                await turn.reply("\n".join(["Saved:", *saved] + (
+                    [_acknowledge(turn.event.text)] if turn.event.text.strip() else [])))
+                return
             await turn.reply(_acknowledge(turn.event.text))
             return
         name, args = command
@@ -64,7 +71,7 @@ class CommandAgent:
         if handler is None or name not in self.commands:
             await turn.reply(f"Unknown command /{name}. Send /help for the list.", kind="system")
             return
-        if name != "whoami" and self.terminal is None:
+        if name not in ("whoami", "send") and self.terminal is None:
             await turn.reply("Jobs are not available in this gateway.", kind="system")
             return
         try:
@@ -94,6 +101,17 @@ class CommandAgent:
         return lines
 
     # commands ----------------------------------------------------------------
+
+    async def _cmd_send(self, turn: Turn, args: str) -> None:
+        _require(args, "/send <path> [caption]")
+        path, _, caption = args.partition(" ")
+        try:
+            result = await turn.send_file(path, caption.strip() or None)
+        except FileRefused as exc:
+            await turn.reply(str(exc), kind="system")
+            return
+        if not result.ok:
+            await turn.reply(f"The file was not sent: {result.error}", kind="system")
 
     async def _cmd_whoami(self, turn: Turn, args: str) -> None:
         await asyncio.sleep(0)  # let concurrent turns run in between, as any real tool would

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from gateway.attachments import file_lines
 from gateway.commands import CompressionFailed, parse_command
 from gateway.config import AgentConfig
 from gateway.events import MessageKind, SendResult
@@ -88,7 +89,8 @@ class ModelAgent:
         if command is not None and command[0] in self.commands:
             await self.command_agent.run_turn(turn)
             return
-        await self._converse(turn, {"role": "user", "content": turn.event.text}, "reply")
+        text = "\n".join([turn.event.text, *file_lines(turn.event.metadata)]).strip()
+        await self._converse(turn, {"role": "user", "content": text}, "reply")
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         if notification.kind == "schedule_note":  # the gateway's own word: no model turn
@@ -156,7 +158,8 @@ class ModelAgent:
         while True:
             try:
                 answer = await self.loop.run(
-                    context, record, say, ToolContext(reply=say, status=turn.status),
+                    context, record, say,
+                    ToolContext(reply=say, status=turn.status, send_file=turn.send_file),
                     on_text=show if turn.live is not None else None)
                 break
             except ModelUnavailable as exc:

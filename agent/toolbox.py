@@ -19,6 +19,7 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gateway.attachments import FileRefused
 from gateway.context import current_session
 from gateway.events import SendResult
 from gateway.inbound import mark_acted
@@ -108,6 +109,14 @@ class SendMessageArgs(_Args):
     target: str = Field("here", description='"here" or the name of a home channel')
 
 
+class SendFileArgs(_Args):
+    """Post a file to this conversation (a photo when it is an image): a job's report,
+    a chart, a log. Only files inside the allowed directories can be sent."""
+
+    path: str = Field(min_length=1, description="the file's path on this machine")
+    caption: str | None = Field(None, description="a line to go with it")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a tool call may touch besides the task-local context."""
@@ -116,6 +125,8 @@ class ToolContext:
     reply: Callable[[str], Awaitable[SendResult]]
     #: say what the turn is doing, where the platform shows it (not in the transcript)
     status: Callable[[str], Awaitable[None]] | None = None
+    #: post a file into the current conversation
+    send_file: Callable[[str, str | None], Awaitable[SendResult]] | None = None
 
     async def say_status(self, text: str) -> None:
         if self.status is not None:
@@ -144,6 +155,7 @@ class ToolBox:
             self._tools["send_message"] = (SendMessageArgs, self._send)
         if scheduler is not None:
             self._tools["schedule"] = (ScheduleArgs, self._schedule)
+        self._tools["send_file"] = (SendFileArgs, self._send_file)
         self._schemas: list[dict[str, Any]] | None = None
 
     @classmethod
@@ -188,7 +200,7 @@ class ToolBox:
         await mark_acted(self.terminal.jobs.db)
         try:
             result = await handler(args, ctx)
-        except (JobError, DelegationRefused, UnknownTarget, ScheduleError) as exc:
+        except (JobError, DelegationRefused, UnknownTarget, ScheduleError, FileRefused) as exc:
             return _error(str(exc))
         except Exception as exc:  # a tool bug must reach the model, not end the turn
             log.exception("tool_failed", tool=call.name)
@@ -268,6 +280,14 @@ class ToolBox:
             await self.scheduler.remove(record.id)
             return {"schedule_id": record.id, "status": "removed"}
         return {"schedule": record.line()}
+
+    async def _send_file(self, args: SendFileArgs, ctx: ToolContext) -> Any:
+        if ctx.send_file is None:
+            raise JobError("files cannot be posted from here")
+        result = await ctx.send_file(args.path, args.caption)
+        if not result.ok:
+            raise JobError(f"the file was not sent: {result.error}")
+        return {"sent": True, "path": args.path}
 
     async def _send(self, args: SendMessageArgs, ctx: ToolContext) -> Any:
         assert self.sender is not None

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.config import Config, LoggingConfig, parse_config  # noqa: E402
 from gateway.daemon import Gateway  # noqa: E402
-from gateway.events import MessageKind, SendResult  # noqa: E402
+from gateway.events import MessageKind, NoticeInfo, SendResult  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
 from gateway.notifications import ReturnAddress  # noqa: E402
 from gateway.platforms.memory import MemoryAdapter  # noqa: E402
@@ -38,7 +38,8 @@ class TimedAdapter(MemoryAdapter):
         return True
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   notice: NoticeInfo | None = None) -> SendResult:
         self.sent_ns.append((route, text, time.time_ns()))
         return SendResult.sent(str(len(self.sent_ns)))
 

@@ -16,7 +16,10 @@ GATEWAY_COMMANDS: dict[str, str] = {
     "new": "end this session and start a fresh one (alias /reset)",
     "compress": "compress the context: continue in a new session linked to this one",
     "stop": "stop the turn under way here (its model call and command)",
+    "start": "a welcome, with your user id",
 }
+#: not offered in group chats' command menus (a welcome is for a private chat)
+PRIVATE_ONLY = frozenset({"start"})
 _ALIASES = {"reset": "new"}
 
 
@@ -42,6 +45,8 @@ async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
         await _status(turn)
     elif name == "help":
         await _help(turn)
+    elif name == "start":
+        await _start(turn)
     elif name == "stop":
         stopped = turn.runner.stop_turn(turn.session.session_key)
         await turn.reply("Stopped the turn under way." if stopped
@@ -49,6 +54,16 @@ async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
     else:
         return False
     return True
+
+
+async def _start(turn: Turn) -> None:
+    """A platform's "start" (Telegram sends /start first): a welcome, not agent input."""
+    route = turn.route
+    who = f"Your {route.platform} user id is {route.user_id}." if route.user_id else ""
+    await turn.reply(f"Hello{' ' + route.user_name if route.user_name else ''}! I am the agent "
+                     f"behind this chat: ask me anything, or have me run things in the "
+                     f"background; they report back here. {who} Send /help to see the "
+                     f"commands.", kind="system")
 
 
 async def _new(turn: Turn) -> None:

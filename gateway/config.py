@@ -179,6 +179,14 @@ class InboundConfig(_Strict):
     max_age_seconds: float = Field(900.0, gt=0)
 
 
+class AttachmentsConfig(_Strict):
+    #: files people send are saved up to this size (Telegram's cloud Bot API serves 20 MB)
+    max_bytes: int = Field(20 * 1024 * 1024, ge=1)
+    #: directories send_file and /send may post files from (empty: the state directory's
+    #: files/ and the directory jobs run in)
+    send_roots: list[str] = Field(default_factory=list)
+
+
 class ShutdownConfig(_Strict):
     drain_timeout_seconds: float = Field(30.0, gt=0)
 
@@ -198,6 +206,7 @@ class Config(_Strict):
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
     inbound: InboundConfig = Field(default_factory=InboundConfig)
+    attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
@@ -208,6 +217,18 @@ class Config(_Strict):
     @property
     def state_db(self) -> Path:
         return self.home_path / "state.db"
+
+    @property
+    def files_dir(self) -> Path:
+        """Where files people send are kept, a directory per conversation."""
+        return self.home_path / "files"
+
+    @property
+    def send_roots(self) -> list[Path]:
+        roots = self.attachments.send_roots
+        if roots:
+            return [Path(r).expanduser().resolve() for r in roots]
+        return [self.files_dir.resolve(), Path.cwd().resolve()]
 
 
 class ConfigError(Exception):

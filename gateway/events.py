@@ -9,6 +9,19 @@ from typing import Any, Literal
 from .route import Route
 
 MessageKind = Literal["reply", "notification", "system"]
+#: how the work a notice reports on went: shown differently where a platform can
+Outcome = Literal["ok", "failed", "match", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeInfo:
+    """What a notification-kind message reports: its notification's kind and outcome."""
+
+    kind: str
+    outcome: Outcome | None = None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"kind": self.kind, "outcome": self.outcome}
 
 
 @dataclass(frozen=True, slots=True)

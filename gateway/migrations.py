@@ -233,6 +233,12 @@ MIGRATIONS: list[str] = [
      WHERE substr(message, 1, 79) =
            '{"role": "system", "content": "[Background notice: not a message from the user]';
     """,
+    # 13: how a notice's work went (a failed job's notice looks different), kept with the
+    # notification and with the transcript line that said it
+    """
+    ALTER TABLE notifications ADD COLUMN outcome TEXT;
+    ALTER TABLE messages ADD COLUMN notice TEXT;
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

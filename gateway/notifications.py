@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .context import current_session
+from .events import NoticeInfo, Outcome
 from .route import Route
 
 NotificationKind = Literal["completion", "watch_match", "watch_disabled"]
@@ -50,6 +51,7 @@ class NewNotification:
     address: ReturnAddress
     text: str
     job_id: str | None = None
+    outcome: Outcome | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,11 @@ class Notification:
     sent_message_id: str | None
     created_at: float
     delivered_at: float | None
+    outcome: Outcome | None = None
+
+    @property
+    def info(self) -> NoticeInfo:
+        return NoticeInfo(self.kind, self.outcome)
 
     @property
     def address(self) -> ReturnAddress | None:
@@ -95,5 +102,5 @@ class Notification:
 NOTIFICATION_COLUMNS = (
     "id, idempotency_key, kind, job_id, session_key, session_id, tab_id, return_address, "
     "text, state, reason, attempts, last_error, not_before, claimed_by, sent_message_id, "
-    "created_at, delivered_at"
+    "created_at, delivered_at, outcome"
 )

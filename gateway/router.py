@@ -201,7 +201,7 @@ class Router:
                  f"it was not reopened]")
         result = await self.runner.send(ended, decision.route, f"{label}\n{n.text}",
                                         kind="notification", recorded_with=self._sent_ops(n),
-                                        dedupe_key=f"{n.idempotency_key}:0")
+                                        dedupe_key=f"{n.idempotency_key}:0", notice=n.info)
         return _from_sends(n, [result])
 
     def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:

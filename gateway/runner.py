@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
+from .attachments import sendable, take_files
 from .auth import is_authorized
 from .commands import parse_command, run_gateway_command
 from .config import Config
 from .context import SessionContext, session_context
 from .database import Op
-from .events import MessageEvent, MessageKind, SendResult
+from .events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from .inbound import Inbound, JournalEntry, handling
 from .intake import Intake
 from .lanes import Lane, Lanes, Work
@@ -306,7 +307,7 @@ class GatewayRunner:
             metadata={"notification_id": notification.id, "kind": notification.kind,
                       "job_id": notification.job_id})
         turn = Turn(event=event, session=session, runner=self, sent_ops=sent_ops,
-                    dedupe_key=notification.idempotency_key)
+                    dedupe_key=notification.idempotency_key, notice=notification.info)
         self.metrics.turns.labels("notification").inc()
         ctx = SessionContext(route=route, session_key=session.session_key,
                              session_id=session.id, tab_id=notification.tab_id)
@@ -322,8 +323,11 @@ class GatewayRunner:
         if command is not None and await run_gateway_command(turn, *command):
             return
         adapter = self.adapters.get(turn.route.platform)
-        async with signs_of_life(adapter, turn.route), live_reply(adapter, turn):
-            await self.agent.run_turn(turn)
+        async with signs_of_life(adapter, turn.route):
+            if not await take_files(turn, adapter, self.config):
+                return
+            async with live_reply(adapter, turn):
+                await self.agent.run_turn(turn)
 
     async def tool_status(self, route: Route, text: str) -> None:
         """Tell the conversation what the turn is doing (where its platform shows it)."""
@@ -381,8 +385,8 @@ class GatewayRunner:
     async def send(self, session: SessionEntry, route: Route, text: str, *,
                    kind: MessageKind = "reply",
                    recorded_with: Callable[[SendResult], Sequence[Op]] | None = None,
-                   dedupe_key: str | None = None, live: LiveReply | None = None
-                   ) -> SendResult:
+                   dedupe_key: str | None = None, live: LiveReply | None = None,
+                   notice: NoticeInfo | None = None) -> SendResult:
         """Send ``text`` to ``route`` and record it in the session's transcript.
 
         Recorded once it went out, in one write with ``recorded_with(result)`` (a
@@ -392,15 +396,30 @@ class GatewayRunner:
         written, which the text finishes.
         """
         result = await self.post(route, text, kind=kind, session_id=session.id,
-                                 dedupe_key=dedupe_key, live=live)
+                                 dedupe_key=dedupe_key, live=live, notice=notice)
         if result.ok:
             extra = recorded_with(result) if recorded_with is not None else ()
-            self.store.record_message(session.id, kind, text, with_ops=extra)
+            self.store.record_message(session.id, kind, text, with_ops=extra, notice=notice)
+        return result
+
+    async def send_file(self, session: SessionEntry, route: Route, path: str,
+                        caption: str | None = None) -> SendResult:
+        """Post the file at ``path`` (inside ``attachments.send_roots``) to ``route``;
+        raises FileRefused for a file that may not or cannot be sent."""
+        target = sendable(path, self.config.send_roots, self.config.attachments.max_bytes)
+        adapter = self.adapters.get(route.platform)
+        if adapter is None:
+            return SendResult.failed(f"platform {route.platform!r} is not running")
+        result = await adapter.send_file(route, target, caption, session_id=session.id)
+        if result.ok:
+            self.store.record_message(session.id, "reply",
+                                      f"[file: {target.name}] {caption or ''}".strip())
         return result
 
     async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None, dedupe_key: str | None = None,
-                   live: LiveReply | None = None) -> SendResult:
+                   live: LiveReply | None = None, notice: NoticeInfo | None = None
+                   ) -> SendResult:
         """Send ``text`` to ``route`` without recording it in any transcript."""
         adapter = self.adapters.get(route.platform)
         if adapter is None:
@@ -411,7 +430,7 @@ class GatewayRunner:
                                        dedupe_key=dedupe_key)
         else:
             result = await adapter.send(route, text, kind=kind, session_id=session_id,
-                                        dedupe_key=dedupe_key)
+                                        dedupe_key=dedupe_key, notice=notice)
         if result.ok:
             self.metrics.messages_out.labels(route.platform).inc()
         else:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import structlog
 
 from .database import Database, Op
+from .events import NoticeInfo
 from .route import Route
 from .session_cache import LiveSessionCache
 
@@ -77,10 +78,15 @@ class TranscriptLine:
     role: str
     text: str
     created_at: float
+    #: a notice's kind and outcome, as JSON
+    notice: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "session_id": self.session_id, "role": self.role,
+        data = {"id": self.id, "session_id": self.session_id, "role": self.role,
                 "text": self.text, "created_at": self.created_at}
+        if self.notice:
+            data["notice"] = json.loads(self.notice)
+        return data
 
 
 class SessionNotFound(LookupError):
@@ -227,8 +233,10 @@ class SessionStore:
         """
         def end_and_start(conn: sqlite3.Connection) -> tuple[SessionEntry, SessionEntry]:
             ended = _end(conn, session_id, reason)
-            successor = _new_entry(ended.session_key, route or ended.route,
-                                   parent_session_id=ended.id if lineage else None)
+            # the conversation keeps its name and its place in the archive
+            successor = replace(_new_entry(ended.session_key, route or ended.route,
+                                           parent_session_id=ended.id if lineage else None),
+                                title=ended.title, archived=ended.archived)
             conn.execute(_INSERT_SESSION, _row(successor))
             for sql, params in (seed(successor.id) if seed is not None else ()):
                 conn.execute(sql, params)
@@ -290,11 +298,13 @@ class SessionStore:
     # transcript and activity (written behind) ------------------------------
 
     def record_message(self, session_id: str, role: str, text: str, *,
-                       with_ops: Sequence[Op] = ()) -> None:
+                       with_ops: Sequence[Op] = (), notice: NoticeInfo | None = None) -> None:
         """A transcript line, written behind; ``with_ops`` commit in the same transaction."""
         self.db.write_behind([(
-            "INSERT INTO messages (session_id, role, text, created_at) VALUES (?, ?, ?, ?)",
-            (session_id, role, text, time.time()),
+            "INSERT INTO messages (session_id, role, text, created_at, notice) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (session_id, role, text, time.time(),
+             json.dumps(notice.to_dict()) if notice is not None else None),
         ), *with_ops])
 
     def touch(self, entry: SessionEntry, route: Route) -> SessionEntry:
@@ -311,7 +321,7 @@ class SessionStore:
     async def messages(self, session_id: str, limit: int = 1000) -> list[TranscriptLine]:
         await self.db.flush()
         rows = await self.db.fetchall(
-            "SELECT id, session_id, role, text, created_at FROM messages "
+            "SELECT id, session_id, role, text, created_at, notice FROM messages "
             "WHERE session_id = ? ORDER BY id LIMIT ?", (session_id, limit))
         return [TranscriptLine(*row) for row in rows]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from .database import Op
-from .events import MessageEvent, MessageKind, SendResult
+from .events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from .route import Route
 from .store import SessionEntry
 
@@ -35,6 +35,8 @@ class Turn:
     dedupe_key: str | None = None
     #: the reply shown as it is written, where the platform can (a message's turn)
     live: LiveReply | None = None
+    #: a notification turn's notice: what its notification-kind replies report
+    notice: NoticeInfo | None = None
     #: False for a message replayed after a crash: its replies go whole, each with its
     #: dedupe key (a preview would be a second copy of what the crashed run posted)
     may_stream: bool = True
@@ -48,7 +50,14 @@ class Turn:
         key = f"{self.dedupe_key}:{len(self.sent)}" if self.dedupe_key else None
         result = await self.runner.send(self.session, self.route, text, kind=kind,
                                         recorded_with=self.sent_ops, dedupe_key=key,
-                                        live=self.live)
+                                        live=self.live,
+                                        notice=self.notice if kind == "notification" else None)
+        self.sent.append(result)
+        return result
+
+    async def send_file(self, path: str, caption: str | None = None) -> SendResult:
+        """Post a file into this turn's conversation (FileRefused when it may not be)."""
+        result = await self.runner.send_file(self.session, self.route, path, caption)
         self.sent.append(result)
         return result
 

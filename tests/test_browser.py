@@ -2,6 +2,8 @@
 
 Needs Debian's chromium (``apt-get install chromium``); ``.ci/run`` installs it
 and sets HOMING_REQUIRE_BROWSER=1, so in CI a missing browser fails the run.
+Screenshots (phone 390x844, desktop 1280x800) go to $HOMING_ARTIFACTS, else to
+each test's temporary directory; their paths are printed (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -9,14 +11,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from gateway.daemon import running_gateway
+from gateway.daemon import Gateway, running_gateway
 
 from .conftest import make_config
+from .model_support import web_base
 
 CHROMIUM = os.environ.get("HOMING_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -34,9 +38,24 @@ expect = playwright_api.expect
 
 
 @pytest.fixture
-async def site(tmp_path: Path) -> AsyncIterator[str]:
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    """The real gateway with the built-in command agent (it echoes what it is sent)."""
     async with running_gateway(make_config(tmp_path / "home")) as gw:
-        yield f"http://127.0.0.1:{gw.runner.adapters['web'].port}"
+        yield gw
+
+
+@pytest.fixture
+def site(gateway: Gateway) -> str:
+    return web_base(gateway)
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    """Where screenshots go: $HOMING_ARTIFACTS when set (CI keeps it), else the test's
+    temporary directory."""
+    root = Path(os.environ.get("HOMING_ARTIFACTS") or tmp_path / "screenshots")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 @pytest.fixture
@@ -53,6 +72,29 @@ async def open_page(context, url: str):
     await expect(page.locator("#conn")).to_have_text("connected")
     await page.wait_for_function("location.search.includes('c=')")
     return page
+
+
+async def say(page, text: str) -> None:
+    await page.locator("#input").fill(text)
+    await page.locator("#send").click()
+
+
+def conversation_of(page) -> str:
+    return re.search(r"[?&]c=([\w-]+)", page.url).group(1)
+
+
+async def screenshot(page, artifacts: Path, name: str) -> Path:
+    path = artifacts / f"{name}.png"
+    await page.screenshot(path=str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def free_port() -> int:
+    """A port for two gateways in turn, so the page finds the second where the first was."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 async def test_a_job_notice_shows_in_both_tabs_of_its_conversation_and_never_elsewhere(
@@ -96,12 +138,8 @@ async def test_a_job_notice_shows_in_both_tabs_of_its_conversation_and_never_els
 
 async def test_a_message_typed_while_the_gateway_is_down_waits_and_is_sent_once_after(
         tmp_path: Path, browser) -> None:
-    import socket
-
     expect.set_options(timeout=15_000)
-    with socket.socket() as probe:  # one port for both gateways, so the page finds the second
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = make_config(tmp_path / "home", platforms__web__port=port)
     context = await browser.new_context()
     async with running_gateway(config):
@@ -153,3 +191,251 @@ async def test_a_streamed_reply_grows_in_one_bubble_that_the_final_text_replaces
         await expect(replies).to_have_count(1)  # the final text took the bubble's place
         assert answer in await replies.inner_text()
         await context.close()
+
+
+# ---- the page: Markdown, titles, sessions, notices, sign-in, layout ----------------
+
+# what a reply could carry to run script on the page
+INJECTED = ('<img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script> '
+            '[click me](javascript:window.__pwned=3) <a href="javascript:window.__pwned=4">raw</a>')
+MARKDOWN = ("**bold** and `inline`, see [the docs](https://example.invalid/docs)\n\n"
+            "| job | state |\n|---|---|\n| deploy | done |\n\n"
+            "```python\nprint('hi')\n```\n\n" + INJECTED)
+
+
+async def test_markdown_renders_with_a_copy_button_on_code_and_injected_html_never_runs(
+        tmp_path: Path, browser, artifacts: Path) -> None:
+    from .fakes.openai_server import FakeOpenAI, Say
+    from .model_support import model_config
+
+    expect.set_options(timeout=10_000)
+    async with FakeOpenAI(lambda req: Say(MARKDOWN)) as model, \
+            running_gateway(model_config(tmp_path / "home", model)) as gw:
+        context = await browser.new_context(viewport={"width": 1280, "height": 800},
+                                            permissions=["clipboard-read", "clipboard-write"])
+        page = await open_page(context, web_base(gw) + "/")
+        await say(page, INJECTED)  # the user's own markup, too
+        reply = page.locator('div.msg[data-kind="reply"]')
+        await expect(reply.locator("strong")).to_have_text("bold")
+        await expect(reply.locator("code").first).to_have_text("inline")
+        await expect(reply.locator("table th")).to_have_text(["job", "state"])
+        await expect(reply.locator("table td")).to_have_text(["deploy", "done"])
+        link = reply.locator('a[href="https://example.invalid/docs"]')
+        await expect(link).to_have_attribute("target", "_blank")
+        await expect(link).to_have_attribute("rel", re.compile("noopener"))
+
+        code = reply.locator("pre")
+        await expect(code).to_have_text("print('hi')")
+        await expect(reply.locator(".code .lang")).to_have_text("python")
+        copy = reply.locator(".code button.copy")
+        await expect(copy).to_have_text("Copy")
+        await copy.click()
+        await expect(copy).to_have_text("Copied")
+        assert await page.evaluate("navigator.clipboard.readText()") == "print('hi')\n"
+
+        # the markup arrived as text: shown, never run, never a javascript: link
+        for bubble in (reply, page.locator('div.msg[data-kind="user"]')):
+            await expect(bubble).to_contain_text("<script>window.__pwned=2</script>")
+            await expect(bubble).to_contain_text('<img src=x onerror="window.__pwned=1">')
+        await expect(page.locator("#messages img, #messages script")).to_have_count(0)
+        await expect(page.locator('#messages a[href^="javascript"]')).to_have_count(0)
+        await expect(page.locator("#title")).to_contain_text("<img src=x")  # as text
+        await reply.get_by_text("click me").click()
+        await page.reload()  # the transcript, rendered from the server's HTML the same way
+        await expect(reply.locator("table td")).to_have_text(["deploy", "done"])
+        await expect(reply.locator(".code button.copy")).to_have_text("Copy")
+        await expect(page.locator("#messages img, #messages script")).to_have_count(0)
+        await screenshot(page, artifacts, "markdown-desktop")
+        assert await page.evaluate("typeof window.__pwned") == "undefined"
+        await context.close()
+
+
+async def test_the_title_is_the_first_message_and_every_message_shows_its_time(
+        gateway: Gateway, site: str, browser) -> None:
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context()
+    page = await open_page(context, site + "/")
+    conversation = conversation_of(page)
+    await expect(page.locator("#title")).to_have_text("New conversation")
+    await expect(page.locator("#hint")).to_contain_text("/help")  # how to start
+
+    await say(page, "Plan the deploy\nwith the details below")
+    await expect(page.locator("#title")).to_have_text("Plan the deploy")
+    await expect(page.locator("#hint")).to_have_count(0)
+    item = page.locator(f'#sessions li[data-conversation="{conversation}"]')
+    await expect(item.locator(".name")).to_have_text("Plan the deploy")
+    # the last message's first line (the command agent joins what it echoes into one)
+    await expect(item.locator(".preview")).to_have_text(
+        "Received: Plan the deploy with the details below")
+    await expect(item.locator(".when")).to_have_text(re.compile(r"^\d{2}:\d{2}$"))
+    await expect(item).to_have_class(re.compile(r"\bcurrent\b"))
+
+    times = page.locator("div.msg .head time")
+    await expect(times).to_have_count(2)  # the message and its reply
+    for stamp in await times.all():
+        await expect(stamp).to_have_text(re.compile(r"^\d{2}:\d{2}$"))
+        await expect(stamp).to_have_attribute("title", re.compile(r"\d{4}"))  # the full date
+
+    # ids are details, never names
+    session = await gateway.store.live_session(f"agent:main:web:dm:{conversation}")
+    header = page.locator("#chat > header")
+    await expect(page.locator("#ids")).to_be_hidden()
+    assert session.id not in await header.inner_text()
+    assert conversation not in await page.locator("#sidebar").inner_text()
+    await page.locator("#details summary").click()
+    await expect(page.locator("#ids")).to_contain_text(session.id)
+    await expect(page.locator("#ids")).to_contain_text(f"agent:main:web:dm:{conversation}")
+    await context.close()
+
+
+async def test_a_late_notice_from_an_ended_session_shows_and_the_page_stays_on_the_live_one(
+        gateway: Gateway, site: str, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+    page = await open_page(context, site + "/")
+    conversation = conversation_of(page)
+    key = f"agent:main:web:dm:{conversation}"
+    await say(page, "Watch the nightly build")
+    await expect(page.locator('div.msg[data-kind="reply"]')).to_have_count(1)
+    ended = await gateway.store.live_session(key)
+    await say(page, "/bg sleep 1; echo late")
+    await say(page, "/new")  # the job's session ends before the job does
+    await expect(page.locator('div.msg[data-kind="system"]',
+                              has_text="Started a new session")).to_have_count(1)
+    notice = page.locator('div.msg[data-kind="notification"]')
+    await expect(notice).to_contain_text("late")
+    await expect(notice.locator(".earlier")).to_have_text("from an earlier session")
+    await expect(notice).to_have_attribute("data-outcome", "ok")
+
+    # still on the live session, under the same title, selected in the sidebar
+    live = await gateway.store.live_session(key)
+    assert live.id != ended.id
+    await page.locator("#details summary").click()
+    await expect(page.locator("#ids")).to_contain_text(live.id)
+    assert ended.id not in await page.locator("#ids").inner_text()
+    await expect(page.locator("#title")).to_have_text("Watch the nightly build")
+    item = page.locator(f'#sessions li[data-conversation="{conversation}"]')
+    await expect(item).to_have_class(re.compile(r"\bcurrent\b"))
+    page.once("dialog", lambda dialog: dialog.accept("Nightly build"))
+    await page.locator("#rename").click()  # renames the conversation, whichever session
+    await expect(page.locator("#title")).to_have_text("Nightly build")
+    await expect(item.locator(".name")).to_have_text("Nightly build")
+
+    # a reload shows both sessions, a separator where the first ended
+    await page.reload()
+    await expect(page.locator("#conn")).to_have_text("connected")
+    separator = page.locator("#messages .separator")
+    await expect(separator).to_have_count(1)
+    await expect(separator).to_contain_text("session ended (new)")
+    await expect(page.locator('div.msg[data-kind="notification"] .earlier')).to_have_count(1)
+    order = await page.evaluate("""[...document.querySelectorAll('#messages > *')].map((e) =>
+        e.classList.contains('separator') ? 'separator'
+        : e.dataset.kind + (e.dataset.earlier ? ' (earlier)' : ''))""")
+    cut = order.index("separator")
+    assert sorted(order[:cut]) == ["reply", "reply", "user", "user", "user"], order
+    assert order[cut + 1:] == ["system", "notification (earlier)"], order
+    await screenshot(page, artifacts, "two-sessions-desktop")
+    await context.close()
+
+
+async def test_a_failed_job_and_a_watch_match_each_look_their_own(
+        site: str, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+    page = await open_page(context, site + "/")
+    await say(page, "/watch READY echo READY; sleep 0.5; exit 3")
+    match = page.locator('div.msg[data-kind="notification"][data-outcome="match"]')
+    failed = page.locator('div.msg[data-kind="notification"][data-outcome="failed"]')
+    await expect(match).to_contain_text("READY")
+    await expect(failed).to_contain_text("exit code 3")
+    await expect(failed.locator(".flag")).to_have_text("failed")
+    await expect(match.locator(".flag")).to_have_text("match")
+    await say(page, "/bg true")
+    ok = page.locator('div.msg[data-kind="notification"][data-outcome="ok"]')
+    await expect(ok).to_have_count(1)
+    await expect(ok.locator(".flag")).to_have_count(0)
+    colours = {await n.evaluate("e => getComputedStyle(e).borderLeftColor")
+               for n in (match, failed, ok)}
+    assert len(colours) == 3, colours
+    await screenshot(page, artifacts, "notices-desktop")
+    await context.close()
+
+
+async def test_the_sign_in_form_takes_the_new_token_when_the_gateway_refuses_the_old(
+        tmp_path: Path, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=15_000)
+    port = free_port()
+    home = tmp_path / "home"
+    context = await browser.new_context(viewport={"width": 390, "height": 844})
+    async with running_gateway(make_config(home, platforms__web__port=port,
+                                           platforms__web__token="secret")):
+        page = await open_page(context, f"http://127.0.0.1:{port}/?token=secret")
+        await say(page, "before the token changed")
+        await expect(page.locator('div.msg[data-kind="reply"]')).to_have_count(1)
+    await expect(page.locator("#banner")).to_contain_text("Restarting")  # it went away (1001)
+    async with running_gateway(make_config(home, platforms__web__port=port,
+                                           platforms__web__token="rotated")):
+        signin = page.locator("#signin")
+        await expect(signin).to_be_visible()  # the socket was refused: a form, not JSON
+        await expect(page.locator("#token")).to_have_attribute("type", "password")
+        await screenshot(page, artifacts, "sign-in-phone")
+        await page.locator("#token").fill("wrong")
+        await page.locator("#signin-submit").click()
+        await expect(page.locator("#signin-error")).to_contain_text("not accepted")
+        await expect(signin).to_be_visible()
+        await page.locator("#token").fill("rotated")
+        await page.locator("#signin-submit").click()
+        await expect(signin).to_be_hidden()
+        await expect(page.locator("#conn")).to_have_text("connected")
+        await expect(page.locator("#banner")).to_have_text("Back online")
+        replies = page.locator('div.msg[data-kind="reply"]')
+        await expect(replies).to_have_count(1)  # the transcript, read with the new token
+        await say(page, "after signing in")
+        await expect(replies).to_have_count(2)
+        await expect(replies.nth(1)).to_contain_text("after signing in")
+        assert await page.evaluate("sessionStorage.getItem('homing-token')") == "rotated"
+        await page.reload()  # the tab keeps the new token
+        await expect(page.locator("#conn")).to_have_text("connected")
+        await expect(replies).to_have_count(2)
+    await context.close()
+
+
+async def test_the_page_fits_a_phone_and_a_desktop(site: str, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=10_000)
+    title = "A long conversation about deploying the payments service to every region tonight"
+    desktop = await browser.new_context(viewport={"width": 1280, "height": 800})
+    page = await open_page(desktop, site + "/")
+    conversation = conversation_of(page)
+    await say(page, title)
+    await expect(page.locator('div.msg[data-kind="reply"]')).to_have_count(1)
+    await say(page, "/bg echo deploy/payments successfully rolled out")
+    notice = page.locator('div.msg[data-kind="notification"]')
+    await expect(notice.locator("pre")).to_contain_text("rolled out")  # its output, as code
+    await expect(page.locator("#title")).to_have_text(title)
+    await expect(page.locator("#sidebar")).to_be_visible()  # both panes
+    await expect(page.locator("#messages")).to_be_visible()
+    await expect(page.locator("#menu")).to_be_hidden()
+    await screenshot(page, artifacts, "layout-desktop-1280x800")
+
+    phone = await browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                      has_touch=True, reduced_motion="reduce")
+    small = await open_page(phone, f"{site}/?c={conversation}")
+    await expect(small.locator("#title")).to_have_text(title)
+    await expect(small.locator("#sidebar")).to_be_hidden()  # behind the menu button
+    await expect(small.locator("#menu")).to_be_visible()
+    fits = await small.evaluate("""() => {
+        const t = document.getElementById('title'), box = t.getBoundingClientRect();
+        return {right: box.right, page: document.documentElement.scrollWidth,
+                ellipsis: getComputedStyle(t).textOverflow, clipped: t.scrollWidth > t.clientWidth};
+    }""")
+    assert fits["right"] <= 390 and fits["page"] <= 390, fits
+    assert fits["ellipsis"] == "ellipsis" and fits["clipped"], fits
+    await screenshot(small, artifacts, "layout-phone-390x844")
+    await small.locator("#menu").click()
+    item = small.locator(f'#sessions li[data-conversation="{conversation}"]')
+    await expect(item).to_be_visible()
+    await screenshot(small, artifacts, "layout-phone-390x844-menu")
+    await item.locator(".name").click()  # the conversation open already: the menu closes
+    await expect(small.locator("#sidebar")).to_be_hidden()
+    await phone.close()
+    await desktop.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,7 +14,8 @@ import discord.http
 import pytest
 import yarl
 
-from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.discord_server import DEFAULT_UPLOAD_LIMIT, FakeDiscord
+from tests.fakes.media import png
 from tests.helpers import eventually
 
 CHANNEL = 111
@@ -345,3 +347,74 @@ async def test_a_rate_limited_edit_is_retried_by_discord_py(fake: FakeDiscord) -
     assert [(e.message_id, e.content) for e in await fake.wait_for_edits(1)] == \
         [(preview.id, "final")]
     assert fake.visible(CHANNEL) == ["final", "follow-up"]
+
+
+# ---------------------------------------------------------------------- files
+
+async def test_a_users_attachments_download_through_discord_py(fake: FakeDiscord) -> None:
+    picture = png(10, 20)
+    async with running(fake) as client:
+        await fake.user_message(channel_id=THREAD, content="", attachments=[
+            {"filename": "chart.png", "data": picture},
+            {"filename": "notes.txt", "data": b"hello", "description": "my notes"}])
+        await eventually(lambda: client.received, 5, "the message with files")
+        image, notes = client.received[0].attachments
+        assert (image.filename, image.content_type, image.size) == ("chart.png", "image/png",
+                                                                    len(picture))
+        assert (image.width, image.height) == (10, 20)
+        assert (notes.content_type, notes.description) == ("text/plain; charset=utf-8",
+                                                           "my notes")
+        assert await image.read() == picture and await notes.read() == b"hello"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(notes.proxy_url) as proxied:
+                assert (proxied.status, await proxied.read()) == (200, b"hello")
+            async with http.get(notes.url.split("?")[0]) as unsigned:  # Discord signs links
+                assert unsigned.status == 404
+        fake.expire_attachment_links()
+        with pytest.raises(discord.NotFound):
+            await image.read()
+        assert fake.attachment_data(notes.url) == b"hello"
+
+
+async def test_files_sent_with_discord_py_are_recorded_with_their_bytes(
+        fake: FakeDiscord) -> None:
+    async with running(fake) as client:
+        channel = client.get_channel(CHANNEL)
+        assert isinstance(channel, discord.TextChannel)
+        sent = await channel.send("the log", file=discord.File(io.BytesIO(b"line 1\n"), "a.txt"))
+        thread = client.get_channel(THREAD)
+        assert isinstance(thread, discord.Thread)
+        await thread.send(files=[discord.File(io.BytesIO(png()), "p.png", description="alt"),
+                                 discord.File(io.BytesIO(b"two"), "b.txt")])
+        await channel.send("plain JSON still")
+        with_file, two_files, plain = await fake.wait_for_sent(3)
+        assert (with_file.content, with_file.files) == ("the log", ["a.txt"])
+        assert [(f.filename, f.data) for f in with_file.attachments] == [("a.txt", b"line 1\n")]
+        assert two_files.channel_id == THREAD and two_files.content is None
+        assert [(f.filename, f.description) for f in two_files.attachments] == [
+            ("p.png", "alt"), ("b.txt", None)]
+        assert plain.attachments == [] and plain.content == "plain JSON still"
+        assert [a.filename for a in sent.attachments] == ["a.txt"]
+        assert await sent.attachments[0].read() == b"line 1\n"
+        edited = await sent.edit(attachments=[*sent.attachments,
+                                              discord.File(io.BytesIO(b"more"), "c.txt")])
+        assert [a.filename for a in edited.attachments] == ["a.txt", "c.txt"]
+
+
+async def test_uploads_over_the_limit_are_refused_with_413(fake: FakeDiscord) -> None:
+    too_big = b"\0" * (DEFAULT_UPLOAD_LIMIT + 1)
+    async with running(fake) as client:
+        channel = client.get_channel(CHANNEL)
+        assert isinstance(channel, discord.TextChannel)
+        with pytest.raises(discord.HTTPException) as refused:
+            await channel.send(file=discord.File(io.BytesIO(too_big), "big.bin"))
+        assert (refused.value.status, refused.value.code) == (413, 40005)
+        assert refused.value.text == "Request entity too large"
+        halves = [discord.File(io.BytesIO(too_big[:len(too_big) // 2 + 1]), f"{n}.bin")
+                  for n in "ab"]
+        with pytest.raises(discord.HTTPException, match="entity too large"):  # all files count
+            await channel.send(files=halves)
+        assert fake.sent == []
+        fake.upload_limit = 50 * 1024 * 1024  # a guild at boost level 2
+        await channel.send(file=discord.File(io.BytesIO(too_big), "big.bin"))
+        assert fake.sent[0].attachments[0].size == len(too_big)

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
+import aiohttp
 import pytest
 from telegram import Bot, BotCommand, Message, ReplyParameters, Update
-from telegram.error import BadRequest, Conflict, InvalidToken, NetworkError, RetryAfter
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+)
 from telegram.ext import (
     Application,
     ApplicationBuilder,
@@ -18,7 +28,8 @@ from telegram.ext import (
     filters,
 )
 
-from tests.fakes.telegram_server import FakeTelegram
+from tests.fakes.media import png
+from tests.fakes.telegram_server import FakeTelegram, utf16_len
 from tests.helpers import eventually
 
 FORUM = -1001234567890
@@ -291,3 +302,225 @@ async def test_scripted_edit_failures_hit_edits_only(fake: FakeTelegram, bot: Bo
     await bot.edit_message_text("draft 3", chat_id=555, message_id=preview.message_id)
     assert [e.text for e in await fake.wait_for_edits(2)] == ["draft 2", "draft 3"]
     assert fake.visible(555) == ["draft 3"] and [r.text for r in fake.sent] == ["draft"]
+
+
+# ---------------------------------------------------------------------- HTML parse mode
+
+async def raw_call(fake: FakeTelegram, method: str, **fields: Any) -> tuple[int, dict[str, Any]]:
+    """A Bot API call outside PTB, whose error text PTB would re-case."""
+    form = aiohttp.FormData()
+    for name, value in fields.items():
+        if isinstance(value, bytes):
+            form.add_field(name, value, filename="upload.bin")
+        else:
+            form.add_field(name, str(value))
+    async with aiohttp.ClientSession() as http, \
+            http.post(f"{fake.base_url}{fake.token}/{method}", data=form) as response:
+        return response.status, await response.json()
+
+
+async def test_html_telegram_accepts_is_shown_rendered(fake: FakeTelegram, bot: Bot) -> None:
+    markup = ('<b>bold <i>both</i></b> &lt;tag&gt; &amp; &quot;q&quot; &#128512; '
+              '<pre><code class="language-python">x = 1 &lt; 2</code></pre>'
+              '<a href="https://example.com">link</a> <tg-spoiler>secret</tg-spoiler> '
+              '<blockquote expandable>quote</blockquote> AT&T')
+    sent = await bot.send_message(FORUM, markup, parse_mode="HTML", message_thread_id=42)
+    visible = 'bold both <tag> & "q" 😀 x = 1 < 2link secret quote AT&T'
+    assert sent.text == visible
+
+    def at(part: str) -> tuple[int, int]:  # (offset, length) in UTF-16 units, as Telegram
+        return utf16_len(visible[:visible.index(part)]), utf16_len(part)
+
+    kinds = {(e.type, e.offset, e.length, e.language, e.url) for e in sent.entities}
+    assert kinds == {("bold", *at("bold both"), None, None), ("italic", *at("both"), None, None),
+                     ("pre", *at("x = 1 < 2"), "python", None),
+                     ("text_link", *at("link"), None, "https://example.com/"),
+                     ("spoiler", *at("secret"), None, None),
+                     ("expandable_blockquote", *at("quote"), None, None)}
+    assert fake.sent[-1].text == fake.message_text(FORUM, sent.message_id) == markup
+    assert fake.visible_text(FORUM, sent.message_id) == visible
+    assert fake.visible(FORUM, 42) == [visible]
+
+
+@pytest.mark.parametrize(("markup", "reason"), [
+    ("<h1>Title</h1>", 'Unsupported start tag "h1" at byte offset 0'),
+    ("é <b>open", 'Can\'t find end tag corresponding to start tag "b"'),
+    ("if a < b", 'Unsupported start tag "" at byte offset 5'),
+    ("x<y", "Unclosed start tag at byte offset 1"),
+    ("<b><i>x</b></i>", 'Unmatched end tag at byte offset 7, expected "</i>", found "</b>"'),
+    ("x</b>", "Unexpected end tag at byte offset 1"),
+    ('<span class="red">x</span>', 'Tag "span" must have class "tg-spoiler" at byte offset 0'),
+])
+async def test_html_telegram_refuses_is_a_bad_request(fake: FakeTelegram, bot: Bot,
+                                                      markup: str, reason: str) -> None:
+    assert await raw_call(fake, "sendMessage", chat_id=555, text=markup, parse_mode="HTML") \
+        == (400, {"ok": False, "error_code": 400,
+                  "description": f"Bad Request: can't parse entities: {reason}"})
+    with pytest.raises(BadRequest, match="(?i)can't parse entities"):
+        await bot.send_message(555, markup, parse_mode="HTML")
+    await bot.send_message(555, markup)  # the same text without a parse mode is plain text
+    assert [r.text for r in fake.sent] == [markup]
+
+
+async def test_html_length_counts_what_the_user_sees(fake: FakeTelegram, bot: Bot) -> None:
+    await bot.send_message(555, f"<b>{'é' * 4096}</b>", parse_mode="HTML")
+    await bot.send_message(555, "&lt;" * 4096, parse_mode="HTML")  # 4096 visible "<"
+    await bot.send_message(555, "😀" * 2048, parse_mode="HTML")  # 2 UTF-16 units each
+    for too_long in ("&lt;" * 4097, "😀" * 2049):
+        with pytest.raises(BadRequest, match="(?i)message is too long"):
+            await bot.send_message(555, too_long, parse_mode="HTML")
+    with pytest.raises(BadRequest, match="(?i)message text is empty"):
+        await bot.send_message(555, "<b> </b>", parse_mode="HTML")
+    with pytest.raises(BadRequest, match="(?i)unsupported parse_mode"):
+        await bot.send_message(555, "x", parse_mode="BBCode")
+    assert len(fake.sent) == 3
+
+
+async def test_an_edit_with_bad_html_changes_nothing(fake: FakeTelegram, bot: Bot) -> None:
+    sent = await bot.send_message(555, "<b>draft</b>", parse_mode="HTML")
+    with pytest.raises(BadRequest, match="(?i)unsupported start tag"):
+        await bot.edit_message_text("<h2>final</h2>", chat_id=555,
+                                    message_id=sent.message_id, parse_mode="HTML")
+    with pytest.raises(BadRequest, match="(?i)message is not modified"):  # same text, entities
+        await bot.edit_message_text("<strong>draft</strong>", chat_id=555,
+                                    message_id=sent.message_id, parse_mode="HTML")
+    edited = await bot.edit_message_text("<i>final</i> &amp; done", chat_id=555,
+                                         message_id=sent.message_id, parse_mode="HTML")
+    assert edited.text == "final & done" and edited.entities[0].type == "italic"
+    assert fake.message_text(555, sent.message_id) == "<i>final</i> &amp; done"
+    assert fake.visible(555) == ["final & done"] and len(fake.edits) == 1
+
+
+async def test_a_scripted_parse_error_fails_the_next_send(fake: FakeTelegram, bot: Bot) -> None:
+    fake.fail_next_send(status=400, description="Bad Request: can't parse entities: "
+                        "Unsupported start tag \"x\" at byte offset 0")
+    with pytest.raises(BadRequest, match="(?i)can't parse entities"):
+        await bot.send_message(555, "<b>fine</b>", parse_mode="HTML")
+    await bot.send_message(555, "<b>fine</b>", parse_mode="HTML")
+    assert fake.visible(555) == ["fine"]
+
+
+# ---------------------------------------------------------------------- files in
+
+async def test_a_users_photo_parses_and_downloads_through_ptb(fake: FakeTelegram,
+                                                             bot: Bot) -> None:
+    picture = png(1000, 500)
+    fake.user_photo(chat_id=FORUM, data=picture, caption="/bg look @bob",
+                    chat_type="supergroup", is_forum=True, thread_id=42, is_topic_message=True)
+    update = Update.de_json(fake.pending_updates[0], bot)
+    message = update.message
+    assert (message.message_thread_id, message.is_topic_message) == (42, True)
+    assert message.caption == "/bg look @bob"
+    assert [e.type for e in message.caption_entities] == ["bot_command", "mention"]
+    assert [(p.width, p.height) for p in message.photo] == [(90, 45), (320, 160), (800, 400),
+                                                          (1000, 500)]
+    largest = await bot.get_file(message.photo[-1].file_id)
+    assert largest.file_size == len(picture) and largest.file_path.endswith(".jpg")
+    assert bytes(await largest.download_as_bytearray()) == picture
+    thumbnail = await (await bot.get_file(message.photo[0].file_id)).download_as_bytearray()
+    assert bytes(thumbnail) != picture  # only photo[-1] is the photo
+
+
+async def test_documents_voice_audio_and_video_arrive_as_on_telegram(fake: FakeTelegram,
+                                                                     bot: Bot) -> None:
+    fake.user_document(chat_id=555, data=b"%PDF-1.4 ...", file_name="report.pdf",
+                       caption="the report")
+    fake.user_voice(chat_id=555, data=b"OggS voice", duration=3)
+    fake.user_audio(chat_id=555, data=b"ID3 song", duration=200, title="Song")
+    fake.user_video(chat_id=555, data=b"mp4 video", duration=5, width=1280, height=720)
+    document, voice, audio, video = [Update.de_json(u, bot).message
+                                     for u in fake.pending_updates]
+    assert (document.document.file_name, document.document.mime_type) == ("report.pdf",
+                                                                          "application/pdf")
+    assert document.caption == "the report" and document.document.file_size == 12
+    assert voice.voice.mime_type == "audio/ogg"
+    assert fake.pending_updates[1]["message"]["voice"]["duration"] == 3
+    assert (audio.audio.title, audio.audio.mime_type) == ("Song", "audio/mpeg")
+    assert (video.video.width, video.video.height, video.video.mime_type) == (1280, 720,
+                                                                              "video/mp4")
+    file = await document.document.get_file()
+    assert file.file_path.endswith(".pdf")
+    assert bytes(await file.download_as_bytearray()) == b"%PDF-1.4 ..."
+    assert bytes(await (await voice.voice.get_file()).download_as_bytearray()) == b"OggS voice"
+
+
+async def test_get_file_and_downloads_are_refused_as_on_telegram(fake: FakeTelegram,
+                                                                bot: Bot) -> None:
+    big = fake.user_document(chat_id=555, data=b"", file_name="big.iso",
+                             size_override=25 * 1024 * 1024)["document"]
+    with pytest.raises(BadRequest, match="(?i)file is too big"):
+        await bot.get_file(big["file_id"])
+    with pytest.raises(BadRequest, match="(?i)invalid file_id"):
+        await bot.get_file("AgACAgNOPE")
+    small = fake.user_document(chat_id=555, data=b"abc", file_name="a.txt")["document"]
+    path = f"{fake.base_file_url}{fake.token}/documents/file_1.txt"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(path) as before:  # a path getFile has not handed out yet
+            assert before.status == 404
+        issued = await bot.get_file(small["file_id"])
+        assert issued.file_path == path
+        async with http.get(path) as after:
+            assert (after.status, await after.read()) == (200, b"abc")
+        async with http.get(path.replace(fake.token, "999:WRONG")) as wrong_token:
+            assert wrong_token.status == 404
+
+
+# ---------------------------------------------------------------------- files out
+
+async def test_photos_and_documents_sent_through_ptb_are_recorded(fake: FakeTelegram,
+                                                                 bot: Bot) -> None:
+    picture = png(40, 30)
+    photo = await bot.send_photo(FORUM, picture, caption="<b>chart</b>", parse_mode="HTML",
+                                 message_thread_id=42,
+                                 reply_parameters=ReplyParameters(message_id=7))
+    document = await bot.send_document(FORUM, io.BytesIO(b"col1,col2\n"), filename="data.csv",
+                                       message_thread_id=42)
+    first, second = await fake.wait_for_files(2)
+    assert (first.method, first.chat_id, first.message_thread_id) == ("sendPhoto", FORUM, 42)
+    assert (first.data, first.caption, first.reply_to_message_id) == (picture, "<b>chart</b>", 7)
+    assert (photo.caption, photo.caption_entities[0].type) == ("chart", "bold")
+    assert (photo.photo[-1].width, photo.photo[-1].height, photo.message_thread_id) == (40, 30,
+                                                                                         42)
+    assert (second.method, second.filename, second.data) == ("sendDocument", "data.csv",
+                                                             b"col1,col2\n")
+    assert (document.document.file_name, document.document.mime_type) == ("data.csv",
+                                                                          "text/csv")
+    assert fake.file_data(document.document.file_id) == b"col1,col2\n"
+    again = await bot.send_photo(555, photo.photo[-1].file_id)  # sent again by file_id
+    assert again.photo[-1].file_id == photo.photo[-1].file_id
+    assert fake.sent_files[-1].filename is None and fake.sent_files[-1].data == picture
+    assert fake.visible(FORUM, 42) == []  # files are not text messages
+
+
+async def test_file_sends_are_refused_as_the_bot_api_refuses_them(fake: FakeTelegram,
+                                                                  bot: Bot) -> None:
+    assert await raw_call(fake, "sendPhoto", chat_id=555) == (400, {
+        "ok": False, "error_code": 400, "description": "Bad Request: there is no photo in the "
+                                                        "request"})
+    status, body = await raw_call(fake, "sendDocument", chat_id=555, caption="x")
+    assert body["description"] == "Bad Request: there is no document in the request"
+    refusals = [(b"not an image", "image_process_failed"),
+                (png(9000, 2000), "photo_invalid_dimensions"),  # sides add up to over 10000
+                (png(2100, 100), "photo_invalid_dimensions"),  # ratio over 20
+                (png(2, 2) + b"\0" * (10 * 1024 * 1024), "photo_save_file_invalid")]
+    for data, reason in refusals:
+        with pytest.raises(BadRequest, match=f"(?i){reason}"):
+            await bot.send_photo(555, data)
+    fake.deleted_threads.add((FORUM, 17))
+    for thread in (17, 1):
+        with pytest.raises(BadRequest, match="(?i)message thread not found"):
+            await bot.send_document(FORUM, b"x", filename="a.txt", message_thread_id=thread)
+    with pytest.raises(BadRequest, match="(?i)message caption is too long"):
+        await bot.send_document(555, b"x", filename="a.txt", caption="c" * 1025)
+    with pytest.raises(BadRequest, match="(?i)can't parse entities"):
+        await bot.send_document(555, b"x", filename="a.txt", caption="<h1>x</h1>",
+                                parse_mode="HTML")
+    with pytest.raises(BadRequest, match="(?i)wrong file identifier"):
+        await bot.send_document(555, "BQACnot-a-file")
+    with pytest.raises(NetworkError, match="Request Entity Too Large"):  # uploads: 50 MB
+        await bot.send_document(555, b"\0" * (50 * 1024 * 1024 + 1), filename="big.bin")
+    fake.fail_next_file(chat_id=555, status=403,
+                        description="Forbidden: bot was blocked by the user")
+    with pytest.raises(Forbidden):
+        await bot.send_document(555, b"x", filename="a.txt")
+    assert fake.sent_files == []

@@ -68,7 +68,7 @@ async def test_a_build_started_by_the_model_reports_to_its_conversation_only(
     assert notice_request.texts("user")[:-1] == ["please run the build"]
     assert [m["role"] for m in notice_request.messages].count("system") == 1
     assert notice_request.tool_names == ["terminal", "process", "delegate_task",
-                                         "send_message", "schedule"]
+                                         "send_message", "schedule", "send_file"]
 
 
 async def test_the_reply_to_a_notice_goes_under_the_message_that_started_the_work(

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agent.command import CommandAgent
-from gateway.events import MessageEvent, MessageKind, SendResult
+from gateway.events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.platforms.memory import MemoryAdapter
@@ -114,7 +114,8 @@ class CrashingAdapter(MemoryAdapter):
     die_on_reply: asyncio.Event | None = None
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None, dedupe_key: str | None = None
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   notice: NoticeInfo | None = None
                    ) -> SendResult:
         if self.die_on_reply is not None and kind == "reply":
             self.die_on_reply.set()

@@ -206,19 +206,20 @@ async def test_a_rate_limited_final_edit_is_waited_out_not_sent_again(
 
 async def test_a_long_reply_ends_as_split_parts_the_first_in_the_preview(
         tmp_path: Path, model) -> None:
-    from gateway.splitter import split_message, utf16_len
+    from gateway.formatting.telegram_html import message_parts, render
 
     from .fakes.telegram_server import FakeTelegram
     from .test_telegram import FORUM
 
-    long = "\n\n".join(words(f"p{n}", 40) for n in range(20))  # about 9,000 characters
+    long = "\n\n".join(words(f"p{n}", 40) for n in range(20))  # about 5,000 characters
     model.chunk_delay = 0.002
     model.brain = lambda req: Say(long)
     async with FakeTelegram() as telegram:
         async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
             await gw.runner.adapters["telegram"].wait_connected()
             _topic_message(telegram, "a long one", 42)
-            parts = split_message(long, 4096, utf16_len)
+            parts = [render(p) for p in message_parts(long)]
+            assert len(parts) == 2
             await eventually(lambda: telegram.visible(FORUM, 42) == parts, timeout=30,
                              what="the reply as its parts")
     preview = [s for s in telegram.sent if s.message_thread_id == 42][0]

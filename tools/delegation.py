@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from gateway.database import Database, Op
+from gateway.events import Outcome
 from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
@@ -119,19 +120,20 @@ class DelegationManager:
             log.exception("delegation_failed", delegation_id=record.id)
             await self._finish(record, "finished",
                                f"Delegation {record.id} failed: {str(exc) or repr(exc)}",
-                               notify=True)
+                               notify=True, outcome="failed")
         finally:
             self._tasks.pop(record.id, None)
             self._records.pop(record.id, None)
 
     async def _finish(self, record: DelegationRecord, state: str, result: str | None, *,
-                      notify: bool) -> None:
+                      notify: bool, outcome: Outcome = "ok") -> None:
         record.state, record.result, record.finished_at = state, result, time.time()
         ops: list[Op] = [("UPDATE delegations SET state = ?, result = ?, finished_at = ? "
                           "WHERE id = ? AND state IN ('dispatched', 'running')",
                           (state, result, record.finished_at, record.id))]
         if notify and result is not None:
-            await self.outbox.produce([_result_notice(record, result, "result")], with_ops=ops)
+            await self.outbox.produce([_result_notice(record, result, "result", outcome)],
+                                      with_ops=ops)
         else:
             await self.db.write(ops)
         log.info("delegation_ended", delegation_id=record.id, state=state)
@@ -163,7 +165,7 @@ class DelegationManager:
             lost += 1
             text = (f"Delegation {record.id} was lost: the gateway stopped while it ran, so "
                     f"its result never came back.\nTask: {record.task}")
-            await self.outbox.produce([_result_notice(record, text, "lost")], with_ops=[(
+            await self.outbox.produce([_result_notice(record, text, "lost", "failed")], with_ops=[(
                 "UPDATE delegations SET state = 'lost', finished_at = ? WHERE id = ? "
                 "AND state IN ('dispatched', 'running')", (time.time(), record.id))])
         return lost
@@ -196,10 +198,11 @@ def _runs_elsewhere(owner: str | None) -> bool:
     return process != process_identity() and identity_alive(process)
 
 
-def _result_notice(record: DelegationRecord, text: str, sequence: str) -> NewNotification:
+def _result_notice(record: DelegationRecord, text: str, sequence: str,
+                   outcome: Outcome) -> NewNotification:
     return NewNotification(idempotency_key=f"{record.id}:async_delegation:{sequence}",
                            kind="async_delegation", address=record.address, text=text,
-                           job_id=record.id)
+                           job_id=record.id, outcome=outcome)
 
 
 async def delegate_task(manager: DelegationManager, task: str) -> DelegationRecord:

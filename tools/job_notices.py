@@ -10,6 +10,8 @@ from .plain_text import plain_lines
 from .watch import WatchLimits, WatchNotice
 
 if TYPE_CHECKING:
+    from gateway.events import Outcome
+
     from .job_record import JobRecord
 
 MAX_OUTPUT_CHARS = 3000
@@ -62,6 +64,12 @@ def _completion_body(record: JobRecord, tail: list[str], details: EndDetails) ->
                      f"{details.global_max_per_minute} a minute across all jobs. "
                      f"/log {record.id} has the output.")
     return "\n".join(lines)
+
+
+def job_outcome(record: JobRecord) -> Outcome:
+    """A job went well only when it ran to an exit code of 0."""
+    ok = record.state == "exited" and not record.killed and record.exit_code == 0
+    return "ok" if ok else "failed"
 
 
 def watch_text(record: JobRecord, notice: WatchNotice, limits: WatchLimits) -> str:

@@ -109,7 +109,8 @@ class WatchReporter:
         return NewNotification(
             idempotency_key=f"{record.id}:{notice.kind}:{sequence}", kind=notice.kind,
             address=record.address, job_id=record.id,
-            text=watch_text(record, notice, self.limits))
+            text=watch_text(record, notice, self.limits),
+            outcome="match" if notice.kind != "watch_disabled" else "info")
 
 
 def _matching(watch: JobWatch, texts: list[str]) -> list[int]:

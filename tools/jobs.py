@@ -34,7 +34,7 @@ from gateway.route import Route
 
 from . import job_process
 from .job_kill import SIGKILL_SETTLE_SECONDS, kill_group
-from .job_notices import EndDetails, completion_text
+from .job_notices import EndDetails, completion_text, job_outcome
 from .job_output import OutputWatcher
 from .job_process import JobFiles
 from .job_record import JOB_COLUMNS, JobRecord
@@ -279,7 +279,7 @@ class JobManager:
                                                self.settings.tail_lines)
                 notices.append(NewNotification(
                     idempotency_key=completion_key(record.id), kind="completion",
-                    address=record.address, job_id=record.id,
+                    address=record.address, job_id=record.id, outcome=job_outcome(record),
                     text=completion_text(record, tail, details, header=note.header,
                                          footer=note.footer)))
             ops: list[Op] = [(

@@ -241,7 +241,8 @@ class Scheduler:
             notes = {busy: NewNotification(
                 idempotency_key=f"{s.id}:missed:{due.first}", kind="schedule_note",
                 address=address, text=_missed_text(s, due, claims, self.settings, following,
-                                                   busy=busy)) for busy in (False, True)}
+                                                   busy=busy), outcome="info")
+                for busy in (False, True)}
 
         def claim(conn: sqlite3.Connection) -> bool:
             current = conn.execute("SELECT next_run_at, paused FROM schedules WHERE id = ?",
@@ -348,7 +349,7 @@ class Scheduler:
         text = f"{run_header(s, run.scheduled_for)} could not start: {why}"
         await self.outbox.produce(
             [NewNotification(f"{s.id}:failed:{run.scheduled_for}", "schedule_note", address,
-                             text)],
+                             text, outcome="failed")],
             with_ops=runs.finish_ops(s, run.scheduled_for, f"could not start: {why}",
                                      self.clock()))
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..events import MessageKind, SendResult
+from ..attachments import FileRefused, IncomingFile
+from ..events import MessageKind, NoticeInfo, SendResult
 from ..route import Route
 
 if TYPE_CHECKING:
@@ -61,7 +64,8 @@ class Adapter(ABC):
 
     @abstractmethod
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   notice: NoticeInfo | None = None) -> SendResult:
         """Deliver ``text`` to ``route``, split to the platform's limit.
 
         ``session_id`` names the session the text belongs to, for platforms
@@ -77,6 +81,16 @@ class Adapter(ABC):
 
     async def status(self, route: Route, text: str) -> None:  # noqa: B027
         """What the turn is doing ("running `make test`…"), where a platform can show it."""
+
+    async def send_file(self, route: Route, path: Path, caption: str | None = None, *,
+                        session_id: str | None = None) -> SendResult:
+        """Post the file at ``path`` to ``route`` (an image as a photo where that differs)."""
+        return SendResult.failed(f"{self.platform} cannot post files", permanent=True,
+                                 route_gone=False)
+
+    async def download(self, file: IncomingFile) -> AsyncIterator[bytes]:
+        """The bytes of a file someone sent (as the platform described it), in chunks."""
+        raise FileRefused(f"{file.name} was not saved: {self.platform} files are not taken.")
 
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply | None:
         """A reply shown as it is written in ``route``, or None where the platform

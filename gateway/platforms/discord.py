@@ -14,17 +14,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import discord
 import structlog
 import yarl
 
+from ..attachments import FILES, IncomingFile, fetch_url
 from ..config import DiscordConfig
-from ..events import MessageEvent, MessageKind, SendResult
+from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
+from ..formatting.discord_text import NO_MENTIONS, message_parts
 from ..route import Route
 from ..runner import GatewayClosed
-from ..splitter import split_message
 from .base import Adapter, LiveReply
 from .discord_preview import DiscordPreview
 from .flow import FlowControl, RateLimits
@@ -246,9 +249,12 @@ class DiscordAdapter(Adapter):
         route = route_of(message, kind, parent)
         assert self._runner is not None
         try:
+            files = [IncomingFile("attachment", a.filename, a.content_type, a.size, a.url)
+                     for a in message.attachments]
             received = self._runner.receive(
                 MessageEvent(text=self._without_mention(message.content), route=route,
-                             message_id=str(message.id)),
+                             message_id=str(message.id),
+                             metadata={FILES: [f.to_dict() for f in files]} if files else {}),
                 platform_id=str(message.id), sent_at=message.created_at.timestamp())
         except GatewayClosed:
             log.info("discord_message_refused_while_stopping", channel_id=route.chat_id)
@@ -311,15 +317,16 @@ class DiscordAdapter(Adapter):
         await client.http.send_typing(int(route.chat_id))
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   notice: NoticeInfo | None = None) -> SendResult:
         client = self._client
         if client is None or client.is_closed():
             return SendResult.failed("discord is not connected")
         if kind == "notification" and not self._gateway_up:
             # REST would work, but notices wait for the session, in the outbox
             return SendResult.failed("discord gateway is reconnecting")
-        return await self.send_parts(route, split_message(text, MESSAGE_LIMIT),
-                                     dedupe_key=dedupe_key, first=True)
+        return await self.send_parts(route, message_parts(text), dedupe_key=dedupe_key,
+                                     first=True)
 
     async def send_parts(self, route: Route, parts: list[str], *,
                          dedupe_key: str | None = None, first: bool = False) -> SendResult:
@@ -351,6 +358,27 @@ class DiscordAdapter(Adapter):
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return DiscordPreview(self, route)
 
+    async def send_file(self, route: Route, path: Path, caption: str | None = None, *,
+                        session_id: str | None = None) -> SendResult:
+        client = self._client
+        if client is None or client.is_closed():
+            return SendResult.failed("discord is not connected")
+        channel = client.get_partial_messageable(int(route.chat_id))
+        async with self.flow.chat(route.chat_id):
+            await self.flow.admit(route.chat_id, group=False)
+            try:
+                message = await channel.send(content=caption or None,
+                                             file=discord.File(str(path), filename=path.name),
+                                             allowed_mentions=NO_MENTIONS)
+            except discord.HTTPException as exc:
+                return SendResult.failed(f"discord refused the file: {exc.text}",
+                                         permanent=exc.status in (400, 403, 404, 413))
+        return SendResult.sent(str(message.id))
+
+    async def download(self, file: IncomingFile) -> AsyncIterator[bytes]:
+        """An attachment from its URL (Discord's CDN), in chunks."""
+        return fetch_url(file.ref)
+
     @property
     def client(self) -> discord.Client | None:
         return self._client
@@ -364,7 +392,10 @@ class DiscordAdapter(Adapter):
         for attempt in range(attempts):
             await self.flow.admit(route.chat_id, group=False)
             try:
-                kwargs: dict[str, Any] = {"reference": reference} if reference else {}
+                # nobody is pinged by what the agent or a job's output says
+                kwargs: dict[str, Any] = {"allowed_mentions": NO_MENTIONS}
+                if reference:
+                    kwargs["reference"] = reference
                 if nonce is not None:
                     kwargs["nonce"] = nonce
                 message = await channel.send(text, **kwargs)

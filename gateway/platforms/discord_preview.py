@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import discord
 
 from ..events import MessageKind, SendResult
+from ..formatting.discord_text import NO_MENTIONS, message_parts
 from ..route import Route
 from .preview import EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
 
@@ -36,7 +37,7 @@ class DiscordPreview(EditedPreview):
         return self.adapter.flow.try_admit(self.route.chat_id, group=False)
 
     async def _post(self, text: str) -> str:
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"allowed_mentions": NO_MENTIONS}
         if self.route.message_id is not None:  # as the final message's first part would
             kwargs["reference"] = discord.MessageReference(
                 message_id=int(self.route.message_id), channel_id=int(self.route.chat_id),
@@ -49,12 +50,12 @@ class DiscordPreview(EditedPreview):
         try:
             if final:
                 await self.adapter.flow.admit(self.route.chat_id, group=False)
-                await message.edit(content=text)
+                await message.edit(content=text, allowed_mentions=NO_MENTIONS)
                 return
             # discord.py waits out a 429 inside the request: a preview edit that would
             # wait longer than the interval is dropped (an edit is safe to cut short)
             async with asyncio.timeout(max(2.0, self.interval)):
-                await message.edit(content=text)
+                await message.edit(content=text, allowed_mentions=NO_MENTIONS)
         except TimeoutError as exc:
             raise PreviewRateLimited(self.interval) from exc
         except discord.NotFound as exc:
@@ -72,6 +73,9 @@ class DiscordPreview(EditedPreview):
             await self._channel().get_partial_message(int(message_id)).delete()
         except discord.NotFound as exc:
             raise PreviewGone(exc.text) from exc
+
+    def _split(self, text: str) -> list[str]:
+        return message_parts(text)
 
     async def _send(self, text: str, kind: MessageKind, session_id: str | None,
                     dedupe_key: str | None) -> SendResult:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..events import MessageEvent, MessageKind, SendResult
+from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..route import Route
 from ..splitter import split_message
 from .base import Adapter
@@ -57,7 +57,8 @@ class MemoryAdapter(Adapter):
                                                 metadata=dict(metadata)))
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   notice: NoticeInfo | None = None) -> SendResult:
         if self.send_delay:
             await asyncio.sleep(self.send_delay)
         scripted = self.scripted_failures.get(route.chat_id)

@@ -101,6 +101,10 @@ class EditedPreview(ABC):
     async def _send_parts(self, parts: list[str], kind: MessageKind) -> SendResult:
         """Parts after the first, after the preview took the first."""
 
+    def _split(self, text: str) -> list[str]:
+        """The final text as the platform's messages (the first takes the preview's place)."""
+        return split_message(text, self.limit, self.measure)
+
     def _may_preview(self) -> bool:
         """Whether flood control has room for a preview request right now (counting it)."""
         return True
@@ -126,7 +130,7 @@ class EditedPreview(ABC):
             if message_id is None:
                 self._reset()
                 return await self._send(text, kind, session_id, dedupe_key)
-            parts = split_message(text, self.limit, self.measure) or [text]
+            parts = self._split(text) or [text]
             # the preview stays ours until its edit is through: a turn cancelled meanwhile
             # (/stop) leaves it to close(), which deletes it
             edited = await self._edit_final(message_id, parts[0])

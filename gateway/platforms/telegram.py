@@ -13,12 +13,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from telegram import BotCommand, Update
-from telegram.constants import ChatAction
+from telegram import (
+    BotCommand,
+    BotCommandScopeAllGroupChats,
+    BotCommandScopeAllPrivateChats,
+    Update,
+)
+from telegram.constants import ChatAction, ParseMode
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -32,13 +38,21 @@ from telegram.error import (
 from telegram.ext import Application, ApplicationBuilder
 from telegram.request import HTTPXRequest
 
+from ..attachments import FILES, FileRefused, IncomingFile
 from ..config import TelegramConfig
-from ..events import MessageEvent, MessageKind, SendResult
+from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
+from ..formatting.telegram_html import (
+    cannot_parse,
+    message_parts,
+    plain_fallback,
+)
+from ..formatting.telegram_html import render as render_html
 from ..route import Route
 from ..runner import GatewayClosed, Received
-from ..splitter import split_message, utf16_len
 from .base import Adapter, LiveReply
 from .flow import FlowControl, RateLimits
+from .telegram_files import download as download_file
+from .telegram_files import files_in, post_file
 from .telegram_preview import TelegramPreview
 from .telegram_routes import route_of, send_arguments
 
@@ -187,15 +201,21 @@ class TelegramAdapter(Adapter):
         return self._connected
 
     async def _register_commands(self) -> None:
+        """The command menu, per scope: private chats get all, groups all but /start."""
         assert self._app is not None and self._runner is not None
-        from ..commands import GATEWAY_COMMANDS
+        from ..commands import GATEWAY_COMMANDS, PRIVATE_ONLY
 
         commands = {**GATEWAY_COMMANDS, **self._runner.agent.commands}
-        try:
-            await self._app.bot.set_my_commands(
-                [BotCommand(name, what[:256]) for name, what in commands.items()])
-        except TelegramError as exc:
-            log.warning("telegram_commands_not_registered", error=str(exc))
+        menus = ((BotCommandScopeAllPrivateChats(), commands),
+                 (BotCommandScopeAllGroupChats(),
+                  {n: w for n, w in commands.items() if n not in PRIVATE_ONLY}))
+        for scope, menu in menus:
+            try:
+                await self._app.bot.set_my_commands(
+                    [BotCommand(name, what[:256]) for name, what in menu.items()], scope=scope)
+            except TelegramError as exc:
+                log.warning("telegram_commands_not_registered", scope=scope.type,
+                            error=str(exc))
 
     def _on_polling_error(self, exc: TelegramError) -> None:
         # PTB keeps polling with its own backoff; say what is happening
@@ -213,7 +233,10 @@ class TelegramAdapter(Adapter):
 
     def _on_update(self, update: Update) -> Received | None:
         message = update.message
-        if message is None or message.text is None:
+        if message is None:
+            return None
+        files = files_in(message)
+        if message.text is None and not files:
             return None
         if message.from_user is None or message.from_user.is_bot:
             return None  # bots (ourselves included) are never served
@@ -222,13 +245,15 @@ class TelegramAdapter(Adapter):
             return None
         if route.chat_type == "group" and not self._wanted_in_group(message):
             return None
-        text = self._without_mention(message.text)
+        text = self._without_mention(message.text or message.caption or "")
         if text is None:
             return None
         assert self._runner is not None
+        metadata = {FILES: [f.to_dict() for f in files]} if files else {}
         try:
             return self._runner.receive(
-                MessageEvent(text=text, route=route, message_id=str(message.message_id)),
+                MessageEvent(text=text, route=route, message_id=str(message.message_id),
+                             metadata=metadata),
                 platform_id=str(update.update_id), sent_at=message.date.timestamp())
         except GatewayClosed:
             log.info("telegram_message_refused_while_stopping", chat_id=route.chat_id)
@@ -240,7 +265,7 @@ class TelegramAdapter(Adapter):
             return False
         if not self.config.require_mention:
             return True
-        text: str = message.text or ""
+        text: str = message.text or message.caption or ""
         mentioned = bool(self.bot_username) and re.search(
             rf"@{re.escape(self.bot_username or '')}\b", text, re.IGNORECASE) is not None
         replied = (message.reply_to_message is not None
@@ -267,7 +292,8 @@ class TelegramAdapter(Adapter):
             message_thread_id=int(route.thread_id) if route.thread_id else None)
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
-                   session_id: str | None = None, dedupe_key: str | None = None) -> SendResult:
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   notice: NoticeInfo | None = None) -> SendResult:
         """Send every part, in order, or say why not (permanent when the route is gone).
 
         Replies are pushed through patiently (nothing would send them again);
@@ -277,8 +303,8 @@ class TelegramAdapter(Adapter):
         """
         if self._app is None or not self._connected:
             return SendResult.failed("telegram is not connected")
-        parts = split_message(text, MESSAGE_LIMIT, utf16_len)
-        return await self.send_parts(route, parts, first_patient=kind != "notification")
+        return await self.send_parts(route, message_parts(text),
+                                     first_patient=kind != "notification")
 
     async def send_parts(self, route: Route, parts: list[str], *,
                          first_patient: bool = True) -> SendResult:
@@ -298,22 +324,48 @@ class TelegramAdapter(Adapter):
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return TelegramPreview(self, route)
 
+    async def send_file(self, route: Route, path: Path, caption: str | None = None, *,
+                        session_id: str | None = None) -> SendResult:
+        if self._app is None or not self._connected:
+            return SendResult.failed("telegram is not connected")
+        async with self.flow.chat(route.chat_id):
+            await self.flow.admit(route.chat_id, group=route.chat_type == "group")
+            try:
+                sent = await post_file(self._app.bot, send_arguments(route), path, caption)
+            except RetryAfter as exc:
+                self.flow.pause(route.chat_id, _seconds(exc.retry_after))
+                return SendResult.failed(f"flood control: {exc}",
+                                         retry_after=_seconds(exc.retry_after))
+            except TelegramError as exc:
+                return SendResult.failed(f"rejected by Telegram: {exc}")
+        return SendResult.sent(sent)
+
+    async def download(self, file: IncomingFile) -> AsyncIterator[bytes]:
+        if self._app is None or self._runner is None:
+            raise FileRefused(f"{file.name} was not saved: Telegram is not connected.")
+        return await download_file(self._app.bot, file,
+                                   self._runner.config.attachments.max_bytes)
+
     @property
     def app(self) -> Application | None:
         return self._app
 
-    async def _send_part(self, route: Route, text: str, *, patient: bool) -> SendResult:
+    async def _send_part(self, route: Route, source: str, *, patient: bool) -> SendResult:
+        """One part, given as Markdown: sent as HTML, or as plain text when Telegram
+        cannot parse that HTML (a message is never lost to its formatting)."""
         assert self._app is not None
         with_thread = True
         chat_id = route.chat_id
         group = route.chat_type == "group"
         attempts = _SEND_ATTEMPTS * (3 if patient else 1)
+        markup: str | None = render_html(source)
         for attempt in range(attempts):
             await self.flow.admit(chat_id, group=group)  # every request counts
             try:
                 message = await self._app.bot.send_message(
-                    text=text, **send_arguments(route, with_thread=with_thread,
-                                                chat_id=chat_id))
+                    text=markup if markup is not None else plain_fallback(source),
+                    parse_mode=ParseMode.HTML if markup is not None else None,
+                    **send_arguments(route, with_thread=with_thread, chat_id=chat_id))
                 return SendResult.sent(str(message.message_id))
             except RetryAfter as exc:
                 wait = _seconds(exc.retry_after)
@@ -329,6 +381,10 @@ class TelegramAdapter(Adapter):
                             new_chat_id=exc.new_chat_id)
                 chat_id = str(exc.new_chat_id)
             except BadRequest as exc:
+                if markup is not None and cannot_parse(exc.message):
+                    log.warning("telegram_html_refused", chat_id=chat_id, error=exc.message)
+                    markup = None
+                    continue
                 if "thread not found" in exc.message.lower():
                     if self.config.thread_fallback_to_chat and with_thread:
                         log.warning("telegram_thread_gone_fallback", chat_id=chat_id,

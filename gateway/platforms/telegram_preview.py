@@ -8,9 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from telegram import Bot
+from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter
 
 from ..events import MessageKind, SendResult
+from ..formatting.telegram_html import cannot_parse, message_parts, plain_fallback
+from ..formatting.telegram_html import render as render_html
 from ..route import Route
 from ..splitter import utf16_len
 from .preview import EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
@@ -48,13 +51,29 @@ class TelegramPreview(EditedPreview):
             raise PreviewRateLimited(self._flood(exc)) from exc
         return str(message.message_id)
 
+    def _split(self, text: str) -> list[str]:
+        return message_parts(text, self.limit)
+
     async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
-        if final:
-            await self.adapter.flow.admit(self.route.chat_id,
-                                          group=self.route.chat_type == "group")
+        """A preview shows the Markdown as written; the final edit is formatted (plain
+        when Telegram cannot parse its HTML)."""
+        if not final:
+            await self._edit_text(message_id, text, None)
+            return
+        await self.adapter.flow.admit(self.route.chat_id,
+                                      group=self.route.chat_type == "group")
+        try:
+            await self._edit_text(message_id, render_html(text), ParseMode.HTML)
+        except PreviewRefused as exc:
+            if not cannot_parse(str(exc)):
+                raise
+            await self._edit_text(message_id, plain_fallback(text, self.limit), None)
+
+    async def _edit_text(self, message_id: str, text: str, parse_mode: str | None) -> None:
         try:
             await self._bot.edit_message_text(text, chat_id=int(self.route.chat_id),
-                                              message_id=int(message_id))
+                                              message_id=int(message_id),
+                                              parse_mode=parse_mode)
         except RetryAfter as exc:
             raise PreviewRateLimited(self._flood(exc)) from exc
         except BadRequest as exc:

@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -23,12 +24,16 @@ import structlog
 from aiohttp import WSMsgType, web
 
 from ..config import WebConfig
-from ..events import MessageEvent, MessageKind, SendResult
+from ..conversations import line_json
+from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
+from ..formatting.web_html import render as render_html
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ..route import Route
 from ..runner import GatewayClosed
 from ..store import ARCHIVED_FILTERS, SessionEntry, SessionNotFound
 from .base import Adapter, LiveReply
+from .web_conversations import conversation_routes, session_patch
+from .web_files import file_json, file_routes
 from .web_live import WebLiveReply
 from .web_schedules import schedule_routes
 
@@ -43,7 +48,6 @@ MAX_FRAME_BYTES = 64 * 1024
 _TRANSPORT_LIMIT = 16 * 1024 * 1024
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _FRAME_ID = re.compile(r"^.{1,64}$", re.DOTALL)
-_MAX_TITLE = 200
 _LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -75,6 +79,8 @@ class WebAdapter(Adapter):
             web.get("/readyz", self._readyz),
             web.get("/metrics", self._metrics),
             *schedule_routes(lambda: self.runner.scheduler, _json_error),
+            *conversation_routes(lambda: self.runner, _json_error),
+            *file_routes(lambda: self.runner, _json_error),
         ])
         self._site_runner = web.AppRunner(app, access_log=None)
         await self._site_runner.setup()
@@ -111,11 +117,18 @@ class WebAdapter(Adapter):
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None, dedupe_key: str | None = None,
+                   notice: NoticeInfo | None = None,
                    stream: str | None = None) -> SendResult:
         """``stream``: the id of the deltas this message completes (the page puts it
         in their place)."""
-        frame = {"type": "message", "kind": kind, "text": text, "session_id": session_id,
-                 "session_key": self.runner.session_key_for(route)}
+        frame: dict[str, Any] = {
+            "type": "message", "kind": kind, "text": text, "html": render_html(text),
+            "at": time.time(), "session_id": session_id,
+            "session_key": self.runner.session_key_for(route),
+            # false for a late notice from an ended session: the page stays where it is
+            "live": session_id is None or self.runner.store.is_live_session(session_id)}
+        if notice is not None:
+            frame["notice"] = notice.to_dict()
         if dedupe_key is not None:
             # the same for a send repeated after a crash (a replayed message's reply, a
             # notice sent again): the page shows a key it has shown once only
@@ -128,6 +141,18 @@ class WebAdapter(Adapter):
 
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return WebLiveReply(self, route)
+
+    async def send_file(self, route: Route, path: Path, caption: str | None = None, *,
+                        session_id: str | None = None) -> SendResult:
+        """A message frame with the file's name, size, type and download ``url``."""
+        text = caption or path.name
+        frame: dict[str, Any] = {
+            "type": "message", "kind": "reply", "text": text, "html": render_html(text),
+            "at": time.time(), "session_id": session_id, "live": True,
+            "session_key": self.runner.session_key_for(route), "file": file_json(path)}
+        await self._broadcast(route.chat_id, frame)
+        self._frames_sent += 1
+        return SendResult.sent(f"web-{self._frames_sent}")
 
     async def delta(self, route: Route, frame: dict[str, Any]) -> None:
         """A streamed reply's growth, to every tab of the conversation."""
@@ -230,7 +255,8 @@ class WebAdapter(Adapter):
             await ws.send_json({"type": "ack", "id": frame_id})
         if taken == "journaled":
             await self._broadcast(route.chat_id, {
-                "type": "message", "kind": "user", "text": text, "from_tab": tab,
+                "type": "message", "kind": "user", "text": text, "html": render_html(text),
+                "at": time.time(), "from_tab": tab,
             }, skip_tab=tab, echo_only=True)
 
     # REST ------------------------------------------------------------------
@@ -247,22 +273,7 @@ class WebAdapter(Adapter):
         return web.json_response({"sessions": [_session_json(s) for s in sessions]})
 
     async def _patch_session(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _json_error(400, "body must be a JSON object") from None
-        if not isinstance(body, dict):
-            raise _json_error(400, "body must be a JSON object")
-        unknown = set(body) - {"title", "archived"}
-        if unknown:
-            raise _json_error(400, f"unknown fields: {', '.join(sorted(unknown))}")
-        title, archived = body.get("title"), body.get("archived")
-        if title is None and archived is None:
-            raise _json_error(400, "give a title and/or archived")
-        if title is not None and (not isinstance(title, str) or len(title) > _MAX_TITLE):
-            raise _json_error(400, f"title must be a string of at most {_MAX_TITLE} characters")
-        if archived is not None and not isinstance(archived, bool):
-            raise _json_error(400, "archived must be true or false")
+        title, archived = await session_patch(request, _json_error)
         try:
             entry = await self.runner.store.update_session(
                 request.match_info["id"], title=title, archived=archived)
@@ -275,7 +286,8 @@ class WebAdapter(Adapter):
         if await self.runner.store.get(session_id) is None:
             raise _json_error(404, "no such session")
         lines = await self.runner.store.messages(session_id)
-        return web.json_response({"messages": [line.to_dict() for line in lines]})
+        return web.json_response({"messages": [line_json(line, render_html(line.text))
+                                               for line in lines]})
 
     # operations -------------------------------------------------------------
 
@@ -300,7 +312,9 @@ class WebAdapter(Adapter):
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         expected = self.config.token
-        if expected:
+        if expected and request.path == "/":
+            pass  # the page holds no secret: it asks for the token (sign-in form)
+        elif expected:
             given = request.query.get("token") or _bearer(request.headers.get("Authorization"))
             if not given or not hmac.compare_digest(given.encode(), expected.encode()):
                 raise _json_error(401, "missing or wrong token")
@@ -375,7 +389,7 @@ def _error(message: str, frame_id: str | None = None) -> dict[str, str]:
 
 def _json_error(status: int, message: str) -> web.HTTPException:
     cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
-           404: web.HTTPNotFound}[status]
+           404: web.HTTPNotFound, 503: web.HTTPServiceUnavailable}[status]
     return cls(text=json.dumps({"error": message}), content_type="application/json")
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .discord_files import PayloadTooLarge, SentFile, read_message_payload
+
 __all__ = ["MAX_MESSAGE_LENGTH", "ApiError", "DiscordRest", "EditRecord", "Failure",
            "SentRecord", "json_response", "now_iso"]
 
@@ -38,6 +40,7 @@ class SentRecord:
     message_id: int  # the id the fake assigned
     raw: JSON = field(repr=False)  # the JSON payload (``payload_json`` for multipart)
     files: list[str] = field(default_factory=list)  # uploaded file names (multipart)
+    attachments: list[SentFile] = field(default_factory=list)  # the uploads, bytes and all
 
 
 @dataclass
@@ -97,6 +100,7 @@ class DiscordRest:
     _messages: dict[int, JSON]
     _post_failures: list[Failure]
     _edit_failures: list[Failure]
+    upload_limit: int
 
     # ------------------------------------------------------------------ handlers
 
@@ -163,7 +167,7 @@ class DiscordRest:
 
     async def _post_message(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
-        payload, files = await _read_message_payload(request)
+        payload, files = await self._read_payload(request)
         _consume_failure(self._post_failures, channel_id)
         channel = self._existing_channel(channel_id)
         metadata = _unlocked_thread_metadata(channel)
@@ -195,11 +199,7 @@ class DiscordRest:
 
         message = self._message(channel_id, content or "", self.bot_user, mentions=[])
         message["embeds"] = payload.get("embeds") or []
-        message["attachments"] = [
-            {"id": str(self._snowflake()), "filename": name, "size": size,
-             "url": f"http://127.0.0.1:{self.port}/attachments/{name}",
-             "proxy_url": f"http://127.0.0.1:{self.port}/attachments/{name}"}
-            for name, size in files]
+        message["attachments"] = self._attachments_from(channel_id, files)
         if payload.get("nonce") is not None:
             message["nonce"] = payload["nonce"]
         if ref_id is not None:
@@ -211,14 +211,14 @@ class DiscordRest:
         self.sent.append(SentRecord(channel_id=channel_id, content=content,
                                     message_reference=ref_id, nonce=payload.get("nonce"),
                                     message_id=int(message["id"]), raw=payload,
-                                    files=[name for name, _ in files]))
+                                    files=[f.filename for f in files], attachments=files))
         self._wake("sent")
         return json_response(_public(message))
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         """PATCH a message: the bot's own only; the fields it sends replace the old ones."""
         channel_id = int(request.match_info["channel_id"])
-        payload, files = await _read_message_payload(request)
+        payload, files = await self._read_payload(request)
         _consume_failure(self._edit_failures, channel_id)
         metadata = _unlocked_thread_metadata(self._existing_channel(channel_id))
         message = self._existing_message(channel_id, int(request.match_info["message_id"]))
@@ -234,6 +234,7 @@ class DiscordRest:
         if metadata is not None:
             metadata["archived"] = False  # as a post, an edit reopens an archived thread
 
+        attachments = attachments + self._attachments_from(channel_id, files)
         message.update(content=content, embeds=embeds, attachments=attachments,
                        edited_timestamp=now_iso())
         self.edits.append(EditRecord(channel_id=channel_id, message_id=int(message["id"]),
@@ -277,6 +278,13 @@ class DiscordRest:
 
     # ------------------------------------------------------------------ helpers
 
+    async def _read_payload(self, request: web.Request) -> tuple[JSON, list[SentFile]]:
+        """The message payload and its files; over the upload limit, Discord's 413."""
+        try:
+            return await read_message_payload(request, self.upload_limit)
+        except PayloadTooLarge:
+            raise ApiError(413, 40005, "Request entity too large") from None
+
     def _existing_channel(self, channel_id: int) -> JSON:
         channel = self._channels.get(channel_id)
         if channel is None:
@@ -302,21 +310,6 @@ def json_response(data: Any, status: int = 200,
     """A JSON response with Content-Type exactly ``application/json`` (no charset)."""
     return web.Response(body=json.dumps(data).encode(), status=status,
                         headers={**(headers or {}), "Content-Type": "application/json"})
-
-
-async def _read_message_payload(request: web.Request) -> tuple[JSON, list[tuple[str, int]]]:
-    """The JSON body, or ``payload_json`` plus (filename, size) of each file part."""
-    if not request.content_type.startswith("multipart/"):
-        return (await request.json() if request.body_exists else {}), []
-    payload: JSON = {}
-    files: list[tuple[str, int]] = []
-    reader = await request.multipart()
-    async for part in reader:
-        if part.name == "payload_json":
-            payload = json.loads(await part.text())
-        else:
-            files.append((part.filename or part.name or "file", len(await part.read())))
-    return payload, files
 
 
 def _consume_failure(failures: list[Failure], channel_id: int) -> None:

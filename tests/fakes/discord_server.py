@@ -39,15 +39,19 @@ Behaviour worth knowing when writing tests:
   a reply to a message the fake does not know in that channel 400/50035 unless
   ``fail_if_not_exists`` is false. discord.py retries 500/502/504 itself after
   1 s, 3 s, ...; a 429 after ``retry_after``.
+* Files as on Discord (``discord_files``): a user's ``attachments`` are served from
+  signed CDN links on this server; the bot's uploads (multipart, ``files[n]``) are
+  recorded with their bytes in ``SentRecord.attachments``; the files of one request
+  over ``upload_limit`` (10 MiB) are 413/40005.
 * Edits (PATCH) and deletes (DELETE …/messages/{id}) as on Discord: an unknown or
   deleted message 404/10008, another author's message 403/50005 on edit, the
   content rules of a post; a delete answers 204. The bot's own posts, edits and
   deletes are not echoed on the gateway (no MESSAGE_CREATE/UPDATE/DELETE).
 
-The REST API's handlers and checks live in ``discord_rest``, the gateway in
-``discord_gateway``; this module holds the fake as tests drive it: the world they
-build (guild, channels, threads, roles), the users' messages they send in, and what
-they read back.
+The REST API's handlers and checks live in ``discord_rest``, attachments and the CDN
+in ``discord_files``, the gateway in ``discord_gateway``; this module holds the fake as
+tests drive it: the world they build (guild, channels, threads, roles), the users'
+messages they send in, and what they read back.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .discord_files import DEFAULT_UPLOAD_LIMIT, DiscordFiles, SentFile
 from .discord_gateway import (  # noqa: F401 (the intents: re-exported, as before the split)
     INTENT_GUILD_MEMBERS,
     INTENT_GUILD_PRESENCES,
@@ -77,15 +82,15 @@ from .discord_rest import (  # noqa: F401 (NONCE_WINDOW_SECONDS: re-exported)
 )
 from .local_server import LocalServer
 
-__all__ = ["FakeDiscord", "SentRecord", "EditRecord", "DISCORD_EPOCH_MS",
-           "MAX_MESSAGE_LENGTH"]
+__all__ = ["FakeDiscord", "SentRecord", "SentFile", "EditRecord", "DISCORD_EPOCH_MS",
+           "DEFAULT_UPLOAD_LIMIT", "MAX_MESSAGE_LENGTH"]
 
 JSON = dict[str, Any]
 
 DISCORD_EPOCH_MS = 1_420_070_400_000
 
 
-class FakeDiscord(DiscordGateway, DiscordRest, LocalServer):
+class FakeDiscord(DiscordGateway, DiscordRest, DiscordFiles, LocalServer):
     """An in-process Discord REST API and gateway on ``127.0.0.1`` (a free port)."""
 
     heartbeat_interval_ms: int = 1000
@@ -129,6 +134,7 @@ class FakeDiscord(DiscordGateway, DiscordRest, LocalServer):
         self._ready = asyncio.Event()
         self._sent_changed = asyncio.Event()
         self._edits_changed = asyncio.Event()
+        self._init_files()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,7 +149,8 @@ class FakeDiscord(DiscordGateway, DiscordRest, LocalServer):
         return f"ws://127.0.0.1:{self.port}/gateway"
 
     def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._rest_middleware])
+        # aiohttp's own 1 MiB body cap would answer uploads before Discord's limit does
+        app = web.Application(middlewares=[self._rest_middleware], client_max_size=1 << 30)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/gateway/", self._gateway)
         api = "/api/v10"
@@ -159,6 +166,9 @@ class FakeDiscord(DiscordGateway, DiscordRest, LocalServer):
         app.router.add_delete(message, self._delete_message)
         app.router.add_post(f"{api}/channels/{{channel_id:\\d+}}/typing", self._typing)
         app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
+        cdn = "attachments/{channel_id:\\d+}/{attachment_id:\\d+}/{filename}"
+        app.router.add_get(f"/{cdn}", self._serve_attachment)
+        app.router.add_get(f"/media/{cdn}", self._serve_attachment)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
 
@@ -218,7 +228,8 @@ class FakeDiscord(DiscordGateway, DiscordRest, LocalServer):
     async def user_message(self, *, channel_id: int, content: str, author_id: int = 1,
                            username: str = "alice", bot: bool = False, guild: bool = True,
                            roles: list[int] | None = None, mentions_bot: bool = False,
-                           reference_id: int | None = None) -> JSON:
+                           reference_id: int | None = None,
+                           attachments: list[JSON] | None = None) -> JSON:
         """Dispatch MESSAGE_CREATE from a user; return the message dict.
 
         ``guild=False`` makes ``channel_id`` a DM channel (no ``guild_id`` or
@@ -227,6 +238,11 @@ class FakeDiscord(DiscordGateway, DiscordRest, LocalServer):
         ``content`` yourself if the text should show it. A reply to a message
         the fake knows carries ``referenced_message``. Dispatched while the
         client is disconnected, it is replayed on RESUME.
+
+        ``attachments``: ``[{"filename": ..., "data": bytes, "content_type": ...}]``
+        (``content_type`` optional; any other key as :meth:`attachment` takes, e.g.
+        ``size`` to claim a size, ``description``) become Discord attachment objects
+        whose ``url`` this fake serves, as ``discord.Attachment.read()`` fetches it.
         """
         author = {"id": str(author_id), "username": username, "discriminator": "0",
                   "global_name": None, "avatar": None, "bot": bot, "public_flags": 0}
@@ -240,6 +256,10 @@ class FakeDiscord(DiscordGateway, DiscordRest, LocalServer):
             thread["archived"] = False  # a user post reopens an archived thread
         message = self._message(channel_id, content, author,
                                 mentions=[self.bot_user] if mentions_bot else [])
+        message["attachments"] = [
+            self.attachment(channel_id, a["filename"], a["data"],
+                            **{k: v for k, v in a.items() if k not in ("filename", "data")})
+            for a in attachments or []]
         if guild:
             message["member"] = {"roles": [str(r) for r in roles or []], "joined_at": now_iso(),
                                  "nick": None, "avatar": None, "premium_since": None,

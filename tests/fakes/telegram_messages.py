@@ -2,24 +2,27 @@
 deleteMessage do to them, and what a user sees of them.
 
 Kept apart from the rest of the server because it is a store with rules of its own —
-message ids per chat, topics, replies, the length limit counted in UTF-16 units, and
-the Bot API's answers to an edit that finds nothing, changes nothing or is too long —
-while the server handles polling, commands and the HTTP side. Mixed into
-:class:`~tests.fakes.telegram_server.FakeTelegram`, which holds the store.
+message ids per chat, topics, replies, the length limit counted in UTF-16 units of the
+text as parsed, and the Bot API's answers to an edit that finds nothing, changes nothing
+or is too long — while the server handles polling, commands and the HTTP side. Mixed
+into :class:`~tests.fakes.telegram_server.FakeTelegram`, which holds the store.
+
+As on Telegram, a message sent with ``parse_mode="HTML"`` is parsed (``telegram_entities``)
+before anything else is checked, and the Message answered carries the text the user
+sees plus its ``entities``; the fake keeps the raw text as sent too (``message_text``).
 """
 
 from __future__ import annotations
 
-import html
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .telegram_api import ApiError, Failure, as_int, as_json, consume_failure, message_key
+from .telegram_entities import Rendered, render, utf16_len
 
 __all__ = ["MAX_MESSAGE_LENGTH", "BotMessages", "EditRecord", "Posted", "SentRecord",
-           "utf16_len"]
+           "guess_chat", "check_thread", "utf16_len"]
 
 JSON = dict[str, Any]
 
@@ -30,11 +33,6 @@ NOT_MODIFIED = ("Bad Request: message is not modified: specified new message con
                 "reply markup are exactly the same as a current content and reply markup "
                 "of the message")
 MAX_MESSAGE_LENGTH = 4096
-
-
-def utf16_len(text: str) -> int:
-    """Length of ``text`` in UTF-16 code units, the unit Telegram counts in."""
-    return len(text.encode("utf-16-le")) // 2
 
 
 @dataclass
@@ -67,12 +65,18 @@ class Posted:
     """A message the bot sent, as it stands now (after its edits)."""
 
     message: JSON  # the Message object the API answers, text and edit_date kept current
+    raw_text: str  # the text (or a file's caption) as sent, markup and all
     parse_mode: str | None
     inline_markup: Any  # the inline keyboard, part of what "not modified" compares
 
     @property
     def thread_id(self) -> int | None:
         return self.message.get("message_thread_id")
+
+    @property
+    def is_text(self) -> bool:
+        """A text message (not a photo or a document, whose caption is not its text)."""
+        return "text" in self.message
 
 
 class BotMessages:
@@ -97,15 +101,24 @@ class BotMessages:
     # ------------------------------------------------------------------ what a user sees
 
     def message_text(self, chat_id: int, message_id: int) -> str | None:
-        """The current text of a message the bot sent; None if deleted or never sent."""
+        """The current text of a message the bot sent, as sent (HTML markup and all);
+        None if deleted or never sent."""
         posted = self._posted.get((chat_id, message_id))
-        return None if posted is None else posted.message["text"]
+        return None if posted is None else posted.raw_text
+
+    def visible_text(self, chat_id: int, message_id: int) -> str | None:
+        """What the user sees of that message now (tags gone, entities unescaped): its
+        text, or a photo's or document's caption; None if deleted or never sent."""
+        posted = self._posted.get((chat_id, message_id))
+        return None if posted is None else posted.message.get("text",
+                                                              posted.message.get("caption"))
 
     def visible(self, chat_id: int, thread_id: int | None = None) -> list[str]:
-        """What a user sees of the bot in that chat: the current texts of its undeleted
-        messages in the topic ``thread_id`` (None: outside any topic), oldest first."""
+        """What a user sees of the bot in that chat: the current texts (as rendered, so
+        without HTML markup) of its undeleted text messages in the topic ``thread_id``
+        (None: outside any topic), oldest first. Files are in ``sent_files``."""
         return [p.message["text"] for (chat, _), p in sorted(self._posted.items())
-                if chat == chat_id and p.thread_id == thread_id]
+                if chat == chat_id and p.thread_id == thread_id and p.is_text]
 
     # ------------------------------------------------------------------ methods
 
@@ -122,27 +135,19 @@ class BotMessages:
         parse_mode = params.get("parse_mode")
 
         consume_failure(self._send_failures, chat_id)
-        if not text.strip():
+        rendered = render(text, parse_mode)
+        if not rendered.text.strip():
             raise ApiError(400, "Bad Request: message text is empty")
-        if thread_id == 1 or (thread_id is not None
-                              and (chat_id, thread_id) in self.deleted_threads):
-            raise ApiError(400, THREAD_NOT_FOUND)
-        if utf16_len(_visible_text(text, parse_mode)) > MAX_MESSAGE_LENGTH:
+        check_thread(self, chat_id, thread_id)
+        if utf16_len(rendered.text) > MAX_MESSAGE_LENGTH:
             raise ApiError(400, "Bad Request: message is too long")
 
-        chat = self._chats.get(chat_id) or _guess_chat(chat_id)
-        message: JSON = {"message_id": self._next_message_id(chat_id),
-                         "date": int(time.time()), "chat": chat, "from": self.bot_user,
-                         "text": text}
-        if thread_id is not None:
-            message["message_thread_id"] = thread_id
-            if chat.get("is_forum"):
-                message["is_topic_message"] = True
-        if reply_to is not None:
-            message["reply_to_message"] = {"message_id": reply_to, "date": message["date"],
-                                           "chat": chat}
+        message = self._new_message(chat_id, thread_id, reply_to)
+        message["text"] = rendered.text
+        if rendered.entities:
+            message["entities"] = rendered.entities
         self._posted[(chat_id, message["message_id"])] = Posted(
-            message, parse_mode, _inline_markup(params.get("reply_markup")))
+            message, text, parse_mode, _inline_markup(params.get("reply_markup")))
         self.sent.append(SentRecord(chat_id=chat_id, text=text, message_thread_id=thread_id,
                                     reply_to_message_id=reply_to, parse_mode=parse_mode,
                                     message_id=message["message_id"], params=params))
@@ -157,23 +162,29 @@ class BotMessages:
             raise ApiError(400, "Bad Request: MESSAGE_ID_INVALID")  # the fake has none
         chat_id, message_id = message_key(params)
         consume_failure(self._edit_failures, chat_id)
-        if not text.strip():
+        rendered = render(text, parse_mode)
+        if not rendered.text.strip():
             raise ApiError(400, "Bad Request: message text is empty")
         posted = self._posted.get((chat_id, message_id))
         if posted is None:
             if (chat_id, message_id) in self._user_messages:
                 raise ApiError(400, "Bad Request: message can't be edited")
             raise ApiError(400, EDIT_NOT_FOUND)
-        if utf16_len(_visible_text(text, parse_mode)) > MAX_MESSAGE_LENGTH:
+        if not posted.is_text:
+            raise ApiError(400, "Bad Request: there is no text in the message to edit")
+        if utf16_len(rendered.text) > MAX_MESSAGE_LENGTH:
             raise ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
         markup = _inline_markup(params.get("reply_markup"))  # none given: the keyboard goes
         current = posted.message
-        if (_content(text, parse_mode), markup) == \
-                (_content(current["text"], posted.parse_mode), posted.inline_markup):
+        if (_content(text, parse_mode, rendered), markup) == \
+                (_content(posted.raw_text, posted.parse_mode, None), posted.inline_markup):
             raise ApiError(400, NOT_MODIFIED)
 
-        current.update(text=text, edit_date=int(time.time()))
-        posted.parse_mode, posted.inline_markup = parse_mode, markup
+        current.update(text=rendered.text, edit_date=int(time.time()))
+        current.pop("entities", None)
+        if rendered.entities:
+            current["entities"] = rendered.entities
+        posted.raw_text, posted.parse_mode, posted.inline_markup = text, parse_mode, markup
         self.edits.append(EditRecord(chat_id=chat_id, message_id=message_id, text=text,
                                      message_thread_id=posted.thread_id,
                                      parse_mode=parse_mode, params=params))
@@ -190,6 +201,21 @@ class BotMessages:
         self.deleted.add(key)
         return True
 
+    def _new_message(self, chat_id: int, thread_id: int | None, reply_to: int | None) -> JSON:
+        """The Message the bot just posted, before its text or file: numbered per chat,
+        in its topic, replying where asked."""
+        chat = self._chats.get(chat_id) or guess_chat(chat_id)
+        message: JSON = {"message_id": self._next_message_id(chat_id),
+                         "date": int(time.time()), "chat": chat, "from": self.bot_user}
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            if chat.get("is_forum"):
+                message["is_topic_message"] = True
+        if reply_to is not None:
+            message["reply_to_message"] = {"message_id": reply_to, "date": message["date"],
+                                           "chat": chat}
+        return message
+
 
 # ---------------------------------------------------------------------- module helpers
 
@@ -199,16 +225,25 @@ def _inline_markup(value: Any) -> Any:
     return markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
 
 
-def _content(text: str, parse_mode: str | None) -> tuple[str, str | None]:
-    """What "not modified" compares, roughly: Telegram compares the rendered text and its
-    entities, so a parse mode counts only when the text holds that mode's markup."""
+def _content(text: str, parse_mode: str | None,
+             rendered: Rendered | None) -> tuple[str, list[JSON], str | None]:
+    """What "not modified" compares: Telegram compares the rendered text and its entities;
+    Markdown is not parsed here, so its mode counts when the text holds its markup."""
+    rendered = rendered or render(text, parse_mode)
     mode = (parse_mode or "").lower() or None
-    if mode is not None and not any(c in text for c in _MARKUP.get(mode, "")):
+    if mode not in _MARKUP or not any(c in text for c in _MARKUP[mode]):
         mode = None
-    return text, mode
+    return rendered.text, rendered.entities, mode
 
 
-def _guess_chat(chat_id: int) -> JSON:
+def check_thread(messages: BotMessages, chat_id: int, thread_id: int | None) -> None:
+    """The General topic (1) and deleted topics are not threads one can post in."""
+    if thread_id == 1 or (thread_id is not None
+                          and (chat_id, thread_id) in messages.deleted_threads):
+        raise ApiError(400, THREAD_NOT_FOUND)
+
+
+def guess_chat(chat_id: int) -> JSON:
     """A chat never seen inbound: private for positive ids, else a (super)group."""
     if chat_id > 0:
         return {"id": chat_id, "type": "private", "first_name": "User"}
@@ -216,12 +251,5 @@ def _guess_chat(chat_id: int) -> JSON:
     return {"id": chat_id, "type": kind, "title": f"Group {chat_id}"}
 
 
-def _visible_text(text: str, parse_mode: str | None) -> str:
-    """The text Telegram counts against the limit (HTML markup removed; Markdown as-is)."""
-    if parse_mode and parse_mode.upper() == "HTML":
-        return html.unescape(re.sub(r"<[^>]*>", "", text))
-    return text
-
-
 #: characters that can start formatting in each parse mode
-_MARKUP = {"html": "<&", "markdown": "_*`[", "markdownv2": "_*[]()~`>#+-=|{}.!\\"}
+_MARKUP = {"markdown": "_*`[", "markdownv2": "_*[]()~`>#+-=|{}.!\\"}

@@ -11,6 +11,9 @@ delete messages (see ``/work/shared/notes/platform-fakes.md``)::
     await app.bot.send_message(7, "hello")            # recorded in fake.sent
     await app.bot.edit_message_text("hello!", chat_id=7, message_id=1)  # fake.edits
     fake.visible(7)                                   # ["hello!"]: what the user sees
+    photo = fake.user_photo(chat_id=7, data=png(), caption="look")["photo"]  # media.png
+    file = await app.bot.get_file(photo[-1]["file_id"])  # then file.download_as_bytearray()
+    await app.bot.send_document(7, b"...", filename="a.txt")  # recorded in fake.sent_files
     await fake.stop()
 
 Protocol as on Telegram: ``POST /bot<TOKEN>/<method>`` with a form-encoded
@@ -24,8 +27,14 @@ Edits and deletes answer as the Bot API does: an unknown or deleted message is
 content "message is not modified", an over-long edit ``MESSAGE_TOO_LONG`` (where
 sendMessage says "message is too long"), and a user's message "can't be edited".
 
+A text sent with ``parse_mode="HTML"`` is parsed as Telegram parses it: an unknown
+tag, a bare ``<`` or an unclosed tag is "can't parse entities: ...", and the length
+limit counts the text a user sees.
+
 The bot's messages (sending, editing, deleting, what a user sees) live in
-``telegram_messages``, the Bot API's parameters and errors in ``telegram_api``; this
+``telegram_messages``, HTML parsing in ``telegram_entities``, files (users' photos,
+documents, voice, audio and video; getFile and downloads; sendPhoto and sendDocument)
+in ``telegram_files``, the Bot API's parameters and errors in ``telegram_api``; this
 module holds the server as tests drive it: updates in, long polling, commands,
 scripted failures and the waits.
 """
@@ -33,7 +42,6 @@ scripted failures and the waits.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from typing import Any
 
@@ -51,6 +59,8 @@ from .telegram_api import (
     read_params,
     scripted_failure,
 )
+from .telegram_entities import auto_entities
+from .telegram_files import MAX_UPLOAD_SIZE, BotFiles, FileRecord, StoredFile
 from .telegram_messages import (  # noqa: F401 (the constants: re-exported, as before the split)
     DELETE_NOT_FOUND,
     EDIT_NOT_FOUND,
@@ -64,12 +74,12 @@ from .telegram_messages import (  # noqa: F401 (the constants: re-exported, as b
     utf16_len,
 )
 
-__all__ = ["EditRecord", "FakeTelegram", "SentRecord", "utf16_len"]
+__all__ = ["EditRecord", "FakeTelegram", "FileRecord", "SentRecord", "StoredFile", "utf16_len"]
 
 JSON = dict[str, Any]
 
 
-class FakeTelegram(BotMessages, LocalServer):
+class FakeTelegram(BotMessages, BotFiles, LocalServer):
     """An in-process Bot API server on ``127.0.0.1`` (a free port, picked on start)."""
 
     max_poll_hold: float = 5.0
@@ -104,6 +114,7 @@ class FakeTelegram(BotMessages, LocalServer):
         self._sent_changed = asyncio.Event()
         self._edits_changed = asyncio.Event()
         self._closing = asyncio.Event()
+        self._init_files()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -118,8 +129,9 @@ class FakeTelegram(BotMessages, LocalServer):
         return f"http://127.0.0.1:{self.port}/file/bot"
 
     def _build_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_UPLOAD_SIZE)  # over it: 413, as Telegram
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         self._closing.clear()
         return app
@@ -144,8 +156,27 @@ class FakeTelegram(BotMessages, LocalServer):
         ``bot_command`` entity, every ``@name`` a ``mention`` entity (offsets in
         UTF-16 units). As on Telegram, a topic message (``is_topic_message``)
         without an explicit reply is a reply to the topic's service message
-        (message id == thread id, with ``forum_topic_created``).
+        (message id == thread id, with ``forum_topic_created``). Files come in with
+        :meth:`user_photo`, :meth:`user_document`, :meth:`user_voice`,
+        :meth:`user_audio` and :meth:`user_video`, which take the same options.
         """
+        content: JSON = {"text": text}
+        entities = auto_entities(text)
+        if entities:
+            content["entities"] = entities
+        return self._inbound(
+            chat_id, content, user_id=user_id, username=username, first_name=first_name,
+            chat_type=chat_type, is_forum=is_forum, thread_id=thread_id,
+            is_topic_message=is_topic_message, reply_to_message_id=reply_to_message_id,
+            is_bot=is_bot, chat_title=chat_title, date=date)
+
+    def _inbound(self, chat_id: int, content: JSON, *, user_id: int = 1,
+                 username: str | None = "alice", first_name: str = "Alice",
+                 chat_type: str = "private", is_forum: bool = False,
+                 thread_id: int | None = None, is_topic_message: bool = False,
+                 reply_to_message_id: int | None = None, is_bot: bool = False,
+                 chat_title: str | None = None, date: float | None = None) -> JSON:
+        """Queue a user's message whose ``content`` (text, or a file and caption) is given."""
         chat: JSON = {"id": chat_id, "type": chat_type}
         if chat_type == "private":
             chat["first_name"] = first_name
@@ -162,10 +193,7 @@ class FakeTelegram(BotMessages, LocalServer):
             sender["username"] = username
         sent_at = int(time.time() if date is None else date)  # ``date``: sent earlier
         message: JSON = {"message_id": self._next_message_id(chat_id), "date": sent_at,
-                         "chat": chat, "from": sender, "text": text}
-        entities = _entities(text)
-        if entities:
-            message["entities"] = entities
+                         "chat": chat, "from": sender, **content}
         if thread_id is not None:
             message["message_thread_id"] = thread_id
         if is_topic_message:
@@ -250,7 +278,10 @@ class FakeTelegram(BotMessages, LocalServer):
         token, method = request.match_info["token"], request.match_info["method"]
         if token != self.token:
             return error_response(404, "Not Found")
-        params = await read_params(request)
+        try:
+            params = await read_params(request)
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(413, "Request Entity Too Large")
         self.calls.append((method, params))
         handler = self._methods.get(method.lower())
         if handler is None:
@@ -364,6 +395,9 @@ class FakeTelegram(BotMessages, LocalServer):
         "getmycommands": _get_my_commands,
         "deletemycommands": _delete_my_commands,
         "sendchataction": _send_chat_action,
+        "getfile": BotFiles._get_file,
+        "sendphoto": BotFiles._send_photo,
+        "senddocument": BotFiles._send_document,
         "logout": _true,
         "close": _true,
     }
@@ -375,14 +409,14 @@ class FakeTelegram(BotMessages, LocalServer):
         return self._message_ids[chat_id]
 
     def _wake(self, what: str) -> None:
-        """Wake everyone waiting on ``what`` ("updates", "sent" or "edits")."""
+        """Wake everyone waiting on ``what`` ("updates", "sent", "edits" or "sent_files")."""
         attr = f"_{what}_changed"
         event: asyncio.Event = getattr(self, attr)
         setattr(self, attr, asyncio.Event())
         event.set()
 
     async def _wait_for(self, what: str, count: int, timeout: float) -> None:
-        """Until the list ``what`` ("sent" or "edits") holds at least ``count`` records."""
+        """Until the list ``what`` ("sent", "edits" or "sent_files") holds ``count`` records."""
         records: list[Any] = getattr(self, what)
         deadline = asyncio.get_running_loop().time() + timeout
         while len(records) < count:
@@ -396,21 +430,6 @@ class FakeTelegram(BotMessages, LocalServer):
 
 
 # ---------------------------------------------------------------------- module helpers
-
-def _entities(text: str) -> list[JSON]:
-    """bot_command for a leading ``/cmd[@bot]``, mention for each ``@name``."""
-    entities: list[JSON] = []
-    command = re.match(r"/\w+(@\w+)?", text)
-    if command:
-        entities.append({"type": "bot_command", "offset": 0,
-                         "length": utf16_len(command.group())})
-    for mention in re.finditer(r"(?<![\w/@])@\w{3,}", text):
-        if command and mention.start() < command.end():
-            continue
-        entities.append({"type": "mention", "offset": utf16_len(text[:mention.start()]),
-                         "length": utf16_len(mention.group())})
-    return entities
-
 
 #: the actions sendChatAction accepts
 _CHAT_ACTIONS = frozenset({"typing", "upload_photo", "record_video", "upload_video",

@@ -1,0 +1,189 @@
+"""Files people send: what the platform said about them, and saving them.
+
+An inbound message with files is journaled with their descriptions (the
+platform's reference, name, type, size), not their bytes, so taking the
+message stays quick; the files are fetched when its turn runs, into
+``$HOMING_HOME/files/<conversation>/``, through a temporary file renamed into
+place — a file too large or unreadable leaves nothing half-saved, and the
+conversation is told why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from .route import Route
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .platforms.base import Adapter
+    from .turn import Turn
+
+log = structlog.get_logger(__name__)
+
+#: the key of a message event's metadata that holds its files
+FILES = "files"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingFile:
+    #: photo, document, voice, audio, video (Telegram), attachment (Discord), upload (web)
+    kind: str
+    name: str
+    mime: str | None
+    size: int | None
+    #: how the platform finds it again (Telegram's file_id, Discord's URL)
+    ref: str
+    #: where it was saved, once it was
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> IncomingFile:
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        size = f", {human_size(self.size)}" if self.size is not None else ""
+        return f"{self.name} ({self.mime or self.kind}{size})"
+
+
+class FileRefused(Exception):
+    """A file that is not saved; ``str(exc)`` is a sentence for the conversation."""
+
+
+Download = Callable[[IncomingFile], Awaitable[AsyncIterator[bytes]]]
+
+
+def files_of(metadata: dict[str, Any]) -> list[IncomingFile]:
+    return [IncomingFile.from_dict(f) for f in metadata.get(FILES) or []]
+
+
+def conversation_dir(root: Path, route: Route) -> Path:
+    parts = [route.platform, route.chat_id] + ([route.thread_id] if route.thread_id else [])
+    return root / _UNSAFE.sub("_", "-".join(parts))
+
+
+async def save(file: IncomingFile, chunks: AsyncIterator[bytes], directory: Path,
+               max_bytes: int) -> IncomingFile:
+    """Write ``chunks`` to ``directory`` under the file's (made safe) name; raises
+    FileRefused when it is over ``max_bytes``, leaving nothing behind."""
+    if file.size is not None and file.size > max_bytes:
+        raise FileRefused(too_large(file, max_bytes))
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    name = _UNSAFE.sub("_", Path(file.name).name).strip("._") or file.kind
+    target = _free_name(directory, f"{time.strftime('%Y%m%d-%H%M%S')}-{name}")
+    partial = target.with_name(f".{target.name}.part")
+    written = 0
+    try:
+        with open(partial, "wb") as out:
+            async for chunk in chunks:
+                written += len(chunk)
+                if written > max_bytes:
+                    raise FileRefused(too_large(replace(file, size=written), max_bytes))
+                out.write(chunk)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    log.info("file_saved", kind=file.kind, path=str(target), bytes=written)
+    return replace(file, size=written, path=str(target))
+
+
+async def fetch_url(url: str, timeout: float = 120.0) -> AsyncIterator[bytes]:
+    """A file from a URL the platform gave (Discord's attachment CDN), in chunks."""
+    import aiohttp
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http, \
+            http.get(url) as response:
+        response.raise_for_status()
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            yield chunk
+
+
+def sendable(path: str, roots: list[Path], max_bytes: int) -> Path:
+    """The file at ``path`` if it may be posted: a regular file inside one of ``roots``
+    (symlinks resolved first); raises FileRefused saying why not."""
+    target = Path(path).expanduser()
+    try:
+        resolved = target.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise FileRefused(f"There is no file at {path}.") from None
+    if not any(resolved == root or root in resolved.parents for root in roots):
+        raise FileRefused(f"{path} is outside the directories files may be sent from "
+                          f"({', '.join(map(str, roots))}; attachments.send_roots).")
+    if not resolved.is_file():
+        raise FileRefused(f"{path} is not a regular file.")
+    size = resolved.stat().st_size
+    if size > max_bytes:
+        raise FileRefused(f"{path} is {human_size(size)}; files over {human_size(max_bytes)} "
+                          f"are not sent (attachments.max_bytes).")
+    return resolved
+
+
+def too_large(file: IncomingFile, max_bytes: int) -> str:
+    size = f" ({human_size(file.size)})" if file.size is not None else ""
+    return (f"{file.name}{size} was not saved: files over {human_size(max_bytes)} are not "
+            f"taken (attachments.max_bytes).")
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "unknown size"
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size = size / 1024  # type: ignore[assignment]
+    return f"{size} bytes"
+
+
+def _free_name(directory: Path, name: str) -> Path:
+    target = directory / name
+    n = 1
+    while target.exists():
+        target = directory / f"{target.stem.rsplit('~', 1)[0]}~{n}{target.suffix}"
+        n += 1
+    return target
+
+
+async def take_files(turn: Turn, adapter: Adapter | None, config: Config) -> bool:
+    """Save the files of the turn's message and give the turn their paths; say why any
+    could not be. False when nothing is left to answer (no text, no file saved)."""
+    wanted = files_of(turn.event.metadata)
+    if not wanted:
+        return True
+    directory = conversation_dir(config.files_dir, turn.route)
+    saved: list[IncomingFile] = []
+    for file in wanted:
+        try:
+            if file.path is not None:  # uploaded straight into place (the web chat)
+                saved.append(file)
+                continue
+            if adapter is None:
+                raise FileRefused(f"{file.name} was not saved: its platform is not running.")
+            saved.append(await save(file, await adapter.download(file), directory,
+                                    config.attachments.max_bytes))
+        except FileRefused as exc:
+            await turn.reply(str(exc), kind="system")
+        except Exception as exc:
+            log.warning("file_not_saved", kind=file.kind, error=repr(exc)[:300])
+            await turn.reply(f"{file.name} could not be read from {turn.route.platform}; "
+                             f"send it again.", kind="system")
+    metadata = {**turn.event.metadata, FILES: [f.to_dict() for f in saved]}
+    turn.event = replace(turn.event, metadata=metadata)
+    return bool(saved or turn.event.text.strip())
+
+
+def file_lines(metadata: dict[str, Any]) -> list[str]:
+    """The saved files of a message, a line each, as the agent is told of them."""
+    return [f"[Attached file: {f.describe()}, saved at {f.path}]"
+            for f in files_of(metadata) if f.path]

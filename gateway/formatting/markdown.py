@@ -1,0 +1,69 @@
+"""The one Markdown parser: CommonMark with tables and strikethrough, raw HTML off.
+
+Raw HTML in the agent's text (or in a job's output it quotes) is text, never
+markup: with ``html`` off the parser escapes it, and links are checked by
+markdown-it's ``validateLink`` (no ``javascript:``, ``vbscript:``, ``file:``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+
+def new_parser() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(
+        ["table", "strikethrough"])
+
+
+@lru_cache(maxsize=1)
+def parser() -> MarkdownIt:
+    """The shared parser, for token streams (renderers that add rules make their own)."""
+    return new_parser()
+
+
+def parse(text: str) -> list[Token]:
+    return parser().parse(text)
+
+
+def table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:
+    """The cells of the table opening at ``tokens[start]`` as plain text, and the index
+    after its ``table_close``."""
+    rows: list[list[str]] = []
+    i = start + 1
+    while tokens[i].type != "table_close":
+        token = tokens[i]
+        if token.type == "tr_open":
+            rows.append([])
+        elif token.type == "inline" and rows:
+            rows[-1].append(plain_inline(token))
+        i += 1
+    return rows, i + 1
+
+
+def plain_inline(token: Token) -> str:
+    """An inline token's text without its markup (a table cell, a heading)."""
+    out = []
+    for child in token.children or []:
+        if child.type in ("text", "code_inline"):
+            out.append(child.content)
+        elif child.type in ("softbreak", "hardbreak"):
+            out.append(" ")
+        elif child.type == "image":
+            out.append(child.content or "image")
+    return "".join(out)
+
+
+def monospace_table(rows: list[list[str]]) -> str:
+    """A table as aligned columns, for platforms without tables."""
+    if not rows:
+        return ""
+    width = max(len(r) for r in rows)
+    rows = [r + [""] * (width - len(r)) for r in rows]
+    sizes = [max(len(r[c]) for r in rows) for c in range(width)]
+    lines = [" | ".join(cell.ljust(sizes[c]) for c, cell in enumerate(r)).rstrip()
+             for r in rows]
+    lines.insert(1, "-+-".join("-" * s for s in sizes))
+    return "\n".join(lines)

@@ -1,0 +1,33 @@
+"""Markdown as the web page shows it: HTML from markdown-it with raw HTML escaped,
+links checked (no ``javascript:``) and opened in a new tab. The page inserts it
+as it is; nothing the agent or a job's output says can run there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
+
+from .markdown import new_parser
+
+_parser = new_parser()
+
+
+def render(text: str) -> str:
+    return _parser.render(text)
+
+
+def _link_open(self: RendererHTML, tokens: list[Token], idx: int, options: OptionsDict,
+               env: EnvType) -> str:
+    tokens[idx].attrSet("target", "_blank")
+    tokens[idx].attrSet("rel", "noopener noreferrer")
+    return self.renderToken(tokens, idx, options, env)
+
+
+def _install(md: Any) -> None:
+    md.add_render_rule("link_open", _link_open)
+
+
+_install(_parser)

@@ -1,0 +1,93 @@
+"""Files into the web chat: ``POST /api/sessions/{id}/files``, multipart, with a
+``file`` part and an optional ``text`` part (what the user typed with it).
+
+The file is saved as it streams in, bounded by ``attachments.max_bytes`` (413
+past it, nothing left behind), then handed to the session's conversation as
+a message, journaled like any other: the turn gets the file's path.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from aiohttp import BodyPartReader, web
+
+from ..attachments import FILES, FileRefused, IncomingFile, conversation_dir, save, sendable
+from ..events import MessageEvent
+from ..runner import GatewayClosed
+
+if TYPE_CHECKING:
+    from ..runner import GatewayRunner
+
+_CHUNK = 64 * 1024
+_MAX_TEXT = 64 * 1024
+
+
+def file_routes(runner: Callable[[], GatewayRunner],
+                error: Callable[[int, str], web.HTTPException]) -> list[web.RouteDef]:
+    async def upload(request: web.Request) -> web.Response:
+        gateway = runner()
+        session = await gateway.store.get(request.match_info["id"])
+        if session is None or session.route.platform != "web":
+            raise error(404, "no such web chat session")
+        if not request.content_type.startswith("multipart/"):
+            raise error(400, "send multipart/form-data with a 'file' part")
+        reader = await request.multipart()
+        text, saved = "", None
+        directory = conversation_dir(gateway.config.files_dir, session.route)
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                continue
+            if part.name == "text":
+                text = (await part.read(decode=True)).decode("utf-8", "replace")[:_MAX_TEXT]
+            elif part.name == "file" and saved is None:
+                file = IncomingFile("upload", part.filename or "upload",
+                                    part.headers.get("Content-Type"), None, "")
+                try:
+                    saved = await save(file, _chunks(part), directory,
+                                       gateway.config.attachments.max_bytes)
+                except FileRefused as exc:
+                    raise web.HTTPRequestEntityTooLarge(
+                        max_size=gateway.config.attachments.max_bytes, actual_size=0,
+                        text=json.dumps({"error": str(exc)}), content_type="application/json"
+                    ) from None
+        if saved is None:
+            raise error(400, "the form has no 'file' part")
+        event = MessageEvent(text=text, route=session.route, metadata={FILES: [saved.to_dict()]})
+        try:
+            received = gateway.receive(event)
+        except GatewayClosed:
+            raise error(503, "the gateway is shutting down; try again shortly") from None
+        if await received.journaled == "failed":
+            raise error(503, "the upload could not be recorded; send it again")
+        return web.json_response({"file": saved.to_dict()})
+
+    async def download(request: web.Request) -> web.StreamResponse:
+        """A file the agent posted (or anyone sent), by path: only inside the roots."""
+        gateway = runner()
+        roots = [*gateway.config.send_roots, gateway.config.files_dir.resolve()]
+        try:
+            path = sendable(request.query.get("path", ""), roots, 2**62)
+        except FileRefused as exc:
+            raise error(404, str(exc)) from None
+        return web.FileResponse(path, headers={
+            "Content-Disposition": f'attachment; filename="{path.name}"'})
+
+    return [web.post("/api/sessions/{id}/files", upload), web.get("/api/files", download)]
+
+
+def file_json(path: Path) -> dict[str, object]:
+    """A posted file as message frames carry it: what the page links to."""
+    return {"name": path.name, "size": path.stat().st_size,
+            "type": mimetypes.guess_type(path.name)[0] or "application/octet-stream",
+            "url": f"/api/files?{urlencode({'path': str(path)})}"}
+
+
+async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
+    while chunk := await part.read_chunk(_CHUNK):
+        yield chunk

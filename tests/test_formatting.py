@@ -1,0 +1,158 @@
+"""What people see: the agent's Markdown as each platform shows it. Renderers on their
+own, then the real python-telegram-bot, discord.py and the web chat against their fakes
+with the model agent's answers."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from gateway.daemon import running_gateway
+from gateway.formatting import discord_text, telegram_html, web_html
+from gateway.splitter import utf16_len
+
+from .fakes.openai_server import Say
+from .helpers import eventually
+from .model_support import model_config, model_settings, web_base
+from .test_web import open_tab
+
+RICH = """\
+# Build report
+
+The build is **green** and *fast*; see [the log](https://ci.example/run/1?a=1&b=2).
+
+- compile: ok
+- tests: 431 passed
+
+```python
+print("<done>")
+```
+
+| step | seconds |
+|------|---------|
+| make | 12 |
+| test | 340 |
+"""
+
+
+# ---------------------------------------------------------------------- renderers
+
+def test_telegram_html_uses_only_the_tags_telegram_takes() -> None:
+    out = telegram_html.render(RICH)
+    assert "<b>Build report</b>" in out and "<b>green</b>" in out and "<i>fast</i>" in out
+    assert '<a href="https://ci.example/run/1?a=1&amp;b=2">the log</a>' in out
+    assert "• compile: ok" in out
+    assert '<pre><code class="language-python">print("&lt;done&gt;")</code></pre>' in out
+    table = out.split("<pre>")[-1]
+    assert "step | seconds" in table and "make | 12" in table  # a monospaced table
+    assert "#" not in out and "**" not in out and "|---" not in out
+    tags = {t.split()[0].strip("</>") for t in out.replace(">", ">\n").split("<")[1:]}
+    assert tags <= {"b", "i", "a", "pre", "code", "s", "u", "blockquote"}
+
+
+def test_telegram_html_escapes_whatever_else_and_drops_unsafe_links() -> None:
+    out = telegram_html.render("a <script>x</script> & [b](javascript:alert(1)) [c](tg://user?id=1)")
+    assert "&lt;script&gt;" in out and "&amp;" in out
+    assert "javascript" in out and 'href="javascript' not in out
+    assert '<a href="tg://user?id=1">c</a>' in out
+
+
+def test_a_long_answer_splits_into_parts_that_each_fit_and_balance() -> None:
+    code = "x = 1\n" * 40
+    text = "\n\n".join(f"**part {n}** " + "word " * 300 + f"\n\n```\n{code}```"
+                       for n in range(8))  # about 14,000 characters
+    parts = telegram_html.render_parts(text)
+    assert len(parts) >= 3
+    for part in parts:
+        assert utf16_len(telegram_html.visible_text(part.html)) <= 4096
+        for tag in ("b", "pre"):
+            assert part.html.count(f"<{tag}>") == part.html.count(f"</{tag}>")
+    seen = "".join(telegram_html.visible_text(p.html) for p in parts)
+    assert all(f"part {n}" in seen for n in range(8))
+
+
+def test_discord_gets_its_markdown_with_tables_as_code_and_mass_mentions_inert() -> None:
+    out = discord_text.render("hey @everyone and @here\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    assert "@everyone" not in out and "@here" not in out and "@\u200beveryone" in out
+    assert "```\na | b\n--+--\n1 | 2\n```" in out
+
+
+def test_web_html_never_carries_markup_that_runs() -> None:
+    out = web_html.render('<img src=x onerror="alert(1)"> <script>alert(2)</script> '
+                          '[x](javascript:alert(3)) [ok](https://example.org)')
+    assert "<img" not in out and "<script" not in out and 'href="javascript' not in out
+    assert '<a href="https://example.org" target="_blank" rel="noopener noreferrer">' in out
+
+
+# ---------------------------------------------------------------------- platforms
+
+async def test_telegram_gets_the_answer_as_html_in_its_topic(tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM, telegram_config
+
+    model.brain = lambda req: Say(RICH)
+    async with FakeTelegram() as telegram:
+        config = telegram_config(tmp_path / "home", telegram, **model_settings(model))
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            telegram.user_message(text="report", thread_id=42, chat_id=FORUM,
+                                  chat_type="supergroup", is_forum=True, is_topic_message=True)
+            (sent,) = await telegram.wait_for_sent(1, timeout=10)
+    assert (sent.chat_id, sent.message_thread_id, sent.parse_mode) == (FORUM, 42, "HTML")
+    assert sent.text == telegram_html.render(RICH)
+
+
+async def test_html_telegram_cannot_parse_is_sent_again_as_plain_text_once(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM, telegram_config
+
+    model.brain = lambda req: Say("**bold** claim")
+    async with FakeTelegram() as telegram:
+        config = telegram_config(tmp_path / "home", telegram, **model_settings(model))
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            telegram.fail_next_send(status=400, description=(
+                "Bad Request: can't parse entities: Can't find end tag corresponding to "
+                "start tag \"b\""))
+            telegram.user_message(text="go", thread_id=42, chat_id=FORUM,
+                                  chat_type="supergroup", is_forum=True, is_topic_message=True)
+            (sent,) = await telegram.wait_for_sent(1, timeout=10)
+            await eventually(lambda: len([c for c in telegram.calls
+                                          if c[0] == "sendMessage"]) >= 2, what="the resend")
+    assert (sent.text, sent.parse_mode, sent.message_thread_id) == ("**bold** claim", None, 42)
+    assert len(telegram.sent) == 1
+
+
+async def test_discord_sends_tables_as_code_and_pings_nobody(tmp_path: Path, model,
+                                                              discord_endpoints) -> None:
+    from .fakes.discord_server import FakeDiscord
+    from .test_discord import CHANNEL, THREAD_A
+
+    model.brain = lambda req: Say("@everyone look:\n\n| a | b |\n|---|---|\n| 1 | 2 |")
+    async with FakeDiscord() as fake:
+        fake.add_channel(CHANNEL, "builds")
+        fake.add_thread(THREAD_A, CHANNEL)
+        config = model_config(
+            tmp_path / "home", model, platforms__discord__enabled=True,
+            platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
+            platforms__discord__gateway_url=fake.gateway_url,
+            platforms__discord__allowed_users=["1"])
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await fake.user_message(content="table please", channel_id=THREAD_A)
+            (sent,) = await fake.wait_for_sent(1, timeout=10)
+    assert sent.channel_id == THREAD_A
+    assert "@\u200beveryone" in sent.content and "```\na | b\n--+--\n1 | 2\n```" in sent.content
+    assert sent.raw.get("allowed_mentions") == {"parse": []}
+
+
+async def test_web_frames_carry_safe_html_and_the_time(tmp_path: Path, model, http) -> None:
+    model.brain = lambda req: Say("**hi** <script>alert(1)</script>")
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("hello")
+        frame = await tab.frame()
+    assert frame["html"].startswith("<p><strong>hi</strong> &lt;script&gt;")
+    assert html.unescape(frame["html"]).count("<script>") == 1  # as text, escaped once
+    assert isinstance(frame["at"], float) and frame["live"] is True
