@@ -15,7 +15,14 @@ from gateway.commands import CompressionFailed
 from gateway.config import AgentConfig
 from gateway.turn import Turn
 
-from .history import History, Message, append_ops, estimate_tokens, starts_turn
+from .history import (
+    History,
+    Message,
+    append_ops,
+    content_text,
+    estimate_tokens,
+    starts_turn,
+)
 from .model_client import ModelClient
 
 log = structlog.get_logger(__name__)
@@ -82,7 +89,7 @@ def render(messages: list[Message], limit_chars: int) -> str:
     per_item = min(_ITEM_CHARS, max(200, limit_chars // max(1, len(messages))))
     lines = []
     for m in messages:
-        content = (m.get("content") or "").strip()
+        content = content_text(m.get("content")).strip()
         role = m.get("role")
         if role == "assistant" and m.get("tool_calls"):
             calls = ", ".join(f"{c['function']['name']}({c['function']['arguments']})"

@@ -19,13 +19,22 @@ Message = dict[str, Any]
 NOTICE_MARK = "[Background notice: not a message from the user]"
 
 
+def content_text(content: object) -> str:
+    """A message's text: the content itself, or the text of its parts (images aside)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
 def estimate_tokens(message: Message) -> int:
     """About four characters a token plus a small overhead per message.
 
     Good enough to decide when to compress, and needs no tokenizer that
     would only fit one model family.
     """
-    size = len(message.get("content") or "")
+    size = len(content_text(message.get("content")))
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         size += len(function.get("name") or "") + len(function.get("arguments") or "")
@@ -47,7 +56,7 @@ def _stored_notice_prefix(notification_id: int) -> str:
 def starts_turn(message: Message) -> bool:
     """True for what opens a turn: a user message or a notice (never inside a tool round)."""
     role = message.get("role")
-    content = message.get("content") or ""
+    content = content_text(message.get("content"))
     return role == "user" or (role == "system" and content.startswith(NOTICE_MARK))
 
 

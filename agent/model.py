@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from gateway.attachments import file_lines
+from gateway.attachments import file_lines, files_of
 from gateway.commands import CompressionFailed, parse_command
 from gateway.config import AgentConfig
 from gateway.events import MessageKind, SendResult
@@ -31,6 +31,7 @@ from .history import History, Message, estimate_tokens, notice_message
 from .loop import ToolLoop
 from .model_client import ModelClient, ModelUnavailable
 from .toolbox import ToolBox, ToolContext
+from .transcription import Transcriber
 from .wire import wire_messages
 
 log = structlog.get_logger(__name__)
@@ -78,6 +79,8 @@ class ModelAgent:
         self.compressor = Compressor(config, client, history)
         self.loop = ToolLoop(client, toolbox, config.max_tool_rounds)
         self.system_prompt = config.system_prompt or SYSTEM_PROMPT
+        self.transcriber = (Transcriber(config.transcription)
+                            if config.transcription is not None else None)
         #: what every request carries besides the history, in estimated tokens
         self._fixed_tokens = estimate_tokens({"content": self.system_prompt + json.dumps(
             toolbox.schemas())})
@@ -89,8 +92,25 @@ class ModelAgent:
         if command is not None and command[0] in self.commands:
             await self.command_agent.run_turn(turn)
             return
-        text = "\n".join([turn.event.text, *file_lines(turn.event.metadata)]).strip()
-        await self._converse(turn, {"role": "user", "content": text}, "reply")
+        opening = await self._opening(turn)
+        await self._converse(turn, {"role": "user", "content": opening}, "reply")
+
+    async def _opening(self, turn: Turn) -> str | list[dict[str, object]]:
+        """The user's message: its text, a line per file, what its voice notes say
+        (``agent.transcription``) and (``agent.vision``) its images, kept by path (the
+        request inlines them)."""
+        heard = []
+        if self.transcriber is not None:
+            for f in files_of(turn.event.metadata):
+                if self.transcriber.wants(f) and (said := await self.transcriber.transcript(f)):
+                    heard.append(f"[Transcript of {f.name}: {said}]")
+        text = "\n".join([turn.event.text, *heard, *file_lines(turn.event.metadata)]).strip()
+        images = [f for f in files_of(turn.event.metadata)
+                  if self.config.vision and f.path and (f.mime or "").startswith("image/")]
+        if not images:
+            return text
+        return [{"type": "text", "text": text},
+                *({"type": "image_file", "path": f.path, "mime": f.mime} for f in images)]
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         if notification.kind == "schedule_note":  # the gateway's own word: no model turn
@@ -109,6 +129,10 @@ class ModelAgent:
             log.exception("notice_turn_failed")
             await _post_notice(turn, notification, "The model could not comment on this: an "
                                                    "internal error, logged by the gateway.")
+
+    async def close(self) -> None:
+        if self.transcriber is not None:
+            await self.transcriber.close()
 
     def status_lines(self, turn: Turn) -> list[str]:
         return [f"model: {self.config.model} at {self.config.base_url}",
@@ -143,7 +167,7 @@ class ModelAgent:
                     turn.runner.store.record_message(turn.session.id, "user", e.text)
                 convo.messages += added
             await self._compress_if_needed(turn, convo)  # a long tool turn may pass the budget
-            return wire_messages(self.system_prompt, convo.messages)
+            return wire_messages(self.system_prompt, convo.messages, vision=self.config.vision)
 
         async def record(messages: list[Message], reported: int | None) -> None:
             # only this: it also runs for a round cut short, while the turn is cancelled

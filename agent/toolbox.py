@@ -63,6 +63,9 @@ class TerminalArgs(ForegroundTerminalArgs):
         default_factory=list,
         description="background only: regular expressions; matching output lines are "
                     "reported back here while the job runs")
+    artifact: str | None = Field(
+        None, description="background only: a file the job makes (a report, a build); it "
+                          "is posted here with the completion notice")
 
 
 class ProcessArgs(_Args):
@@ -214,7 +217,8 @@ class ToolBox:
         if isinstance(args, TerminalArgs) and args.background:
             job = await self.terminal.start(args.command,
                                             notify_on_complete=args.notify_on_complete,
-                                            watch_patterns=args.watch_patterns or None)
+                                            watch_patterns=args.watch_patterns or None,
+                                            artifact=args.artifact)
             return {"job_id": job.id, "status": "started",
                     "reports_back": _reports(args.notify_on_complete, args.watch_patterns)}
         await ctx.say_status(f"running `{_one_line(args.command)}`…")

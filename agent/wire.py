@@ -14,7 +14,10 @@ whatever the store holds, in the one shape they all accept.
 
 from __future__ import annotations
 
-from .history import NOTICE_MARK, Message
+import base64
+from pathlib import Path
+
+from .history import NOTICE_MARK, Message, content_text
 
 #: said for the assistant where a turn ended without its answer (cut short, failed)
 NO_ANSWER = "(no answer: that turn was cut short)"
@@ -22,9 +25,14 @@ NO_ANSWER = "(no answer: that turn was cut short)"
 CONTINUED = "(continuing the conversation)"
 
 
-def wire_messages(system: str, history: list[Message]) -> list[Message]:
+def wire_messages(system: str, history: list[Message], *, vision: bool = False
+                  ) -> list[Message]:
     """One ``system`` message (``system`` plus any summaries in the history), then the
-    history with roles alternating; tool results stay right after their call."""
+    history with roles alternating; tool results stay right after their call.
+
+    Images people sent are kept in the history by path; ``vision`` gives the model the
+    latest message's images as image input, and every other image as a line saying
+    where it is (a conversation does not resend every picture on every request)."""
     systems = [system] if system else []
     wire = _Wire()
     for message in history:
@@ -43,7 +51,7 @@ def wire_messages(system: str, history: list[Message]) -> list[Message]:
             wire.tool(message)
     wire.close_round()
     head = [{"role": "system", "content": "\n\n".join(systems)}] if systems else []
-    return head + wire.out
+    return head + _with_images(wire.out, vision)
 
 
 class _Wire:
@@ -57,10 +65,16 @@ class _Wire:
         if out and out[-1].get("role") == "tool":
             out.append({"role": "assistant", "content": NO_ANSWER})
         if out and out[-1].get("role") == "user":
-            out[-1] = {"role": "user",
-                       "content": f"{_text(out[-1].get('content'))}\n\n{_text(content)}"}
+            before = out[-1].get("content")
+            if isinstance(before, list) or isinstance(content, list):
+                merged: object = [*_parts(before), {"type": "text", "text": "\n\n"},
+                                  *_parts(content)]
+            else:
+                merged = f"{_text(before)}\n\n{_text(content)}"
+            out[-1] = {"role": "user", "content": merged}
         else:
-            out.append({"role": "user", "content": _text(content)})
+            out.append({"role": "user",
+                        "content": content if isinstance(content, list) else _text(content)})
 
     def assistant(self, message: Message) -> None:
         self.close_round()
@@ -90,13 +104,53 @@ class _Wire:
         self.unanswered = []
 
 
+def _parts(content: object) -> list[dict[str, object]]:
+    if isinstance(content, list):
+        return [p for p in content if isinstance(p, dict)]
+    return [{"type": "text", "text": _text(content)}]
+
+
+def _with_images(out: list[Message], vision: bool) -> list[Message]:
+    """User content parts as the endpoint takes them: the last images inline (with
+    ``vision``), other images as text, and all-text parts joined into one string."""
+    last = max((i for i, m in enumerate(out) if m.get("role") == "user"
+                and any(p.get("type") == "image_file" for p in _listed(m))), default=-1)
+    for i, message in enumerate(out):
+        parts = _listed(message)
+        if not parts:
+            continue
+        shaped: list[dict[str, object]] = []
+        for part in parts:
+            if part.get("type") != "image_file":
+                shaped.append(part)
+            elif vision and i == last and (url := image_url(part)) is not None:
+                shaped.append({"type": "image_url", "image_url": {"url": url}})
+            else:
+                shaped.append({"type": "text",
+                               "text": f"(an image was attached here: {part.get('path')})"})
+        if all(p.get("type") == "text" for p in shaped):
+            out[i] = {**message, "content": "".join(str(p.get("text", "")) for p in shaped)}
+        else:
+            out[i] = {**message, "content": shaped}
+    return out
+
+
+def _listed(message: Message) -> list[dict[str, object]]:
+    content = message.get("content")
+    return [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
+
+
+def image_url(part: dict[str, object]) -> str | None:
+    """An image file as a data URL, or None when it cannot be read any more."""
+    try:
+        data = Path(str(part.get("path"))).read_bytes()
+    except OSError:
+        return None
+    return f"data:{part.get('mime') or 'image/jpeg'};base64,{base64.b64encode(data).decode()}"
+
+
 def _join(a: object, b: object) -> str:
     return "\n\n".join(t for t in (_text(a), _text(b)) if t)
 
 
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: their text
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
+_text = content_text

@@ -24,6 +24,7 @@ from .route import Route
 
 if TYPE_CHECKING:
     from .config import Config
+    from .events import MessageEvent
     from .platforms.base import Adapter
     from .turn import Turn
 
@@ -181,6 +182,12 @@ async def take_files(turn: Turn, adapter: Adapter | None, config: Config) -> boo
     metadata = {**turn.event.metadata, FILES: [f.to_dict() for f in saved]}
     turn.event = replace(turn.event, metadata=metadata)
     return bool(saved or turn.event.text.strip())
+
+
+def transcript_text(event: MessageEvent) -> str:
+    """A message as its conversation's transcript keeps it: its text, and its files."""
+    names = [f"[file: {f.name}]" for f in files_of(event.metadata)]
+    return "\n".join(t for t in (event.text, *names) if t)
 
 
 def file_lines(metadata: dict[str, Any]) -> list[str]:

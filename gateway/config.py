@@ -94,6 +94,15 @@ class SessionsConfig(_Strict):
     thread_sessions_per_user: bool = False
 
 
+class TranscriptionConfig(_Strict):
+    """An OpenAI-compatible ``/audio/transcriptions`` endpoint for voice notes."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_seconds: float = Field(120.0, gt=0)
+
+
 class HomeChannel(_Strict):
     """A place the agent's ``send_message`` may post to besides the current conversation."""
 
@@ -127,6 +136,10 @@ class AgentConfig(_Strict):
     max_tokens: int = Field(4096, ge=16)
     #: the answer is shown as the model writes it (web deltas, an edited preview)
     stream: bool = True
+    #: images people send go to the model as image input (a model that can see them)
+    vision: bool = False
+    #: voice notes and audio are transcribed there for the model (None: it gets the file)
+    transcription: TranscriptionConfig | None = None
     #: a message arriving mid-turn: queue (after the turn), interrupt (stop the turn,
     #: answer with both in context) or steer (given to the turn before its next model call)
     busy: Literal["queue", "interrupt", "steer"] = "queue"

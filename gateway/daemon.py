@@ -160,6 +160,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 await adapter.disconnect()
             if model is not None:
                 await model.close()
+            if isinstance(runner.agent, ModelAgent):
+                await runner.agent.close()
             log.info("gateway_stopped")
 
 

@@ -239,6 +239,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE notifications ADD COLUMN outcome TEXT;
     ALTER TABLE messages ADD COLUMN notice TEXT;
     """,
+    # 14: a file a notice carries (a job's artifact), posted with it
+    """
+    ALTER TABLE notifications ADD COLUMN file_path TEXT;
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

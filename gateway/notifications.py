@@ -52,6 +52,8 @@ class NewNotification:
     text: str
     job_id: str | None = None
     outcome: Outcome | None = None
+    #: a file posted with the notice (a job's artifact)
+    file_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class Notification:
     created_at: float
     delivered_at: float | None
     outcome: Outcome | None = None
+    file_path: str | None = None
 
     @property
     def info(self) -> NoticeInfo:
@@ -102,5 +105,5 @@ class Notification:
 NOTIFICATION_COLUMNS = (
     "id, idempotency_key, kind, job_id, session_key, session_id, tab_id, return_address, "
     "text, state, reason, attempts, last_error, not_before, claimed_by, sent_message_id, "
-    "created_at, delivered_at, outcome"
+    "created_at, delivered_at, outcome, file_path"
 )

@@ -65,10 +65,10 @@ class Outbox:
         a = n.address
         return (
             "INSERT OR IGNORE INTO notifications (idempotency_key, kind, job_id, session_key, "
-            "session_id, tab_id, return_address, text, created_at, outcome) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?)",
+            "session_id, tab_id, return_address, text, created_at, outcome, file_path) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (n.idempotency_key, n.kind, n.job_id, a.session_key, a.session_id, a.tab_id,
-             a.to_json(), n.text, time.time(), n.outcome),
+             a.to_json(), n.text, time.time(), n.outcome, n.file_path),
         )
 
     async def produce(self, notices: Sequence[NewNotification], *, with_ops: Sequence[Op] = ()

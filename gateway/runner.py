@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from .attachments import sendable, take_files
+from .attachments import take_files, transcript_text
 from .auth import is_authorized
 from .commands import parse_command, run_gateway_command
 from .config import Config
@@ -28,6 +28,7 @@ from .intake import Intake
 from .lanes import Lane, Lanes, Work
 from .metrics import Metrics
 from .notifications import Notification
+from .outgoing_files import post_artifact, send_file
 from .pairing import Pairing, pairing_message
 from .replay import Replay
 from .route import Route
@@ -251,7 +252,7 @@ class GatewayRunner:
             try:
                 session = await self.store.get_or_create(key, event.route)
                 session = self.store.touch(session, event.route)
-                self.store.record_message(session.id, "user", event.text)
+                self.store.record_message(session.id, "user", transcript_text(event))
             except Exception:
                 # the store failed: say so, and keep the conversation's lane alive
                 log.exception("message_not_recorded", platform=event.route.platform)
@@ -316,6 +317,8 @@ class GatewayRunner:
             notification_id=notification.id, job_id=notification.job_id,
         ):
             await self.agent.run_notification(turn, notification)
+            if notification.file_path:
+                await post_artifact(self, turn, notification.file_path)
         return turn
 
     async def _run_turn(self, turn: Turn) -> None:
@@ -404,17 +407,8 @@ class GatewayRunner:
 
     async def send_file(self, session: SessionEntry, route: Route, path: str,
                         caption: str | None = None) -> SendResult:
-        """Post the file at ``path`` (inside ``attachments.send_roots``) to ``route``;
-        raises FileRefused for a file that may not or cannot be sent."""
-        target = sendable(path, self.config.send_roots, self.config.attachments.max_bytes)
-        adapter = self.adapters.get(route.platform)
-        if adapter is None:
-            return SendResult.failed(f"platform {route.platform!r} is not running")
-        result = await adapter.send_file(route, target, caption, session_id=session.id)
-        if result.ok:
-            self.store.record_message(session.id, "reply",
-                                      f"[file: {target.name}] {caption or ''}".strip())
-        return result
+        """Post the file at ``path`` to ``route`` (see :func:`outgoing_files.send_file`)."""
+        return await send_file(self, session, route, path, caption)
 
     async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None, dedupe_key: str | None = None,

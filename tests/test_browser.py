@@ -8,12 +8,14 @@ each test's temporary directory; their paths are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -88,6 +90,35 @@ async def screenshot(page, artifacts: Path, name: str) -> Path:
     await page.screenshot(path=str(path))
     print(f"screenshot: {path}")
     return path
+
+
+async def until(condition: Callable[[], bool], what: str, tries: int = 200) -> None:
+    """Wait (bounded) for something the browser reports through an event handler."""
+    for _ in range(tries):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+def saved_files(home: Path) -> list[Path]:
+    """What the gateway kept under its files/ directory."""
+    return sorted(p for p in (home / "files").rglob("*") if p.is_file())
+
+
+def grey_png(width: int, height: int) -> bytes:
+    """A real (tiny, grey) PNG, for the browser to decode."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body)))
+
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def free_port() -> int:
@@ -439,3 +470,189 @@ async def test_the_page_fits_a_phone_and_a_desktop(site: str, browser, artifacts
     await expect(small.locator("#sidebar")).to_be_hidden()
     await phone.close()
     await desktop.close()
+
+
+# ---- files: uploads from the page, files the agent posts ----------------------------
+
+
+async def test_a_file_attached_with_text_uploads_and_the_agent_says_where_it_is_saved(
+        gateway: Gateway, site: str, browser, artifacts: Path, tmp_path: Path) -> None:
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+    page = await open_page(context, site + "/")
+    conversation = conversation_of(page)
+    # the upload is held at the network until its pending state has been seen
+    release = asyncio.Event()
+
+    async def hold(route) -> None:
+        await release.wait()
+        await route.continue_()
+
+    await page.route("**/api/sessions/*/files", hold)
+    await expect(page.locator("#attach")).to_be_visible()
+    await expect(page.locator("#file-input")).to_be_hidden()
+    await page.locator("#input").fill("my notes")
+    await page.locator("#file-input").set_input_files(
+        {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hello from the page"})
+    mine = page.locator('div.msg[data-kind="user"]')
+    await expect(mine).to_have_count(1)
+    await expect(mine).to_have_attribute("data-pending", "1")
+    await expect(mine.locator(".state")).to_have_text("uploading notes.txt…")
+    await expect(mine.locator(".body")).to_have_text("my notes")
+    await expect(page.locator("#input")).to_have_value("")  # the text went with the file
+    await screenshot(page, artifacts, "upload-pending-desktop")
+    release.set()
+
+    reply = page.locator('div.msg[data-kind="reply"]')
+    await expect(reply).to_have_count(1)
+    await expect(reply).to_contain_text("Saved:")
+    await expect(reply).to_contain_text("notes.txt (text/plain, 19 bytes)")
+    await expect(reply).to_contain_text("Received: my notes")
+    await expect(page.locator('div.msg[data-pending="1"]')).to_have_count(0)
+    await expect(mine.locator(".state")).to_have_count(0)
+    await expect(mine.locator(".body")).to_have_text("my notes")
+    await expect(mine.locator(".fname")).to_have_text("notes.txt")
+    await expect(mine.locator(".fsize")).to_have_text("19 bytes")
+    [kept] = saved_files(tmp_path / "home")
+    assert kept.parent == tmp_path / "home" / "files" / f"web-{conversation}"
+    assert kept.read_bytes() == b"hello from the page"
+    assert str(kept) in await reply.inner_text()
+    await screenshot(page, artifacts, "upload-done-desktop")
+    await context.close()
+
+
+async def test_files_dropped_on_the_chat_upload_one_after_another_with_the_token(
+        tmp_path: Path, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=10_000)
+    home = tmp_path / "home"
+    async with running_gateway(make_config(home, platforms__web__token="secret")) as gw:
+        context = await browser.new_context(viewport={"width": 1280, "height": 800})
+        page = await open_page(context, web_base(gw) + "/?token=secret")
+        uploads: list[str] = []  # sent | finished, as the browser did them
+        headers: list[dict[str, str]] = []
+
+        def seen(event: str):
+            def record(request) -> None:
+                if request.method == "POST" and request.url.endswith("/files"):
+                    uploads.append(event)
+                    if event == "sent":
+                        headers.append(request.headers)
+            return record
+
+        page.on("request", seen("sent"))
+        page.on("requestfinished", seen("finished"))
+        await page.locator("#input").fill("two files")
+        dropped = await page.evaluate_handle("""() => {
+            const dt = new DataTransfer();
+            dt.items.add(new File(['alpha bytes'], 'alpha.txt', { type: 'text/plain' }));
+            dt.items.add(new File(['b,c\\n1,2\\n'], 'beta.csv', { type: 'text/csv' }));
+            return dt;
+        }""")
+        zone = page.locator("#dropzone")
+        await expect(zone).to_be_hidden()
+        await page.locator("#messages").dispatch_event("dragenter", {"dataTransfer": dropped})
+        await page.locator("#messages").dispatch_event("dragover", {"dataTransfer": dropped})
+        await expect(zone).to_be_visible()  # the chat shows where to drop
+        await expect(page.locator("#chat")).to_have_class(re.compile(r"\bdropping\b"))
+        await screenshot(page, artifacts, "upload-dropzone-desktop")
+        await page.locator("#messages").dispatch_event("drop", {"dataTransfer": dropped})
+        await expect(zone).to_be_hidden()
+
+        replies = page.locator('div.msg[data-kind="reply"]')
+        await expect(replies).to_have_count(2)
+        await expect(replies.nth(0)).to_contain_text("alpha.txt (text/plain, 11 bytes)")
+        await expect(replies.nth(0)).to_contain_text("Received: two files")  # the text: once
+        await expect(replies.nth(1)).to_contain_text("beta.csv (text/csv, 8 bytes)")
+        assert "Received" not in await replies.nth(1).inner_text()
+        mine = page.locator('div.msg[data-kind="user"]')
+        await expect(mine.locator(".fname")).to_have_text(["alpha.txt", "beta.csv"])
+        await expect(mine.nth(0).locator(".body")).to_have_text("two files")
+        await expect(mine.nth(1).locator(".body")).to_have_text("")
+        await expect(page.locator('div.msg[data-pending="1"]')).to_have_count(0)
+        await expect(page.locator("#input")).to_have_value("")
+        await until(lambda: len(uploads) == 4, "both uploads finished")
+        assert uploads == ["sent", "finished", "sent", "finished"], uploads  # one at a time
+        for sent in headers:  # the page's token, and the browser's own multipart boundary
+            assert sent["authorization"] == "Bearer secret"
+            assert sent["content-type"].startswith("multipart/form-data; boundary=")
+        kept = {p.name.split("-", 2)[-1]: p.read_bytes() for p in saved_files(home)}
+        assert kept == {"alpha.txt": b"alpha bytes", "beta.csv": b"b,c\n1,2\n"}
+        await context.close()
+
+
+async def test_a_file_over_the_limit_shows_the_gateways_reason_and_nothing_is_kept(
+        tmp_path: Path, browser) -> None:
+    expect.set_options(timeout=10_000)
+    home = tmp_path / "home"
+    async with running_gateway(make_config(home, attachments__max_bytes=100)) as gw:
+        context = await browser.new_context()
+        page = await open_page(context, web_base(gw) + "/")
+        await page.locator("#input").fill("the big one")
+        await page.locator("#file-input").set_input_files(
+            {"name": "big.bin", "mimeType": "application/octet-stream", "buffer": b"x" * 5000})
+        error = page.locator('div.msg[data-kind="error"]')
+        await expect(error).to_contain_text("big.bin")
+        await expect(error).to_contain_text("attachments.max_bytes")  # the 413's own words
+        await expect(error).to_contain_text("100 bytes")
+        await expect(page.locator('div.msg[data-kind="user"]')).to_have_count(0)  # replaced
+        await expect(page.locator("#input")).to_have_value("the big one")  # given back
+        assert saved_files(home) == []
+
+        # a file within the limit still goes, with the text given back
+        await page.locator("#file-input").set_input_files(
+            {"name": "small.txt", "mimeType": "text/plain", "buffer": b"tiny"})
+        reply = page.locator('div.msg[data-kind="reply"]')
+        await expect(reply).to_contain_text("small.txt (text/plain, 4 bytes)")
+        await expect(reply).to_contain_text("Received: the big one")
+        assert [p.read_bytes() for p in saved_files(home)] == [b"tiny"]
+        await expect(error).to_have_count(1)
+        await context.close()
+
+
+async def test_a_file_the_agent_posts_is_a_download_link_and_an_image_shows_inline(
+        tmp_path: Path, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=10_000)
+    out = (tmp_path / "out").resolve()
+    out.mkdir()
+    report = out / "report.txt"
+    report.write_bytes(b"numbers\n1 2 3\n")
+    chart = out / "chart.png"
+    chart.write_bytes(grey_png(40, 20))
+    config = make_config(tmp_path / "home", attachments__send_roots=[str(out)],
+                         platforms__web__token="secret")
+    async with running_gateway(config) as gw:
+        context = await browser.new_context(viewport={"width": 1280, "height": 800})
+        page = await open_page(context, web_base(gw) + "/?token=secret")
+        await say(page, f"/send {report}")
+        posted = page.locator('div.msg[data-kind="reply"]')
+        await expect(posted).to_have_count(1)
+        link = posted.locator("a.fname")
+        await expect(link).to_have_text("report.txt")
+        await expect(posted.locator(".fsize")).to_have_text("14 bytes")
+        await expect(posted.locator(".body")).to_have_text("")  # the name shows once
+        await expect(posted.locator("img")).to_have_count(0)  # not an image
+        href = await link.get_attribute("href")
+        assert href == "/api/files?" + urlencode({"path": str(report)}) + "&token=secret"
+        async with page.expect_download() as info:
+            await link.click()
+        download = await info.value
+        assert download.suggested_filename == "report.txt"
+        assert Path(await download.path()).read_bytes() == b"numbers\n1 2 3\n"
+        fetched = await page.evaluate("""async (href) => {
+            const r = await fetch(href), bare = await fetch(href.replace(/&token=[^&]*/, ''));
+            return [r.status, await r.text(), bare.status];
+        }""", href)
+        assert fetched == [200, "numbers\n1 2 3\n", 401]  # the link carries the token
+
+        await say(page, f"/send {chart} the chart")
+        await expect(posted).to_have_count(2)
+        picture = posted.nth(1)
+        await expect(picture.locator(".body")).to_have_text("the chart")
+        await expect(picture.locator("a.fname")).to_have_text("chart.png")
+        preview = picture.locator("img.file-preview")
+        await expect(preview).to_be_visible()
+        await expect(preview).to_have_js_property("naturalWidth", 40)  # it loaded
+        await expect(preview).to_have_attribute(
+            "src", "/api/files?" + urlencode({"path": str(chart)}) + "&token=secret")
+        await screenshot(page, artifacts, "agent-files-desktop")
+        await context.close()

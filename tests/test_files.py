@@ -242,3 +242,105 @@ async def test_send_posts_a_file_into_a_discord_thread(tmp_path: Path,
             (posted,) = await fake.wait_for_sent(1, timeout=10)
     assert posted.channel_id == THREAD_A and posted.content == "the log"
     assert [(f.filename, f.data) for f in posted.attachments] == [("build.log", b"ok\n")]
+
+
+async def test_with_vision_the_model_sees_the_latest_image_and_earlier_ones_by_path(
+        tmp_path: Path, model, http) -> None:
+    import base64
+
+    model.brain = lambda req: Say("I see it")
+    config = model_config(tmp_path / "home", model, agent__vision=True)
+    png = _png(2, 2)
+    async with running_gateway(config) as gw:
+        base = web_base(gw)
+        tab = await open_tab(http, base)
+        url = f"{base}/api/sessions/{tab.ready['session_id']}/files"
+        for name in ("first.png", "second.png"):
+            form = aiohttp.FormData()
+            form.add_field("text", f"look at {name}")
+            form.add_field("file", png, filename=name, content_type="image/png")
+            async with http.post(url, data=form) as r:
+                assert r.status == 200
+            assert (await tab.frame())["text"] == "I see it"
+    first, second = model.requests[0], model.requests[1]
+    (image,) = [p for p in first.last["content"] if p["type"] == "image_url"]
+    assert image["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(png).decode()
+    # the second request: its own image inline, the first one as a line saying where it is
+    earlier = [m for m in second.messages if m["role"] == "user"][0]
+    assert isinstance(earlier["content"], str) and "(an image was attached here: " in \
+        earlier["content"]
+    assert [p["type"] for p in second.last["content"]] == ["text", "image_url"]
+
+
+async def test_without_vision_an_image_is_a_file_the_model_is_told_of(
+        tmp_path: Path, model, http) -> None:
+    model.brain = lambda req: Say("noted")
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        base = web_base(gw)
+        tab = await open_tab(http, base)
+        form = aiohttp.FormData()
+        form.add_field("file", _png(2, 2), filename="pic.png", content_type="image/png")
+        async with http.post(f"{base}/api/sessions/{tab.ready['session_id']}/files",
+                             data=form) as r:
+            assert r.status == 200
+        await tab.frame()
+    told = model.requests[-1].last["content"]
+    assert isinstance(told, str) and "[Attached file: pic.png (image/png, " in told
+
+
+async def test_a_voice_note_is_transcribed_for_the_model_in_its_topic(tmp_path: Path,
+                                                                      model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .model_support import model_settings
+    from .test_telegram import FORUM, telegram_config
+
+    model.transcribe = lambda data: "deploy the staging box" if data == b"OggS-voice" else "?"
+    model.brain = lambda req: Say("on it")
+    async with FakeTelegram() as telegram:
+        config = telegram_config(
+            tmp_path / "home", telegram, **model_settings(model),
+            agent__transcription={"base_url": model.base_url, "model": "whisper-1"})
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            telegram.user_voice(chat_id=FORUM, data=b"OggS-voice", chat_type="supergroup",
+                                is_forum=True, thread_id=42, is_topic_message=True)
+            (answer,) = await telegram.wait_for_sent(1, timeout=10)
+    assert answer.message_thread_id == 42 and "on it" in answer.text
+    assert [(m, d) for m, _, d in model.transcriptions] == [("whisper-1", b"OggS-voice")]
+    told = model.requests[-1].last["content"]
+    assert "[Transcript of voice-" in told and ": deploy the staging box]" in told
+    assert "[Attached file: voice-" in told  # and the file itself, should the model want it
+
+
+async def test_a_jobs_artifact_is_posted_with_its_completion_notice(tmp_path: Path, model,
+                                                                    http) -> None:
+    from .fakes.openai_server import CallTools, ChatRequest, Response
+    from .model_support import is_notice
+
+    out = tmp_path / "out"
+    out.mkdir()
+    report = out / "report.txt"
+
+    def brain(req: ChatRequest) -> Response:
+        if is_notice(req):
+            return Say("The report is ready.")
+        if req.last["role"] == "tool":
+            return Say("Started.")
+        return CallTools([("terminal", {"command": f"sleep 0.3; echo done > {report}",
+                                        "background": True, "artifact": str(report)})])
+
+    model.brain = brain
+    config = model_config(tmp_path / "home", model, attachments__send_roots=[str(out)])
+    async with running_gateway(config) as gw:
+        base = web_base(gw)
+        tab = await open_tab(http, base)
+        await tab.say("make the report")
+        assert (await tab.frame())["text"] == "Started."
+        notice = await tab.frame(15)
+        posted = await tab.frame(15)
+        assert notice["kind"] == "notification" and notice["text"].endswith(
+            "The report is ready.")
+        assert posted["file"]["name"] == "report.txt"
+        async with http.get(base + posted["file"]["url"]) as r:
+            assert await r.read() == b"done\n"
+        await tab.no_frame(0.3)

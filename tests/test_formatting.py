@@ -156,3 +156,31 @@ async def test_web_frames_carry_safe_html_and_the_time(tmp_path: Path, model, ht
     assert frame["html"].startswith("<p><strong>hi</strong> &lt;script&gt;")
     assert html.unescape(frame["html"]).count("<script>") == 1  # as text, escaped once
     assert isinstance(frame["at"], float) and frame["live"] is True
+
+
+async def test_a_10000_character_answer_arrives_as_parts_telegram_parses(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM, telegram_config
+
+    section = ("## Step {n}\n\nThe **build** of *module {n}* ran `make all` with "
+               "[its log](https://ci.example/{n}) & <no> surprises:\n\n"
+               "```sh\n" + "make[{n}]: compiling <file>.c && linking\n" * 12 + "```\n\n"
+               "| stage | seconds |\n|---|---|\n| build | {n} |\n\n")
+    answer = "".join(section.format(n=n) for n in range(16))
+    assert len(answer) > 10_000
+    model.brain = lambda req: Say(answer)
+    async with FakeTelegram() as telegram:
+        config = telegram_config(tmp_path / "home", telegram, **model_settings(model))
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            telegram.user_message(text="the long report", thread_id=42, chat_id=FORUM,
+                                  chat_type="supergroup", is_forum=True, is_topic_message=True)
+            parts = telegram_html.render_parts(answer)
+            sent = await telegram.wait_for_sent(len(parts), timeout=15)
+    assert len(sent) == len(parts) >= 3
+    # every part was taken as HTML (the fake parses it as strictly as Telegram), in topic 42
+    assert all(s.parse_mode == "HTML" and s.message_thread_id == 42 for s in sent)
+    assert [s.text for s in sent] == [p.html for p in parts]
+    shown = "\n".join(telegram.visible(FORUM, 42))
+    assert all(f"Step {n}" in shown for n in range(16)) and "<no>" in shown

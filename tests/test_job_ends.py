@@ -119,7 +119,7 @@ async def test_a_job_that_stops_on_sigterm_is_reported_killed_by_it(gateway) -> 
     await adapter.receive(f"/kill {job_id}", CHAT)
     notice = await completion(adapter, job_id)
     assert f"Job {job_id} was killed (exit code 143 (SIGTERM))" in notice.text
-    assert "never-printed" not in notice.text.split("last output")[1]
+    assert "never-printed" not in notice.text.split("```")[1]
 
 
 # --- what the chat sees ------------------------------------------------------------------
@@ -138,7 +138,7 @@ async def test_terminal_escapes_stay_in_the_log_and_out_of_the_chat(gateway) -> 
     job_id = await start(adapter, r"/bg printf '\033[1;31mred alert\033[0m\n50%%\r100%%\n'")
     notice = await completion(adapter, job_id)
     assert "red alert" in notice.text and "\x1b" not in notice.text
-    output = notice.text.split("last output")[1]
+    output = notice.text.split("```")[1]
     assert "100%" in output and "50%" not in output  # a line redrawn in place
     assert "\x1b[1;31m" in (await gw.jobs.get(job_id)).log_path.read_text()
     await adapter.receive(r"/run printf '\033[32mgreen\033[0m\n'", CHAT)
@@ -258,7 +258,7 @@ async def test_jobs_get_default_signals_and_none_of_the_daemons_descriptors(gate
     finally:
         os.close(leaked_read)
         os.close(leaked_write)
-    output = notice.text.split("last output")[1]
+    output = notice.text.split("```")[1]
     assert "Broken pipe" not in output and "piped=0" in output  # SIGPIPE is not ignored
     fds = next(line for line in output.splitlines() if line.startswith("0 1 2"))
     assert fds.split() == ["0", "1", "2", "3"]  # 3: ls's own view of the directory
@@ -284,3 +284,13 @@ def _async(predicate):
     async def check():
         return predicate()
     return check
+
+
+async def test_a_notice_says_when_its_output_was_cut_to_the_last_lines(gateway) -> None:
+    gw, adapter = gateway
+    whole = await completion(adapter, await start(adapter, "/bg seq 1 3"))
+    assert "\noutput:\n```\n1\n2\n3\n```" in whole.text
+    job_id = await start(adapter, "/bg seq 1 50")
+    cut = await completion(adapter, job_id)
+    assert f"last 20 lines of its output (/log {job_id} has more):" in cut.text
+    assert cut.text.split("```")[1].split() == [str(n) for n in range(31, 51)]

@@ -31,14 +31,16 @@ class EndDetails:
 
 
 def completion_text(record: JobRecord, tail: list[str],
-                    details: EndDetails = EndDetails(), *, header: str | None = None,
-                    footer: str | None = None) -> str:
-    """The completion notice; ``header`` and ``footer`` frame it (a schedule's run)."""
-    body = _completion_body(record, tail, details)
+                    details: EndDetails = EndDetails(), *, cut: bool = False,
+                    header: str | None = None, footer: str | None = None) -> str:
+    """The completion notice; ``header`` and ``footer`` frame it (a schedule's run).
+    ``cut``: the output had more lines than ``tail`` (the notice says so)."""
+    body = _completion_body(record, tail, details, cut)
     return "\n".join(part for part in (header, body, footer) if part)
 
 
-def _completion_body(record: JobRecord, tail: list[str], details: EndDetails) -> str:
+def _completion_body(record: JobRecord, tail: list[str], details: EndDetails,
+                     cut: bool) -> str:
     took = _duration(record.duration)
     if record.state == "failed":
         return (f"Job {record.id} did not start: the gateway stopped while starting it. "
@@ -53,7 +55,9 @@ def _completion_body(record: JobRecord, tail: list[str], details: EndDetails) ->
         head = f"Job {record.id} was killed ({describe_exit(record.exit_code)}) after {took}."
     else:
         head = f"Job {record.id} finished: {describe_exit(record.exit_code)} after {took}."
-    lines = [head, f"$ {_short(record.command)}", _output_block(tail, "last output")]
+    title = (f"last {len(tail)} lines of its output (/log {record.id} has more)" if cut
+             else "output")
+    lines = [head, f"$ {_short(record.command)}", _output_block(tail, title)]
     if record.left_running:
         n = record.left_running
         lines.append(f"It left {n} process{'es' if n != 1 else ''} running; their output "

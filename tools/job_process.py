@@ -324,6 +324,11 @@ def group_members(pgid: int) -> int:
 
 
 def tail_file(path: Path, lines: int, max_bytes: int = 65536) -> list[str]:
+    return tail_of(path, lines, max_bytes)[0]
+
+
+def tail_of(path: Path, lines: int, max_bytes: int = 65536) -> tuple[list[str], bool]:
+    """The last ``lines`` lines, and whether the output had more than those."""
     try:
         with path.open("rb") as file:
             file.seek(0, os.SEEK_END)
@@ -331,10 +336,11 @@ def tail_file(path: Path, lines: int, max_bytes: int = 65536) -> list[str]:
             file.seek(max(0, size - max_bytes))
             data = file.read()
     except OSError:
-        return []
+        return [], False
     text = data.decode("utf-8", "replace").split("\n")
     if text and not text[-1]:
         text.pop()  # the newline ending the last line
     if size > max_bytes and text:
         text = text[1:]  # the first line was cut by the seek
-    return text[-lines:] if lines else []
+    kept = text[-lines:] if lines else []
+    return kept, size > max_bytes or len(text) > len(kept)

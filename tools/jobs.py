@@ -275,12 +275,13 @@ class JobManager:
             notify = self._should_notify_completion(record)
             note = await self._ending_note(record, notify)
             if notify:
-                tail = await asyncio.to_thread(job_process.tail_file, record.log_path,
-                                               self.settings.tail_lines)
+                tail, cut = await asyncio.to_thread(job_process.tail_of, record.log_path,
+                                                    self.settings.tail_lines)
                 notices.append(NewNotification(
                     idempotency_key=completion_key(record.id), kind="completion",
                     address=record.address, job_id=record.id, outcome=job_outcome(record),
-                    text=completion_text(record, tail, details, header=note.header,
+                    file_path=(record.origin or {}).get("artifact"),
+                    text=completion_text(record, tail, details, cut=cut, header=note.header,
                                          footer=note.footer)))
             ops: list[Op] = [(
                 "UPDATE jobs SET state = ?, exit_code = ?, ended_at = ?, left_running = ? "

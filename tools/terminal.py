@@ -65,11 +65,14 @@ class Terminal:
             raise
 
     async def start(self, command: str, *, notify_on_complete: bool = True,
-                    watch_patterns: list[str] | None = None) -> JobRecord:
-        """Start ``command`` in the background; it reports back to this conversation."""
+                    watch_patterns: list[str] | None = None,
+                    artifact: str | None = None) -> JobRecord:
+        """Start ``command`` in the background; it reports back to this conversation,
+        with the file at ``artifact`` (if it is there then) posted beside its completion."""
         return await self.jobs.start(command, ReturnAddress.capture(),
                                      notify_on_complete=notify_on_complete,
-                                     watch_patterns=watch_patterns, cwd=self.cwd)
+                                     watch_patterns=watch_patterns, cwd=self.cwd,
+                                     origin={"artifact": artifact} if artifact else None)
 
 
 async def _read_lines(stream: asyncio.StreamReader, into: deque[str]) -> None:

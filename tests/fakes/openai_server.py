@@ -198,6 +198,9 @@ class FakeOpenAI(LocalServer):
         #: seconds between the streamed pieces of an answer (a Say or CallTools can override)
         self.chunk_delay = chunk_delay
         self.requests: list[ChatRequest] = []  # every chat request received, valid or not
+        #: what /v1/audio/transcriptions answers for the audio it gets
+        self.transcribe: Callable[[bytes], str] = lambda data: f"({len(data)} bytes of audio)"
+        self.transcriptions: list[tuple[str, str | None, bytes]] = []  # (model, name, data)
         self.api_keys: list[str] = []  # bearer tokens seen, one per request
         self.port: int = 0
         self._script: list[Response] = []
@@ -218,9 +221,26 @@ class FakeOpenAI(LocalServer):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         self._closing.clear()
         return app
+
+    async def _transcriptions(self, request: web.Request) -> web.Response:
+        """``POST /v1/audio/transcriptions`` as OpenAI takes it: multipart with ``file``
+        and ``model``; answers ``{"text": ...}`` from :attr:`transcribe`."""
+        self._record_key(request)
+        if not request.content_type.startswith("multipart/"):
+            return _error(400, "Invalid request: expected multipart/form-data.")
+        form = await request.post()
+        upload, model = form.get("file"), form.get("model")
+        if not isinstance(upload, web.FileField):
+            return _error(400, "Missing required parameter: 'file'.")
+        if not isinstance(model, str) or not model:
+            return _error(400, "Missing required parameter: 'model'.")
+        data = upload.file.read()
+        self.transcriptions.append((model, upload.filename, data))
+        return web.json_response({"text": self.transcribe(data)})
 
     async def _before_stop(self) -> None:
         """Cut pending Hangs and paced streams short so stop() does not wait for them."""

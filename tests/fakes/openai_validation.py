@@ -7,6 +7,7 @@ pairing, the strictest chat templates), read and changed without the HTTP side.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ["ROLES", "BadRequest", "validate"]
@@ -126,7 +127,30 @@ def _validate_tool_pairing(messages: list[JSON]) -> None:
         elif role == "assistant" and not isinstance(message.get("content"), str | list):
             raise BadRequest(f"Invalid value for 'messages[{i}].content': expected a "
                              "string (content is required unless tool_calls is set).")
+        elif role == "user" and isinstance(message.get("content"), list):
+            _check_parts(message["content"], i)
     _check_answered(pending)
+
+
+_DATA_IMAGE = re.compile(r"^data:image/[\w.+-]+;base64,[A-Za-z0-9+/=]+$")
+
+
+def _check_parts(parts: list[object], i: int) -> None:
+    """User content parts as OpenAI takes them: text, or an image by URL or data URL."""
+    for j, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):  # type: ignore[union-attr]
+            continue
+        if kind == "image_url":
+            image = part.get("image_url")  # type: ignore[union-attr]
+            url = image.get("url") if isinstance(image, dict) else None
+            if isinstance(url, str) and (url.startswith(("http://", "https://"))
+                                         or _DATA_IMAGE.match(url)):
+                continue
+            raise BadRequest(f"Invalid 'messages[{i}].content[{j}].image_url.url': expected "
+                             "a URL or a base64-encoded data URL of an image.")
+        raise BadRequest(f"Invalid value: 'messages[{i}].content[{j}].type': expected one "
+                         "of 'text', 'image_url' (with the fields that type needs).")
 
 
 def _check_answered(pending: dict[str, int]) -> None:
