@@ -78,7 +78,7 @@ async def test_a_watch_reports_while_running_then_disables_then_completes_once(g
     first = await eventually(lambda: notices(adapter), timeout=5, what="a watch notice")
     record = await gw.jobs.get(job_id)
     assert record is not None and record.state == "running"  # arrived while the job ran
-    assert first[0].text.startswith(f"Job {job_id} output matched")
+    assert first[0].text.startswith(f"Job {job_id} output matched `ERROR [0-9]+`:")
 
     await gw.jobs.wait(job_id)
     await eventually(lambda: any(f"Job {job_id} finished" in m.text for m in notices(adapter)),

@@ -82,7 +82,8 @@ def watch_text(record: JobRecord, notice: WatchNotice, limits: WatchLimits) -> s
                 f"you will get a notice when the job ends.\n$ {_short(record.command)}\n"
                 f"{_output_block(list(notice.lines), 'latest matching lines')}")
     lines = notice.lines[-limits.max_lines:]
-    text = f"Job {record.id} output matched:\n{_output_block(list(lines), None)}"
+    patterns = " or ".join(f"`{p}`" for p in record.watch_patterns) or "its watch"
+    text = f"Job {record.id} output matched {patterns}:\n{_output_block(list(lines), None)}"
     if notice.suppressed:
         text += (f"\n({notice.suppressed} matching line"
                  f"{'s were' if notice.suppressed != 1 else ' was'} held back since the last "
