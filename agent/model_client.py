@@ -21,7 +21,7 @@ import pydantic
 import structlog
 from openai.types.chat import ChatCompletion
 
-from gateway.config import AgentConfig
+from gateway.config import AgentConfig, secret
 
 from .history import Message
 from .model_reply import ModelReply, ToolCall, arguments_text, make_reply, new_call_id
@@ -67,7 +67,7 @@ class ModelClient:
         # local servers take any key, but the client insists on one; $OPENAI_API_KEY is
         # deliberately not read behind the config's back (it would go to any base_url)
         self._client = openai.AsyncOpenAI(
-            base_url=config.base_url, api_key=config.api_key or "not-needed",
+            base_url=config.base_url, api_key=secret(config.api_key) or "not-needed",
             timeout=config.timeout_seconds, max_retries=0)
         #: ask for the token count at a stream's end (off once a server refuses it)
         self._usage_in_stream = True

@@ -10,7 +10,7 @@ import openai
 import structlog
 
 from gateway.attachments import IncomingFile
-from gateway.config import TranscriptionConfig
+from gateway.config import TranscriptionConfig, secret
 
 log = structlog.get_logger(__name__)
 
@@ -19,7 +19,7 @@ class Transcriber:
     def __init__(self, config: TranscriptionConfig) -> None:
         self.config = config
         self._client = openai.AsyncOpenAI(base_url=config.base_url,
-                                          api_key=config.api_key or "not-needed",
+                                          api_key=secret(config.api_key) or "not-needed",
                                           timeout=config.timeout_seconds, max_retries=1)
 
     @staticmethod

@@ -113,8 +113,9 @@ def _parts(content: object) -> list[dict[str, object]]:
 def _with_images(out: list[Message], vision: bool) -> list[Message]:
     """User content parts as the endpoint takes them: the last images inline (with
     ``vision``), other images as text, and all-text parts joined into one string."""
-    last = max((i for i, m in enumerate(out) if m.get("role") == "user"
-                and any(p.get("type") == "image_file" for p in _listed(m))), default=-1)
+    # only the turn under way sees its images: the last user message (a later turn's
+    # request carries an earlier picture as the line saying where it is)
+    last = max((i for i, m in enumerate(out) if m.get("role") == "user"), default=-1)
     for i, message in enumerate(out):
         parts = _listed(message)
         if not parts:
@@ -140,13 +141,28 @@ def _listed(message: Message) -> list[dict[str, object]]:
     return [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
 
 
+#: what every vision endpoint takes, by the file's first bytes (not the sender's word)
+_IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+                (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"))
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+
+
 def image_url(part: dict[str, object]) -> str | None:
-    """An image file as a data URL, or None when it cannot be read any more."""
+    """An image file as a data URL; None when it cannot be read any more, is larger
+    than endpoints take, or is not PNG, JPEG, GIF or WebP."""
+    path = Path(str(part.get("path")))
     try:
-        data = Path(str(part.get("path"))).read_bytes()
+        if path.stat().st_size > MAX_IMAGE_BYTES:
+            return None
+        data = path.read_bytes()
     except OSError:
         return None
-    return f"data:{part.get('mime') or 'image/jpeg'};base64,{base64.b64encode(data).decode()}"
+    mime = next((m for magic, m in _IMAGE_MAGIC if data.startswith(magic)), None)
+    if mime is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        mime = "image/webp"
+    if mime is None:
+        return None
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
 
 
 def _join(a: object, b: object) -> str:

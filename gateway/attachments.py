@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
@@ -82,30 +83,35 @@ async def save(file: IncomingFile, chunks: AsyncIterator[bytes], directory: Path
     if file.size is not None and file.size > max_bytes:
         raise FileRefused(too_large(file, max_bytes))
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    name = _UNSAFE.sub("_", Path(file.name).name).strip("._") or file.kind
-    target = _free_name(directory, f"{time.strftime('%Y%m%d-%H%M%S')}-{name}")
-    partial = target.with_name(f".{target.name}.part")
+    handle, temp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".part")
+    partial = Path(temp)
     written = 0
     try:
-        with open(partial, "wb") as out:
+        with os.fdopen(handle, "wb") as out:
             async for chunk in chunks:
                 written += len(chunk)
                 if written > max_bytes:
                     raise FileRefused(too_large(replace(file, size=written), max_bytes))
                 out.write(chunk)
-        os.replace(partial, target)
+        target = _link_free_name(partial, directory,
+                                 f"{time.strftime('%Y%m%d-%H%M%S')}-{safe_name(file)}")
     finally:
         partial.unlink(missing_ok=True)
     log.info("file_saved", kind=file.kind, path=str(target), bytes=written)
     return replace(file, size=written, path=str(target))
 
 
-async def fetch_url(url: str, timeout: float = 120.0) -> AsyncIterator[bytes]:
-    """A file from a URL the platform gave (Discord's attachment CDN), in chunks."""
+async def fetch_url(url: str, hosts: set[str], timeout: float = 120.0
+                    ) -> AsyncIterator[bytes]:
+    """A file from a URL the platform gave (Discord's attachment CDN), in chunks: only
+    from ``hosts``, and not redirected anywhere else."""
     import aiohttp
+    from yarl import URL
 
+    if URL(url).host not in hosts:
+        raise FileRefused(f"a file at {URL(url).host} was not fetched: not the platform's")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http, \
-            http.get(url) as response:
+            http.get(url, allow_redirects=False) as response:
         response.raise_for_status()
         async for chunk in response.content.iter_chunked(64 * 1024):
             yield chunk
@@ -147,13 +153,28 @@ def human_size(size: int | None) -> str:
     return f"{size} bytes"
 
 
-def _free_name(directory: Path, name: str) -> Path:
-    target = directory / name
-    n = 1
-    while target.exists():
-        target = directory / f"{target.stem.rsplit('~', 1)[0]}~{n}{target.suffix}"
-        n += 1
-    return target
+def safe_name(file: IncomingFile) -> str:
+    """The file's name as it is kept: its stem and extension made safe apart (so a name
+    in another script keeps its ``.png``), the stem at most 100 characters."""
+    name = Path(file.name).name
+    stem, dot, suffix = name.rpartition(".") if "." in name.strip(".") else (name, "", "")
+    stem = _UNSAFE.sub("_", stem).strip("._")[:100] or file.kind
+    suffix = _UNSAFE.sub("", suffix)[:16]
+    return f"{stem}.{suffix}" if dot and suffix else stem
+
+
+def _link_free_name(source: Path, directory: Path, name: str) -> Path:
+    """Put ``source`` in place under ``name``, or ``name~1``…: a hard link never
+    replaces a file another save put there meanwhile."""
+    stem, dot, suffix = name.rpartition(".") if "." in name else (name, "", "")
+    n = 0
+    while True:
+        target = directory / (name if n == 0 else f"{stem}~{n}{dot}{suffix}")
+        try:
+            os.link(source, target)
+            return target
+        except FileExistsError:
+            n += 1
 
 
 async def take_files(turn: Turn, adapter: Adapter | None, config: Config) -> bool:
@@ -167,6 +188,9 @@ async def take_files(turn: Turn, adapter: Adapter | None, config: Config) -> boo
     for file in wanted:
         try:
             if file.path is not None:  # uploaded straight into place (the web chat)
+                if directory.resolve() not in Path(file.path).resolve().parents:
+                    raise FileRefused(f"{file.name} was not taken: it is not in this "
+                                      f"conversation's files.")
                 saved.append(file)
                 continue
             if adapter is None:

@@ -1,22 +1,51 @@
-"""Who may talk to the agent. Internal events never pass through here:
-the runner accepts them only from inside the daemon."""
+"""Who may talk to the agent: the one rule. Adapters report facts — the user's id
+and name, their Discord roles, the chat — and decide nothing; this decides.
+Internal events never pass through here: the runner accepts them only from
+inside the daemon.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .config import Config
 from .events import MessageEvent
 
+#: a message's metadata key for the Discord roles its author has (role ids)
+ROLES = "roles"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    allowed: bool
+    #: let in by an ``@username`` entry: the runner pins that name to this user id
+    by_username: str | None = None
+
+
+def authorize(event: MessageEvent, config: Config, *, vouched: bool) -> Verdict:
+    """``vouched``: the adapter authenticated the user itself (the web chat behind
+    loopback or its token). Otherwise the chat must be one the bot serves
+    (``allowed_chats``), and the user on ``allowed_users`` by id or @username, or
+    (Discord) hold one of ``allowed_roles``."""
+    if vouched:
+        return Verdict(True)
+    route = event.route
+    settings = getattr(config.platforms, route.platform, None)
+    chats = list(getattr(settings, "allowed_chats", None) or [])
+    if route.chat_type == "group" and chats and route.chat_id not in chats:
+        return Verdict(False)
+    allowed = list(getattr(settings, "allowed_users", None) or [])
+    if route.user_id is not None and route.user_id in allowed:
+        return Verdict(True)
+    roles = set(getattr(settings, "allowed_roles", None) or [])
+    if roles & {str(r) for r in event.metadata.get(ROLES) or []}:
+        return Verdict(True)
+    names = {a.lower() for a in allowed if a.startswith("@")}
+    name = f"@{route.user_name.lstrip('@')}".lower() if route.user_name else None
+    if name is not None and name in names:
+        return Verdict(True, by_username=name)
+    return Verdict(False)
+
 
 def is_authorized(event: MessageEvent, config: Config, *, vouched: bool) -> bool:
-    """``vouched``: the adapter authenticated the user itself (the web chat
-    behind loopback or its token). Otherwise a user must be on the platform's
-    ``allowed_users`` list, by id or @username."""
-    if vouched:
-        return True
-    settings = getattr(config.platforms, event.route.platform, None)
-    allowed = list(getattr(settings, "allowed_users", None) or [])
-    user_id, user_name = event.route.user_id, event.route.user_name
-    if user_id is not None and user_id in allowed:
-        return True
-    names = {a.lower() for a in allowed if a.startswith("@")}
-    return user_name is not None and f"@{user_name.lstrip('@')}".lower() in names
+    return authorize(event, config, vouched=vouched).allowed

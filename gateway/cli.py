@@ -105,8 +105,16 @@ def _parser() -> argparse.ArgumentParser:
     approve.add_argument("platform", choices=["telegram", "discord"])
     approve.add_argument("code")
     approve.set_defaults(func=_pairing_approve)
-    pending = pairing_sub.add_parser("list", parents=[common], help="pending pairing codes")
+    pending = pairing_sub.add_parser("list", parents=[common],
+                                     help="pending pairing codes (--approved: paired users)")
+    pending.add_argument("--approved", action="store_true",
+                         help="list the users let in by pairing instead")
     pending.set_defaults(func=_pairing_list)
+    revoke = pairing_sub.add_parser("revoke", parents=[common],
+                                    help="take a paired user's access away")
+    revoke.add_argument("platform", choices=["telegram", "discord"])
+    revoke.add_argument("user", help="the user id")
+    revoke.set_defaults(func=_pairing_revoke)
     return parser
 
 
@@ -139,8 +147,24 @@ def _check_config(config: Config, args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    for warning in config_warnings(config):
+        print(f"homing: warning: {warning}", file=sys.stderr)
     print(f"config OK (state directory {config.home_path})")
     return 0
+
+
+def config_warnings(config: Config) -> list[str]:
+    """What is valid but deserves a second look."""
+    warnings = []
+    for name in ("telegram", "discord"):
+        platform = getattr(config.platforms, name)
+        names = [u for u in platform.allowed_users if u.startswith("@")]
+        if platform.enabled and names:
+            warnings.append(
+                f"platforms.{name}.allowed_users: {', '.join(names)} — usernames can change "
+                f"hands; each is pinned to the first user id seen with it (give the ids, "
+                f"which /start shows, to be sure)")
+    return warnings
 
 
 def _existing_store(config: Config) -> bool:
@@ -354,12 +378,32 @@ def _pairing_list(config: Config, args: argparse.Namespace) -> int:
 
     if not _existing_store(config):
         return 1
+    if args.approved:
+        users = _with_store(config, lambda store: Pairing(store.db).approved())
+        if not users:
+            print("no users paired")
+        for platform, user_id, name, at in users:
+            print(f"{platform:9}  {user_id:>14}  @{name or '-':20}  approved {_when(at)}")
+        return 0
     rows = _with_store(config, lambda store: Pairing(store.db).pending())
     if not rows:
         print("no pending pairing codes")
     for r in rows:
         print(f"{r.code}  {r.platform:9}  {r.user_id:>14}  @{r.user_name or '-':20}  "
               f"expires {_when(r.expires_at)}")
+    return 0
+
+
+def _pairing_revoke(config: Config, args: argparse.Namespace) -> int:
+    from .pairing import Pairing
+
+    if not _existing_store(config):
+        return 1
+    if not _with_store(config, lambda store: Pairing(store.db).revoke(args.platform,
+                                                                       args.user)):
+        print(f"homing: {args.user} was not paired on {args.platform}", file=sys.stderr)
+        return 1
+    print(f"revoked {args.user} on {args.platform}: their next message gets a pairing code")
     return 0
 
 

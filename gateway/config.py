@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .timezones import check_zone
 
@@ -28,7 +28,7 @@ class WebConfig(_Strict):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
-    token: str | None = None
+    token: SecretStr | None = None
 
     def is_loopback(self) -> bool:
         if self.host == "localhost":
@@ -43,7 +43,7 @@ class _ChatPlatformConfig(_Strict):
     """What every bot platform has: a switch, a token and who may talk to it."""
 
     enabled: bool = False
-    token: str | None = None
+    token: SecretStr | None = None
     allowed_users: list[str] = Field(default_factory=list)
 
     @field_validator("allowed_users", mode="before")
@@ -99,7 +99,7 @@ class TranscriptionConfig(_Strict):
 
     base_url: str
     model: str
-    api_key: str | None = None
+    api_key: SecretStr | None = None
     timeout_seconds: float = Field(120.0, gt=0)
 
 
@@ -124,7 +124,7 @@ class AgentConfig(_Strict):
     # the model backend (backend: openai): any OpenAI-compatible chat-completions endpoint
     base_url: str = "https://api.openai.com/v1"
     model: str | None = None
-    api_key: str | None = None
+    api_key: SecretStr | None = None
     system_prompt: str | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     timeout_seconds: float = Field(120.0, gt=0)
@@ -238,10 +238,21 @@ class Config(_Strict):
 
     @property
     def send_roots(self) -> list[Path]:
-        roots = self.attachments.send_roots
-        if roots:
-            return [Path(r).expanduser().resolve() for r in roots]
-        return [self.files_dir.resolve(), Path.cwd().resolve()]
+        """Where files may be posted from besides the conversation's own files: the
+        configured roots, else the directory jobs run in — never ``/``, the home
+        directory or one holding the state directory (keys, tokens, the database)."""
+        configured = self.attachments.send_roots
+        roots = [Path(r).expanduser().resolve() for r in configured] if configured \
+            else [Path.cwd().resolve()]
+        home, state = Path.home().resolve(), self.home_path.resolve()
+        return [r for r in roots
+                if r != Path("/") and r != home and r != state and r not in state.parents]
+
+
+def secret(value: SecretStr | None) -> str | None:
+    """A token or key as the client needs it; everywhere else it stays a SecretStr, which
+    shows as ``**********`` in reprs, dumps and tracebacks."""
+    return value.get_secret_value() if value is not None else None
 
 
 class ConfigError(Exception):

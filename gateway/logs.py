@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from .config import Config, LoggingConfig
+from .config import Config, LoggingConfig, secret
 from .private_files import PrivateRotatingFileHandler, private_dir
 
 LOG_FILE_BYTES = 10 * 1024 * 1024
@@ -31,7 +31,7 @@ _MASK = "***"
 def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
                       log_dir: Path | None = None, secrets: Iterable[str] = ()) -> None:
     stream = stream or sys.stderr
-    hidden = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
+    masker = Masker(secrets)
     level = getattr(logging, settings.level.upper())
     use_json = settings.format == "json" or (
         settings.format == "auto" and not stream.isatty())
@@ -52,8 +52,9 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
+            masker.fields,  # before rendering: a JSON or repr escape cannot hide a secret
             renderer,
-            _Redact(hidden),
+            masker.line,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=lambda *args: _Sink(stream, file_handler),
@@ -67,7 +68,7 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
     for target in (logging.StreamHandler(stream), file_handler):
         if target is None:
             continue
-        target.setFormatter(_LibraryFormatter(hidden, as_json=use_json))
+        target.setFormatter(_LibraryFormatter(masker, as_json=use_json))
         root.addHandler(target)
     root.setLevel(logging.WARNING)
     # discord.py warns at every start that voice support is not installed; we use no voice
@@ -76,27 +77,58 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
 
 def secrets_of(config: Config) -> list[str]:
     p = config.platforms
-    return [s for s in (p.web.token, p.telegram.token, p.discord.token,
-                        config.agent.api_key) if s]
+    transcription = config.agent.transcription
+    values = (p.web.token, p.telegram.token, p.discord.token, config.agent.api_key,
+              transcription.api_key if transcription is not None else None)
+    return [s for s in (secret(v) for v in values) if s]
 
 
-class _Redact:
-    def __init__(self, secrets: list[str]) -> None:
-        self.secrets = secrets
+class Masker:
+    """The one mask for configured secrets, in every log line whatever they contain:
+    applied to the fields before they are rendered, and to the rendered line (with the
+    secret as JSON and repr would escape it) for whatever a renderer adds."""
 
-    def __call__(self, logger: Any, name: str, line: str) -> str:
-        for secret in self.secrets:
-            line = line.replace(secret, _MASK)
-        return line
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 6}, key=len,
+                              reverse=True)
+        forms = {form for s in self.secrets
+                 for form in (s, json.dumps(s)[1:-1], json.dumps(s, ensure_ascii=False)[1:-1],
+                              repr(s)[1:-1])}
+        self._forms = sorted(forms, key=len, reverse=True)
+
+    def text(self, text: str) -> str:
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, _MASK)
+        return text
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        if isinstance(value, list | tuple | set):
+            return type(value)(self.value(v) for v in value)
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        shown = str(value)  # an exception, a URL object: masked as it would be shown
+        masked = self.text(shown)
+        return value if masked == shown else masked
+
+    def fields(self, logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+        return {k: self.value(v) for k, v in event.items()} if self.secrets else event
+
+    def line(self, logger: Any, name: str, line: str) -> str:
+        return self.text(line) if self.secrets else line
 
 
 class _LibraryFormatter(logging.Formatter):
     """Library log records in our shape (a JSON line, or readable text), masked
     as a whole — tracebacks included, which is where URLs with tokens hide."""
 
-    def __init__(self, secrets: list[str], *, as_json: bool) -> None:
+    def __init__(self, masker: Masker, *, as_json: bool) -> None:
         super().__init__("%(levelname)s %(name)s: %(message)s")
-        self.secrets = secrets
+        self.masker = masker
         self.as_json = as_json
 
     def format(self, record: logging.LogRecord) -> str:
@@ -106,12 +138,8 @@ class _LibraryFormatter(logging.Formatter):
                      "timestamp": self.formatTime(record, "%Y-%m-%dT%H:%M:%S")}
             if record.exc_info:
                 entry["exception"] = self.formatException(record.exc_info)
-            text = json.dumps(entry)
-        else:
-            text = super().format(record)
-        for secret in self.secrets:
-            text = text.replace(secret, _MASK)
-        return text
+            return self.masker.text(json.dumps(self.masker.value(entry)))
+        return self.masker.text(super().format(record))
 
 
 class _Sink:

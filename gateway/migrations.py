@@ -243,6 +243,16 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE notifications ADD COLUMN file_path TEXT;
     """,
+    # 15: an @username in allowed_users belongs to the first user id seen with it
+    """
+    CREATE TABLE username_pins (
+        platform  TEXT NOT NULL,
+        username  TEXT NOT NULL,
+        user_id   TEXT NOT NULL,
+        pinned_at REAL NOT NULL,
+        PRIMARY KEY (platform, username)
+    );
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from .attachments import FileRefused, sendable
+from .attachments import FileRefused, conversation_dir, sendable
 from .events import SendResult
 from .route import Route
 from .store import SessionEntry
@@ -27,7 +27,9 @@ async def send_file(runner: GatewayRunner, session: SessionEntry, route: Route, 
     """Post the file at ``path`` to ``route``; raises FileRefused for a file that may not
     or cannot be sent."""
     config = runner.config
-    target = sendable(path, config.send_roots, config.attachments.max_bytes)
+    # the conversation's own files, never another's, and the configured roots
+    roots = [conversation_dir(config.files_dir, route).resolve(), *config.send_roots]
+    target = sendable(path, roots, config.attachments.max_bytes)
     adapter = runner.adapters.get(route.platform)
     if adapter is None:
         return SendResult.failed(f"platform {route.platform!r} is not running")

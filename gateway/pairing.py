@@ -42,20 +42,50 @@ class Pairing:
         self.ttl = ttl_seconds
         self.max_pending = max_pending
         self.reminder = reminder_seconds
-        self._approved: set[tuple[str, str]] = set()
 
     async def is_approved(self, platform: str, user_id: str | None) -> bool:
         if user_id is None:
             return False
-        if (platform, user_id) in self._approved:
-            return True
-        # approvals are made by the CLI, in another process: look it up
+        # approvals (and revocations) are made by the CLI, in another process: looked
+        # up every time, so a revoked user is out at their next message
         row = await self.db.fetchone(
             "SELECT 1 FROM approved_users WHERE platform = ? AND user_id = ?",
             (platform, user_id))
-        if row:
-            self._approved.add((platform, user_id))
         return bool(row)
+
+    async def pin(self, platform: str, username: str, user_id: str | None) -> bool:
+        """An ``@username`` entry belongs to the first user id seen with it: True when
+        ``user_id`` is that user (pinning it now if nobody was)."""
+        if user_id is None:
+            return False
+
+        def pin(conn) -> str:
+            conn.execute("INSERT OR IGNORE INTO username_pins (platform, username, user_id, "
+                         "pinned_at) VALUES (?,?,?,?)", (platform, username, user_id,
+                                                         time.time()))
+            return conn.execute("SELECT user_id FROM username_pins WHERE platform = ? AND "
+                                "username = ?", (platform, username)).fetchone()[0]
+
+        owner = await self.db.write(pin)
+        if owner != user_id:
+            log.warning("username_taken_over", platform=platform, username=username,
+                        user_id=user_id, pinned_to=owner)
+        return owner == user_id
+
+    async def revoke(self, platform: str, user_id: str) -> bool:
+        """Take a paired user's access away; False when they were not approved."""
+        def revoke(conn) -> bool:
+            return conn.execute("DELETE FROM approved_users WHERE platform = ? AND "
+                                "user_id = ?", (platform, user_id)).rowcount > 0
+
+        return await self.db.write(revoke)
+
+    async def approved(self) -> list[tuple[str, str, str | None, float]]:
+        """(platform, user id, user name, approved at) of every paired user."""
+        rows = await self.db.fetchall(
+            "SELECT platform, user_id, user_name, approved_at FROM approved_users "
+            "ORDER BY approved_at")
+        return [tuple(r) for r in rows]  # type: ignore[misc]
 
     async def request(self, platform: str, user_id: str, user_name: str | None
                       ) -> PairingRequest | None:

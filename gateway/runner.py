@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from .attachments import take_files, transcript_text
-from .auth import is_authorized
+from .auth import authorize
 from .commands import parse_command, run_gateway_command
 from .config import Config
 from .context import SessionContext, session_context
@@ -280,10 +280,16 @@ class GatewayRunner:
     async def _authorized(self, event: MessageEvent) -> bool:
         adapter = self.adapters.get(event.route.platform)
         vouched = adapter is not None and adapter.authenticates_users
-        if is_authorized(event, self.config, vouched=vouched):
+        verdict = authorize(event, self.config, vouched=vouched)
+        if verdict.allowed and verdict.by_username is None:
             return True
-        return self.pairing is not None and await self.pairing.is_approved(
-            event.route.platform, event.route.user_id)
+        if self.pairing is None:
+            return verdict.allowed
+        if verdict.by_username is not None:
+            # a username can change hands: the first user seen with it keeps it
+            return await self.pairing.pin(event.route.platform, verdict.by_username,
+                                          event.route.user_id)
+        return await self.pairing.is_approved(event.route.platform, event.route.user_id)
 
     async def _offer_pairing(self, event: MessageEvent) -> None:
         """An unknown user in a direct message may ask to be let in; in groups: silence."""

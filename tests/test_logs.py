@@ -50,3 +50,38 @@ def test_every_configured_secret_is_masked() -> None:
         "agent": {"backend": "openai", "model": "m", "api_key": "sk-model-secret"}}, {})
     assert sorted(secrets_of(config)) == ["dc-secret", "sk-model-secret", "tg-secret",
                                           "web-secret"]
+
+
+AWKWARD = ['tok"en\\with-quote', "tökén-ünïcode-ß", "back\\slash\\tok", "it's-a-token"]
+
+
+def test_secrets_with_quotes_backslashes_and_accents_are_masked_everywhere(
+        tmp_path: Path) -> None:
+    """Masking after JSON escaping missed these (a `"` is `\\"` in the line)."""
+    for fmt in ("json", "console"):
+        stream = io.StringIO()
+        configure_logging(LoggingConfig(level="info", format=fmt), stream,
+                          log_dir=tmp_path / fmt, secrets=AWKWARD)
+        try:
+            log = structlog.get_logger("t")
+            for secret in AWKWARD:
+                log.info("field", url=f"https://x/bot{secret}/m", nested={"a": [secret]})
+                log.info(f"in the event itself {secret}")
+                log.warning("an object", error=RuntimeError(f"refused {secret}"))
+                try:
+                    raise ValueError(f"bad {secret}")
+                except ValueError:
+                    log.exception("with a traceback")
+                logging.getLogger("httpx").warning("library says %s", secret)
+                try:
+                    raise OSError(f"library traceback {secret}")
+                except OSError:
+                    logging.getLogger("aiohttp").exception("library failed")
+            written = stream.getvalue() + (tmp_path / fmt / "homing.log").read_text()
+        finally:
+            configure_logging(LoggingConfig(level="info"))
+        for secret in AWKWARD:
+            forms = {secret, json.dumps(secret)[1:-1], repr(secret)[1:-1],
+                     json.dumps(secret, ensure_ascii=False)[1:-1]}
+            assert not [f for f in forms if f in written], (fmt, secret)
+        assert written.count("***") >= 6 * len(AWKWARD)

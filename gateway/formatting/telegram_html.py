@@ -68,7 +68,10 @@ def plain_fallback(source: str, limit: int = 4096) -> str:
     only what it shows when the Markdown (long link targets) would not fit."""
     if utf16_len(source) <= limit:
         return source
-    return visible_text(render(source))[:limit]
+    shown = visible_text(render(source))
+    while utf16_len(shown) > limit:
+        shown = shown[:max(1, len(shown) - (utf16_len(shown) - limit))]
+    return shown
 
 
 def render(text: str) -> str:

@@ -12,7 +12,9 @@ from markdown_it.utils import EnvType, OptionsDict
 
 from .markdown import new_parser
 
-_parser = new_parser()
+# an image in the agent's text would be fetched by every tab that shows it (a URL can
+# carry data out): shown as the Markdown it is written in
+_parser = new_parser().disable("image")
 
 
 def render(text: str) -> str:

@@ -23,7 +23,8 @@ import structlog
 import yarl
 
 from ..attachments import FILES, IncomingFile, fetch_url
-from ..config import DiscordConfig
+from ..auth import ROLES
+from ..config import DiscordConfig, secret
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..formatting.discord_text import NO_MENTIONS, message_parts
 from ..route import Route
@@ -96,7 +97,7 @@ class DiscordAdapter(Adapter):
         try:
             while True:
                 try:
-                    await client.login(self.config.token or "")
+                    await client.login(secret(self.config.token) or "")
                     break
                 except discord.LoginFailure:
                     log.error("discord_login_failed", hint="check platforms.discord.token; "
@@ -239,10 +240,6 @@ class DiscordAdapter(Adapter):
             return  # other bots and our own messages are never served
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return
-        if not self._allowed(message):
-            log.info("discord_message_unauthorized", user_id=message.author.id,
-                     channel_id=message.channel.id)
-            return
         if message.guild is not None and not self._wanted_in_channel(message):
             return
         kind, parent = await self._channel_kind(message)
@@ -251,22 +248,20 @@ class DiscordAdapter(Adapter):
         try:
             files = [IncomingFile("attachment", a.filename, a.content_type, a.size, a.url)
                      for a in message.attachments]
+            # facts only: who may talk is decided in one place (gateway/auth.py)
+            metadata: dict[str, Any] = {
+                ROLES: [str(r.id) for r in getattr(message.author, "roles", [])]}
+            if files:
+                metadata[FILES] = [f.to_dict() for f in files]
             received = self._runner.receive(
                 MessageEvent(text=self._without_mention(message.content), route=route,
-                             message_id=str(message.id),
-                             metadata={FILES: [f.to_dict() for f in files]} if files else {}),
+                             message_id=str(message.id), metadata=metadata),
                 platform_id=str(message.id), sent_at=message.created_at.timestamp())
         except GatewayClosed:
             log.info("discord_message_refused_while_stopping", channel_id=route.chat_id)
             return
         if catching_up:
             await received.journaled  # in order, one after another
-
-    def _allowed(self, message: discord.Message) -> bool:
-        if str(message.author.id) in self.config.allowed_users:
-            return True
-        roles = {str(r.id) for r in getattr(message.author, "roles", [])}
-        return bool(roles & set(self.config.allowed_roles))
 
     def _wanted_in_channel(self, message: discord.Message) -> bool:
         if not self.config.require_mention:
@@ -377,7 +372,9 @@ class DiscordAdapter(Adapter):
 
     async def download(self, file: IncomingFile) -> AsyncIterator[bytes]:
         """An attachment from its URL (Discord's CDN), in chunks."""
-        return fetch_url(file.ref)
+        hosts = {"cdn.discordapp.com", "media.discordapp.net",
+                 yarl.URL(self.config.api_base).host or ""}
+        return fetch_url(file.ref, hosts)
 
     @property
     def client(self) -> discord.Client | None:

@@ -39,7 +39,7 @@ from telegram.ext import Application, ApplicationBuilder
 from telegram.request import HTTPXRequest
 
 from ..attachments import FILES, FileRefused, IncomingFile
-from ..config import TelegramConfig
+from ..config import TelegramConfig, secret
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..formatting.telegram_html import (
     cannot_parse,
@@ -93,7 +93,7 @@ class TelegramAdapter(Adapter):
     async def connect(self, runner: GatewayRunner) -> None:
         """Start in the background: a Telegram outage must not hold up the daemon."""
         self._runner = runner
-        self._app = (ApplicationBuilder().token(self.config.token or "")
+        self._app = (ApplicationBuilder().token(secret(self.config.token) or "")
                      .base_url(self.config.base_url).base_file_url(self.config.base_file_url)
                      .get_updates_request(SkippingMalformedUpdates(read_timeout=15.0))
                      .build())
@@ -260,9 +260,7 @@ class TelegramAdapter(Adapter):
             return None
 
     def _wanted_in_group(self, message: Any) -> bool:
-        chat_id = str(message.chat.id)
-        if self.config.allowed_chats and chat_id not in self.config.allowed_chats:
-            return False
+        """Addressed to the bot at all (whether the chat is served is gateway/auth.py's)."""
         if not self.config.require_mention:
             return True
         text: str = message.text or message.caption or ""

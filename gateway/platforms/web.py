@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import structlog
 from aiohttp import WSMsgType, web
 
-from ..config import WebConfig
+from ..config import WebConfig, secret
 from ..conversations import line_json
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..formatting.web_html import render as render_html
@@ -49,6 +49,10 @@ _TRANSPORT_LIMIT = 16 * 1024 * 1024
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _FRAME_ID = re.compile(r"^.{1,64}$", re.DOTALL)
 _LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+#: the page loads nothing from elsewhere: whatever a message says cannot make it
+_PAGE_POLICY = ("default-src 'self'; img-src 'self' data: blob:; "
+                "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; "
+                "connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'")
 
 
 class WebAdapter(Adapter):
@@ -263,7 +267,8 @@ class WebAdapter(Adapter):
 
     async def _index(self, request: web.Request) -> web.Response:
         page = resources.files("gateway.platforms").joinpath("web_static/index.html")
-        return web.Response(text=page.read_text(encoding="utf-8"), content_type="text/html")
+        return web.Response(text=page.read_text(encoding="utf-8"), content_type="text/html",
+                            headers={"Content-Security-Policy": _PAGE_POLICY})
 
     async def _list_sessions(self, request: web.Request) -> web.Response:
         archived = request.query.get("archived", "exclude")
@@ -311,7 +316,7 @@ class WebAdapter(Adapter):
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        expected = self.config.token
+        expected = secret(self.config.token)
         if expected and request.path == "/":
             pass  # the page holds no secret: it asks for the token (sign-in form)
         elif expected:

@@ -13,7 +13,7 @@ import mimetypes
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from aiohttp import BodyPartReader, web
 
@@ -44,7 +44,7 @@ def file_routes(runner: Callable[[], GatewayRunner],
             if not isinstance(part, BodyPartReader):
                 continue
             if part.name == "text":
-                text = (await part.read(decode=True)).decode("utf-8", "replace")[:_MAX_TEXT]
+                text = await _bounded_text(part)
             elif part.name == "file" and saved is None:
                 file = IncomingFile("upload", part.filename or "upload",
                                     part.headers.get("Content-Type"), None, "")
@@ -62,21 +62,26 @@ def file_routes(runner: Callable[[], GatewayRunner],
         try:
             received = gateway.receive(event)
         except GatewayClosed:
+            Path(str(saved.path)).unlink(missing_ok=True)
             raise error(503, "the gateway is shutting down; try again shortly") from None
         if await received.journaled == "failed":
+            Path(str(saved.path)).unlink(missing_ok=True)
             raise error(503, "the upload could not be recorded; send it again")
         return web.json_response({"file": saved.to_dict()})
 
     async def download(request: web.Request) -> web.StreamResponse:
         """A file the agent posted (or anyone sent), by path: only inside the roots."""
         gateway = runner()
-        roots = [*gateway.config.send_roots, gateway.config.files_dir.resolve()]
+        files = gateway.config.files_dir
+        roots = [*gateway.config.send_roots,
+                 *(d.resolve() for d in files.glob("web-*") if d.is_dir())]
         try:
             path = sendable(request.query.get("path", ""), roots, 2**62)
         except FileRefused as exc:
             raise error(404, str(exc)) from None
         return web.FileResponse(path, headers={
-            "Content-Disposition": f'attachment; filename="{path.name}"'})
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(path.name)}",
+            "X-Content-Type-Options": "nosniff"})
 
     return [web.post("/api/sessions/{id}/files", upload), web.get("/api/files", download)]
 
@@ -86,6 +91,15 @@ def file_json(path: Path) -> dict[str, object]:
     return {"name": path.name, "size": path.stat().st_size,
             "type": mimetypes.guess_type(path.name)[0] or "application/octet-stream",
             "url": f"/api/files?{urlencode({'path': str(path)})}"}
+
+
+async def _bounded_text(part: BodyPartReader) -> str:
+    data = b""
+    while chunk := await part.read_chunk(_CHUNK):
+        data += chunk
+        if len(data) > _MAX_TEXT:
+            break  # what is typed with a file is a line or two: the rest is not read
+    return data[:_MAX_TEXT].decode("utf-8", "replace")
 
 
 async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
