@@ -22,6 +22,7 @@ from gateway.commands import CompressionFailed, parse_command
 from gateway.config import AgentConfig
 from gateway.events import MessageKind, SendResult
 from gateway.notifications import Notification
+from gateway.pairing import APPROVED_KIND
 from gateway.turn import Turn
 from tools.delegation import SubAgent
 
@@ -35,6 +36,9 @@ from .transcription import Transcriber
 from .wire import wire_messages
 
 log = structlog.get_logger(__name__)
+
+#: notifications that are the gateway's own words, posted as they are
+GATEWAY_NOTES = frozenset({"schedule_note", APPROVED_KIND})
 
 SYSTEM_PROMPT = """\
 You are the assistant behind Homing, a chat gateway: people talk to you from Telegram, \
@@ -113,7 +117,7 @@ class ModelAgent:
                 *({"type": "image_file", "path": f.path, "mime": f.mime} for f in images)]
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
-        if notification.kind == "schedule_note":  # the gateway's own word: no model turn
+        if notification.kind in GATEWAY_NOTES:  # the gateway's own words: no model turn
             await _post_notice(turn, notification)
             return
         lineage = await turn.runner.store.lineage(turn.session.id)

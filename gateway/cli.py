@@ -358,18 +358,22 @@ def _service(config: Config, args: argparse.Namespace) -> int:
 
 
 def _pairing_approve(config: Config, args: argparse.Namespace) -> int:
-    from .pairing import Pairing, PairingError
+    from .pairing import Pairing, PairingError, PairingRequest, tell_approved
 
     if not _existing_store(config):
         return 1
+    async def approve(store: SessionStore) -> tuple[PairingRequest, bool]:
+        request = await Pairing(store.db).approve(args.platform, args.code)
+        return request, await tell_approved(store, config, request)
+
     try:
-        request = _with_store(config, lambda store: Pairing(store.db).approve(
-            args.platform, args.code))
+        request, told = _with_store(config, approve)
     except PairingError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return 1
     who = f"@{request.user_name}" if request.user_name else "the user"
-    print(f"approved {who} (id {request.user_id}) on {request.platform}")
+    print(f"approved {who} (id {request.user_id}) on {request.platform}"
+          + ("; they are told so in their chat" if told else ""))
     return 0
 
 

@@ -253,6 +253,10 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (platform, username)
     );
     """,
+    # 16: where a pairing code was asked for, so the approved user is told they are in
+    """
+    ALTER TABLE pairing_codes ADD COLUMN route TEXT;
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

@@ -8,13 +8,20 @@ so a stranger cannot make the bot spam or fill the database.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
 from .database import Database
+from .route import Route
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .store import SessionStore
 
 log = structlog.get_logger(__name__)
 
@@ -33,6 +40,8 @@ class PairingRequest:
     user_id: str
     user_name: str | None
     expires_at: float
+    #: where the user asked (their direct message), to tell them they are in
+    route: Route | None = None
 
 
 class Pairing:
@@ -87,10 +96,11 @@ class Pairing:
             "ORDER BY approved_at")
         return [tuple(r) for r in rows]  # type: ignore[misc]
 
-    async def request(self, platform: str, user_id: str, user_name: str | None
-                      ) -> PairingRequest | None:
+    async def request(self, platform: str, user_id: str, user_name: str | None,
+                      route: Route | None = None) -> PairingRequest | None:
         """The code to send this user now, or None when nothing should be sent."""
         now = time.time()
+        where = json.dumps(route.to_dict()) if route is not None else None
 
         def issue(conn) -> PairingRequest | None:
             mine = conn.execute(
@@ -101,8 +111,8 @@ class Pairing:
                 code, last_sent, expires = mine
                 if now - last_sent < self.reminder:
                     return None  # rate limited: they have the code already
-                conn.execute("UPDATE pairing_codes SET last_sent_at = ? WHERE code = ?",
-                             (now, code))
+                conn.execute("UPDATE pairing_codes SET last_sent_at = ?, "
+                             "route = COALESCE(?, route) WHERE code = ?", (now, where, code))
                 return PairingRequest(code, platform, user_id, user_name, expires)
             (pending,) = conn.execute(
                 "SELECT COUNT(*) FROM pairing_codes WHERE platform = ? AND approved_at IS NULL "
@@ -112,8 +122,8 @@ class Pairing:
             code = "".join(secrets.choice(_ALPHABET) for _ in range(CODE_LENGTH))
             conn.execute(
                 "INSERT INTO pairing_codes (code, platform, user_id, user_name, created_at, "
-                "last_sent_at, expires_at) VALUES (?,?,?,?,?,?,?)",
-                (code, platform, user_id, user_name, now, now, now + self.ttl))
+                "last_sent_at, expires_at, route) VALUES (?,?,?,?,?,?,?,?)",
+                (code, platform, user_id, user_name, now, now, now + self.ttl, where))
             return PairingRequest(code, platform, user_id, user_name, now + self.ttl)
 
         request = await self.db.write(issue)
@@ -133,7 +143,7 @@ class Pairing:
 
         def approve(conn) -> PairingRequest:
             row = conn.execute(
-                "SELECT code, platform, user_id, user_name, expires_at, approved_at "
+                "SELECT code, platform, user_id, user_name, expires_at, approved_at, route "
                 "FROM pairing_codes WHERE code = ?", (wanted,)).fetchone()
             if row is None or row[1] != platform:
                 raise PairingError(f"no pairing code {wanted} for {platform}")
@@ -145,7 +155,8 @@ class Pairing:
             conn.execute("UPDATE pairing_codes SET approved_at = ? WHERE code = ?", (now, wanted))
             conn.execute("INSERT OR REPLACE INTO approved_users (platform, user_id, user_name, "
                          "approved_at) VALUES (?,?,?,?)", (platform, row[2], row[3], now))
-            return PairingRequest(row[0], row[1], row[2], row[3], row[4])
+            route = Route.from_dict(json.loads(row[6])) if row[6] else None
+            return PairingRequest(row[0], row[1], row[2], row[3], row[4], route)
 
         return await self.db.write(approve)
 
@@ -161,3 +172,28 @@ def pairing_message(request: PairingRequest) -> str:
     return (f"Hello! I don't know you yet. To be let in, ask the operator of this bot to "
             f"run:\n\nhoming pairing approve {request.platform} {request.code}\n\n"
             f"The code is valid for {minutes} minutes.")
+
+
+#: the notification kind that tells an approved user they are in (the gateway's words)
+APPROVED_KIND = "pairing_approved"
+
+
+async def tell_approved(store: SessionStore, config: Config, request: PairingRequest) -> bool:
+    """Queue "you are in" for the user, in the direct message they asked from, through
+    the outbox (the daemon, another process, delivers it). False when the route is not
+    known (a code issued by an older version)."""
+    from .notifications import NewNotification, ReturnAddress
+    from .outbox import Outbox
+    from .session_key import build_session_key
+
+    route = request.route
+    if route is None:
+        return False
+    key = build_session_key(route, group_sessions_per_user=config.sessions.group_sessions_per_user,
+                            thread_sessions_per_user=config.sessions.thread_sessions_per_user)
+    session = await store.get_or_create(key, route)
+    await Outbox(store.db).produce([NewNotification(
+        idempotency_key=f"pairing:{request.code}", kind=APPROVED_KIND,
+        address=ReturnAddress(key, session.id, route),
+        text="You are in: your pairing code was approved. Send /help to see what I can do.")])
+    return True

@@ -298,7 +298,8 @@ class GatewayRunner:
         if (self.pairing is None or adapter is None or not adapter.supports_pairing
                 or route.chat_type != "dm" or route.user_id is None):
             return
-        request = await self.pairing.request(route.platform, route.user_id, route.user_name)
+        request = await self.pairing.request(route.platform, route.user_id, route.user_name,
+                                             route)
         if request is not None:
             await adapter.send(route, pairing_message(request), kind="system")
 

@@ -43,3 +43,16 @@ async def test_expired_codes_are_refused(store: SessionStore) -> None:
     request = await pairing.request("telegram", "7", None)
     with pytest.raises(PairingError, match="expired"):
         await pairing.approve("telegram", request.code)
+
+
+async def test_a_revoked_user_is_out_at_once_even_for_a_running_daemon(
+        store: SessionStore) -> None:
+    daemon, cli = Pairing(store.db), Pairing(store.db)
+    request = await daemon.request("telegram", "7", "bob")
+    assert request is not None
+    await cli.approve("telegram", request.code)
+    assert await daemon.is_approved("telegram", "7")
+    assert [(p, u, n) for p, u, n, _ in await cli.approved()] == [("telegram", "7", "bob")]
+    assert await cli.revoke("telegram", "7") and not await cli.revoke("telegram", "7")
+    assert not await daemon.is_approved("telegram", "7")  # no stale cache in the daemon
+    assert await cli.approved() == []

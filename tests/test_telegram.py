@@ -135,9 +135,12 @@ async def test_unknown_users_pair_in_a_dm_and_are_ignored_in_groups(
     exit_code, out, err = await run_cli("pairing", "approve", "telegram", code,
                                         env=_env(tmp_path / "home"))
     assert exit_code == 0, err
-    assert "@bob" in out
+    assert "@bob" in out and "they are told so" in out
+    # told in their chat, by the daemon, once (the CLI only queued it)
+    await eventually(lambda: len(fake.sent) == 2, timeout=15, what="the welcome")
+    assert fake.sent[1].chat_id == stranger and fake.sent[1].text.startswith("You are in")
     fake.user_message(chat_id=stranger, user_id=stranger, username="bob", text="let me in")
-    await eventually(lambda: len(fake.sent) == 2, what="the reply to the approved user")
+    await eventually(lambda: len(fake.sent) == 3, what="the reply to the approved user")
     assert fake.sent[-1].text.startswith("Received: let me in")
     assert to(fake, GROUP) == []
 
