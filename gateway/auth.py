@@ -7,9 +7,15 @@ inside the daemon.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .config import Config
 from .events import MessageEvent
+from .pairing import pairing_message
+
+if TYPE_CHECKING:
+    from .pairing import Pairing
+    from .platforms.base import Adapter
 
 #: a message's metadata key for the Discord roles its author has (role ids)
 ROLES = "roles"
@@ -47,5 +53,30 @@ def authorize(event: MessageEvent, config: Config, *, vouched: bool) -> Verdict:
     return Verdict(False)
 
 
-def is_authorized(event: MessageEvent, config: Config, *, vouched: bool) -> bool:
-    return authorize(event, config, vouched=vouched).allowed
+async def admitted(event: MessageEvent, config: Config, adapter: Adapter | None,
+                   pairing: Pairing | None) -> bool:
+    """:func:`authorize`, with what the store knows: paired users, and which user id an
+    ``@username`` entry belongs to."""
+    vouched = adapter is not None and adapter.authenticates_users
+    verdict = authorize(event, config, vouched=vouched)
+    if verdict.allowed and verdict.by_username is None:
+        return True
+    if pairing is None:
+        return verdict.allowed
+    if verdict.by_username is not None:
+        # a username can change hands: the first user seen with it keeps it
+        return await pairing.pin(event.route.platform, verdict.by_username,
+                                 event.route.user_id)
+    return await pairing.is_approved(event.route.platform, event.route.user_id)
+
+
+async def offer_pairing(event: MessageEvent, adapter: Adapter | None,
+                        pairing: Pairing | None) -> None:
+    """An unknown user in a direct message may ask to be let in; in groups: silence."""
+    route = event.route
+    if (pairing is None or adapter is None or not adapter.supports_pairing
+            or route.chat_type != "dm" or route.user_id is None):
+        return
+    request = await pairing.request(route.platform, route.user_id, route.user_name, route)
+    if request is not None:
+        await adapter.send(route, pairing_message(request), kind="system")

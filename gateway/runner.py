@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from .attachments import take_files, transcript_text
-from .auth import authorize
+from .auth import admitted, offer_pairing
 from .commands import parse_command, run_gateway_command
 from .config import Config
 from .context import SessionContext, session_context
@@ -29,7 +29,7 @@ from .lanes import Lane, Lanes, Work
 from .metrics import Metrics
 from .notifications import Notification
 from .outgoing_files import post_artifact, send_file
-from .pairing import Pairing, pairing_message
+from .pairing import Pairing
 from .replay import Replay
 from .route import Route
 from .session_key import build_session_key
@@ -170,10 +170,11 @@ class GatewayRunner:
 
     async def _journal(self, key: str, event: MessageEvent, platform_id: str | None,
                        sent_at: float | None) -> JournalEntry | Taken:
-        if not await self._authorized(event):
+        adapter = self.adapters.get(event.route.platform)
+        if not await admitted(event, self.config, adapter, self.pairing):
             log.info("message_unauthorized", platform=event.route.platform,
                      chat_id=event.route.chat_id, user_id=event.route.user_id)
-            await self._offer_pairing(event)
+            await offer_pairing(event, adapter, self.pairing)
             return "unauthorized"
         entry = await self.inbound.record(event, key, platform_id=platform_id, sent_at=sent_at)
         if entry is None:
@@ -276,32 +277,6 @@ class GatewayRunner:
                     await self._apologise(turn)
                     return "failed"
         return "handled"
-
-    async def _authorized(self, event: MessageEvent) -> bool:
-        adapter = self.adapters.get(event.route.platform)
-        vouched = adapter is not None and adapter.authenticates_users
-        verdict = authorize(event, self.config, vouched=vouched)
-        if verdict.allowed and verdict.by_username is None:
-            return True
-        if self.pairing is None:
-            return verdict.allowed
-        if verdict.by_username is not None:
-            # a username can change hands: the first user seen with it keeps it
-            return await self.pairing.pin(event.route.platform, verdict.by_username,
-                                          event.route.user_id)
-        return await self.pairing.is_approved(event.route.platform, event.route.user_id)
-
-    async def _offer_pairing(self, event: MessageEvent) -> None:
-        """An unknown user in a direct message may ask to be let in; in groups: silence."""
-        adapter = self.adapters.get(event.route.platform)
-        route = event.route
-        if (self.pairing is None or adapter is None or not adapter.supports_pairing
-                or route.chat_type != "dm" or route.user_id is None):
-            return
-        request = await self.pairing.request(route.platform, route.user_id, route.user_name,
-                                             route)
-        if request is not None:
-            await adapter.send(route, pairing_message(request), kind="system")
 
     async def notification_turn(
             self, session: SessionEntry, route: Route, notification: Notification,
