@@ -18,10 +18,12 @@ from typing import Any
 
 from aiohttp import web
 
+from .discord_components import component_errors
 from .discord_files import PayloadTooLarge, SentFile, read_message_payload
 
 __all__ = ["MAX_MESSAGE_LENGTH", "ApiError", "DiscordRest", "EditRecord", "Failure",
-           "SentRecord", "json_response", "now_iso"]
+           "SentRecord", "check_components", "check_content", "json_response", "now_iso",
+           "public_message"]
 
 JSON = dict[str, Any]
 
@@ -107,7 +109,8 @@ class DiscordRest:
     @web.middleware
     async def _rest_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            if request.path.startswith("/api/") \
+            # interaction callbacks are authorised by the interaction's token, as on Discord
+            if request.path.startswith("/api/") and "/interactions/" not in request.path \
                     and request.headers.get("Authorization") != f"Bot {self.token}":
                 raise ApiError(401, 0, "401: Unauthorized")
             response = await handler(request)
@@ -173,8 +176,9 @@ class DiscordRest:
         metadata = _unlocked_thread_metadata(channel)
         content = payload.get("content")
         content = None if content is None else str(content)
-        _check_content(content, has_more=bool(payload.get("embeds") or files
-                                              or payload.get("sticker_ids")))
+        components = check_components(payload.get("components"))
+        check_content(content, has_more=bool(payload.get("embeds") or files or components
+                                             or payload.get("sticker_ids")))
         reference = payload.get("message_reference") or None
         ref_id = int(reference["message_id"]) if reference and reference.get("message_id") else None
         if ref_id is not None and reference.get("fail_if_not_exists", True):
@@ -193,12 +197,13 @@ class DiscordRest:
                         and int(earlier["channel_id"]) == channel_id
                         and time.time() - earlier["_created"] < NONCE_WINDOW_SECONDS):
                     self.nonce_hits += 1
-                    return json_response(_public(earlier))
+                    return json_response(public_message(earlier))
         if metadata is not None:
             metadata["archived"] = False  # posting reopens an archived (unlocked) thread
 
         message = self._message(channel_id, content or "", self.bot_user, mentions=[])
         message["embeds"] = payload.get("embeds") or []
+        message["components"] = components
         message["attachments"] = self._attachments_from(channel_id, files)
         if payload.get("nonce") is not None:
             message["nonce"] = payload["nonce"]
@@ -213,7 +218,7 @@ class DiscordRest:
                                     message_id=int(message["id"]), raw=payload,
                                     files=[f.filename for f in files], attachments=files))
         self._wake("sent")
-        return json_response(_public(message))
+        return json_response(public_message(message))
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         """PATCH a message: the bot's own only; the fields it sends replace the old ones."""
@@ -229,18 +234,20 @@ class DiscordRest:
         kept = {str(a.get("id")) for a in payload.get("attachments") or []}
         attachments = message["attachments"] if "attachments" not in payload \
             else [a for a in message["attachments"] if a["id"] in kept]
-        _check_content(content, has_more=bool(embeds or attachments or files
-                                              or message.get("sticker_items")))
+        components = check_components(payload["components"]) if "components" in payload \
+            else message["components"]
+        check_content(content, has_more=bool(embeds or attachments or files or components
+                                             or message.get("sticker_items")))
         if metadata is not None:
             metadata["archived"] = False  # as a post, an edit reopens an archived thread
 
         attachments = attachments + self._attachments_from(channel_id, files)
         message.update(content=content, embeds=embeds, attachments=attachments,
-                       edited_timestamp=now_iso())
+                       components=components, edited_timestamp=now_iso())
         self.edits.append(EditRecord(channel_id=channel_id, message_id=int(message["id"]),
                                      content=content, payload=payload))
         self._wake("edits")
-        return json_response(_public(message))
+        return json_response(public_message(message))
 
     async def _delete_message(self, request: web.Request) -> web.Response:
         """DELETE a message: 204. Others' messages too (the bot's role may manage
@@ -274,7 +281,7 @@ class DiscordRest:
                 ids = [i for i in ids if i < int(request.query["before"])]
             ids = ids[-limit:]
         self.history_requests += 1
-        return json_response([_public(self._messages[i]) for i in reversed(ids)])
+        return json_response([public_message(self._messages[i]) for i in reversed(ids)])
 
     # ------------------------------------------------------------------ helpers
 
@@ -300,7 +307,7 @@ class DiscordRest:
 
 # ---------------------------------------------------------------------- module helpers
 
-def _public(message: JSON) -> JSON:
+def public_message(message: JSON) -> JSON:
     """A message as the API shows it (without the fake's own bookkeeping)."""
     return {k: v for k, v in message.items() if not k.startswith("_")}
 
@@ -328,6 +335,14 @@ def _consume_failure(failures: list[Failure], channel_id: int) -> None:
             raise ApiError(failure.status, failure.code, failure.message)
 
 
+def check_components(components: Any) -> list[JSON]:
+    """A message's components (none: ``[]``), or Discord's 400 Invalid Form Body."""
+    errors = component_errors(components)
+    if errors is not None:
+        raise ApiError(400, 50035, "Invalid Form Body", extra={"errors": errors})
+    return list(components or [])
+
+
 def _unlocked_thread_metadata(channel: JSON) -> JSON | None:
     """A thread's metadata (None for a channel); a locked thread takes no posts or edits."""
     metadata = channel.get("thread_metadata")
@@ -336,7 +351,7 @@ def _unlocked_thread_metadata(channel: JSON) -> JSON | None:
     return metadata
 
 
-def _check_content(content: str | None, *, has_more: bool) -> None:
+def check_content(content: str | None, *, has_more: bool) -> None:
     """A message needs content or something else (``has_more``), and at most 2000 chars."""
     if not content and not has_more:
         raise ApiError(400, 50006, "Cannot send an empty message")

@@ -48,10 +48,15 @@ Behaviour worth knowing when writing tests:
   content rules of a post; a delete answers 204. The bot's own posts, edits and
   deletes are not echoed on the gateway (no MESSAGE_CREATE/UPDATE/DELETE).
 
-The REST API's handlers and checks live in ``discord_rest``, attachments and the CDN
-in ``discord_files``, the gateway in ``discord_gateway``; this module holds the fake as
-tests drive it: the world they build (guild, channels, threads, roles), the users'
-messages they send in, and what they read back.
+* Components (buttons, selects) on posts and edits are checked as on Discord
+  (400/50035) and kept with the message; ``press`` clicks one (INTERACTION_CREATE)
+  and the bot answers through ``/interactions/{id}/{token}/callback``.
+
+The REST API's handlers and checks live in ``discord_rest``, message components in
+``discord_components``, button clicks and their answers in ``discord_interactions``,
+attachments and the CDN in ``discord_files``, the gateway in ``discord_gateway``; this
+module holds the fake as tests drive it: the world they build (guild, channels,
+threads, roles), the users' messages they send in, and what they read back.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ from .discord_gateway import (  # noqa: F401 (the intents: re-exported, as befor
     DiscordGateway,
     Session,
 )
+from .discord_interactions import DiscordInteractions, InteractionResponseRecord
 from .discord_rest import (  # noqa: F401 (NONCE_WINDOW_SECONDS: re-exported)
     MAX_MESSAGE_LENGTH,
     NONCE_WINDOW_SECONDS,
@@ -82,7 +88,8 @@ from .discord_rest import (  # noqa: F401 (NONCE_WINDOW_SECONDS: re-exported)
 )
 from .local_server import LocalServer
 
-__all__ = ["FakeDiscord", "SentRecord", "SentFile", "EditRecord", "DISCORD_EPOCH_MS",
+__all__ = ["FakeDiscord", "SentRecord", "SentFile", "EditRecord", "InteractionResponseRecord",
+           "DISCORD_EPOCH_MS",
            "DEFAULT_UPLOAD_LIMIT", "MAX_MESSAGE_LENGTH"]
 
 JSON = dict[str, Any]
@@ -90,7 +97,7 @@ JSON = dict[str, Any]
 DISCORD_EPOCH_MS = 1_420_070_400_000
 
 
-class FakeDiscord(DiscordGateway, DiscordRest, DiscordFiles, LocalServer):
+class FakeDiscord(DiscordGateway, DiscordRest, DiscordInteractions, DiscordFiles, LocalServer):
     """An in-process Discord REST API and gateway on ``127.0.0.1`` (a free port)."""
 
     heartbeat_interval_ms: int = 1000
@@ -135,6 +142,7 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordFiles, LocalServer):
         self._sent_changed = asyncio.Event()
         self._edits_changed = asyncio.Event()
         self._init_files()
+        self._init_interactions()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -166,6 +174,8 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordFiles, LocalServer):
         app.router.add_delete(message, self._delete_message)
         app.router.add_post(f"{api}/channels/{{channel_id:\\d+}}/typing", self._typing)
         app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
+        app.router.add_post(f"{api}/interactions/{{interaction_id:\\d+}}/{{token}}/callback",
+                            self._interaction_callback)
         cdn = "attachments/{channel_id:\\d+}/{attachment_id:\\d+}/{filename}"
         app.router.add_get(f"/{cdn}", self._serve_attachment)
         app.router.add_get(f"/media/{cdn}", self._serve_attachment)

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from .media import image_size
 from .telegram_api import ApiError, Failure, as_int, as_json, consume_failure, error_response
+from .telegram_buttons import inline_markup
 from .telegram_entities import auto_entities, render, utf16_len
 from .telegram_messages import Posted, check_thread
 
@@ -292,7 +293,7 @@ class BotFiles:
             if rendered.entities:
                 message["caption_entities"] = rendered.entities
         self._posted[(chat_id, message["message_id"])] = Posted(
-            message, caption or "", parse_mode, as_json(params.get("reply_markup")))
+            message, caption or "", parse_mode, inline_markup(params.get("reply_markup")))
         self.sent_files.append(FileRecord(
             method=method, chat_id=chat_id, message_thread_id=thread_id,
             reply_to_message_id=reply_to, caption=caption, parse_mode=parse_mode,

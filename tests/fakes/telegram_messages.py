@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .telegram_api import ApiError, Failure, as_int, as_json, consume_failure, message_key
+from .telegram_buttons import inline_markup
 from .telegram_entities import Rendered, render, utf16_len
 
 __all__ = ["MAX_MESSAGE_LENGTH", "BotMessages", "EditRecord", "Posted", "SentRecord",
@@ -67,7 +68,19 @@ class Posted:
     message: JSON  # the Message object the API answers, text and edit_date kept current
     raw_text: str  # the text (or a file's caption) as sent, markup and all
     parse_mode: str | None
-    inline_markup: Any  # the inline keyboard, part of what "not modified" compares
+    inline_markup: JSON | None  # the inline keyboard, part of what "not modified" compares
+
+    def __post_init__(self) -> None:
+        self.set_markup(self.inline_markup)
+
+    def set_markup(self, markup: JSON | None) -> None:
+        """Put on (or, with None, take off) the message's inline keyboard; the Message
+        answered and sent in callback queries carries it as ``reply_markup``."""
+        self.inline_markup = markup
+        if markup is None:
+            self.message.pop("reply_markup", None)
+        else:
+            self.message["reply_markup"] = markup
 
     @property
     def thread_id(self) -> int | None:
@@ -135,6 +148,7 @@ class BotMessages:
         parse_mode = params.get("parse_mode")
 
         consume_failure(self._send_failures, chat_id)
+        markup = inline_markup(params.get("reply_markup"))
         rendered = render(text, parse_mode)
         if not rendered.text.strip():
             raise ApiError(400, "Bad Request: message text is empty")
@@ -147,7 +161,7 @@ class BotMessages:
         if rendered.entities:
             message["entities"] = rendered.entities
         self._posted[(chat_id, message["message_id"])] = Posted(
-            message, text, parse_mode, _inline_markup(params.get("reply_markup")))
+            message, text, parse_mode, markup)
         self.sent.append(SentRecord(chat_id=chat_id, text=text, message_thread_id=thread_id,
                                     reply_to_message_id=reply_to, parse_mode=parse_mode,
                                     message_id=message["message_id"], params=params))
@@ -162,19 +176,15 @@ class BotMessages:
             raise ApiError(400, "Bad Request: MESSAGE_ID_INVALID")  # the fake has none
         chat_id, message_id = message_key(params)
         consume_failure(self._edit_failures, chat_id)
+        markup = inline_markup(params.get("reply_markup"))  # none given: the keyboard goes
         rendered = render(text, parse_mode)
         if not rendered.text.strip():
             raise ApiError(400, "Bad Request: message text is empty")
-        posted = self._posted.get((chat_id, message_id))
-        if posted is None:
-            if (chat_id, message_id) in self._user_messages:
-                raise ApiError(400, "Bad Request: message can't be edited")
-            raise ApiError(400, EDIT_NOT_FOUND)
+        posted = self._editable(chat_id, message_id)
         if not posted.is_text:
             raise ApiError(400, "Bad Request: there is no text in the message to edit")
         if utf16_len(rendered.text) > MAX_MESSAGE_LENGTH:
             raise ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
-        markup = _inline_markup(params.get("reply_markup"))  # none given: the keyboard goes
         current = posted.message
         if (_content(text, parse_mode, rendered), markup) == \
                 (_content(posted.raw_text, posted.parse_mode, None), posted.inline_markup):
@@ -184,12 +194,35 @@ class BotMessages:
         current.pop("entities", None)
         if rendered.entities:
             current["entities"] = rendered.entities
-        posted.raw_text, posted.parse_mode, posted.inline_markup = text, parse_mode, markup
+        posted.raw_text, posted.parse_mode = text, parse_mode
+        posted.set_markup(markup)
         self.edits.append(EditRecord(chat_id=chat_id, message_id=message_id, text=text,
                                      message_thread_id=posted.thread_id,
                                      parse_mode=parse_mode, params=params))
         self._wake("edits")
         return dict(current)
+
+    async def _edit_message_reply_markup(self, params: dict[str, Any]) -> JSON:
+        """Only the keyboard changes (not recorded in ``edits``); none given removes it."""
+        if "inline_message_id" in params and "chat_id" not in params:
+            raise ApiError(400, "Bad Request: MESSAGE_ID_INVALID")
+        chat_id, message_id = message_key(params)
+        markup = inline_markup(params.get("reply_markup"))
+        posted = self._editable(chat_id, message_id)
+        if markup == posted.inline_markup:
+            raise ApiError(400, NOT_MODIFIED)
+        posted.set_markup(markup)
+        posted.message["edit_date"] = int(time.time())
+        return dict(posted.message)
+
+    def _editable(self, chat_id: int, message_id: int) -> Posted:
+        """The bot's message an edit names; a user's "can't be edited", others not found."""
+        posted = self._posted.get((chat_id, message_id))
+        if posted is None:
+            if (chat_id, message_id) in self._user_messages:
+                raise ApiError(400, "Bad Request: message can't be edited")
+            raise ApiError(400, EDIT_NOT_FOUND)
+        return posted
 
     async def _delete_message(self, params: dict[str, Any]) -> bool:
         """The bot's own messages, and users' (as an admin, or in a private chat)."""
@@ -218,12 +251,6 @@ class BotMessages:
 
 
 # ---------------------------------------------------------------------- module helpers
-
-def _inline_markup(value: Any) -> Any:
-    """A message keeps an inline keyboard only (a reply keyboard belongs to the chat)."""
-    markup = as_json(value)
-    return markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
-
 
 def _content(text: str, parse_mode: str | None,
              rendered: Rendered | None) -> tuple[str, list[JSON], str | None]:

@@ -14,6 +14,7 @@ delete messages (see ``/work/shared/notes/platform-fakes.md``)::
     photo = fake.user_photo(chat_id=7, data=png(), caption="look")["photo"]  # media.png
     file = await app.bot.get_file(photo[-1]["file_id"])  # then file.download_as_bytearray()
     await app.bot.send_document(7, b"...", filename="a.txt")  # recorded in fake.sent_files
+    query_id = fake.press(7, 1, "approve")  # a tap on a button: a callback_query update
     await fake.stop()
 
 Protocol as on Telegram: ``POST /bot<TOKEN>/<method>`` with a form-encoded
@@ -34,7 +35,8 @@ limit counts the text a user sees.
 The bot's messages (sending, editing, deleting, what a user sees) live in
 ``telegram_messages``, HTML parsing in ``telegram_entities``, files (users' photos,
 documents, voice, audio and video; getFile and downloads; sendPhoto and sendDocument)
-in ``telegram_files``, the Bot API's parameters and errors in ``telegram_api``; this
+in ``telegram_files``, inline keyboards, taps and answerCallbackQuery in
+``telegram_buttons``, the Bot API's parameters and errors in ``telegram_api``; this
 module holds the server as tests drive it: updates in, long polling, commands,
 scripted failures and the waits.
 """
@@ -59,6 +61,7 @@ from .telegram_api import (
     read_params,
     scripted_failure,
 )
+from .telegram_buttons import BotButtons, CallbackAnswer
 from .telegram_entities import auto_entities
 from .telegram_files import MAX_UPLOAD_SIZE, BotFiles, FileRecord, StoredFile
 from .telegram_messages import (  # noqa: F401 (the constants: re-exported, as before the split)
@@ -74,12 +77,13 @@ from .telegram_messages import (  # noqa: F401 (the constants: re-exported, as b
     utf16_len,
 )
 
-__all__ = ["EditRecord", "FakeTelegram", "FileRecord", "SentRecord", "StoredFile", "utf16_len"]
+__all__ = ["CallbackAnswer", "EditRecord", "FakeTelegram", "FileRecord", "SentRecord",
+           "StoredFile", "utf16_len"]
 
 JSON = dict[str, Any]
 
 
-class FakeTelegram(BotMessages, BotFiles, LocalServer):
+class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
     """An in-process Bot API server on ``127.0.0.1`` (a free port, picked on start)."""
 
     max_poll_hold: float = 5.0
@@ -115,6 +119,7 @@ class FakeTelegram(BotMessages, BotFiles, LocalServer):
         self._edits_changed = asyncio.Event()
         self._closing = asyncio.Event()
         self._init_files()
+        self._init_buttons()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -390,6 +395,8 @@ class FakeTelegram(BotMessages, BotFiles, LocalServer):
         "getupdates": _get_updates,
         "sendmessage": BotMessages._send_message,
         "editmessagetext": BotMessages._edit_message_text,
+        "editmessagereplymarkup": BotMessages._edit_message_reply_markup,
+        "answercallbackquery": BotButtons._answer_callback_query,
         "deletemessage": BotMessages._delete_message,
         "setmycommands": _set_my_commands,
         "getmycommands": _get_my_commands,
