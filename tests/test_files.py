@@ -184,6 +184,13 @@ async def test_send_posts_a_file_in_topic_42_and_refuses_one_outside_the_roots(
             telegram.user_message(text=f"/send {outside}", **topic)
             photo, document = await telegram.wait_for_files(2, timeout=10)
             (refusal,) = await telegram.wait_for_sent(1, timeout=10)
+            # 1×40: Telegram will not take it as a photo; it goes as a document
+            (root / "strip.png").write_bytes(_png(1, 40))
+            telegram.user_message(text=f"/send {root / 'strip.png'}", **topic)
+            *_, strip = await telegram.wait_for_files(3, timeout=10)
+    assert (strip.method, strip.filename, strip.message_thread_id) == (
+        "sendDocument", "strip.png", 42)
+    assert len(telegram.sent) == 1  # no error message: the file went
     assert (photo.method, photo.message_thread_id, photo.caption) == ("sendPhoto", 42,
                                                                       "the chart")
     assert (document.method, document.filename, document.data) == (

@@ -57,6 +57,8 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 _PHOTO_TYPES = {".jpg", ".jpeg", ".png", ".webp"}
 #: Telegram takes photos up to 10 MB; a larger image goes as a document
 _PHOTO_LIMIT = 10 * 1024 * 1024
+#: how Telegram refuses an image as a photo (then it goes as a document)
+_NOT_A_PHOTO = ("PHOTO_INVALID_DIMENSIONS", "IMAGE_PROCESS_FAILED", "PHOTO_SAVE_FILE_INVALID")
 
 
 async def post_file(bot: Bot, arguments: dict[str, Any], path: Path,
@@ -64,10 +66,17 @@ async def post_file(bot: Bot, arguments: dict[str, Any], path: Path,
     """Send ``path`` as a photo (an image Telegram takes as one) or a document; the
     message id. ``arguments``: the chat, topic and reply anchor (send_arguments)."""
     photo = path.suffix.lower() in _PHOTO_TYPES and path.stat().st_size <= _PHOTO_LIMIT
+    if photo:
+        try:
+            with path.open("rb") as data:
+                message = await bot.send_photo(photo=data, caption=caption, **arguments)
+            return str(message.message_id)
+        except BadRequest as exc:
+            if not any(word in exc.message.upper() for word in _NOT_A_PHOTO):
+                raise
+            # an image Telegram will not take as a photo (its sides, its format) still
+            # goes, as the file it is
     with path.open("rb") as data:
-        if photo:
-            message = await bot.send_photo(photo=data, caption=caption, **arguments)
-        else:
-            message = await bot.send_document(document=data, filename=path.name,
-                                              caption=caption, **arguments)
+        message = await bot.send_document(document=data, filename=path.name,
+                                          caption=caption, **arguments)
     return str(message.message_id)
