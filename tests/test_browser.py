@@ -22,6 +22,7 @@ import pytest
 from gateway.daemon import Gateway, running_gateway
 
 from .conftest import make_config
+from .fakes.media import png
 from .model_support import web_base
 
 CHROMIUM = os.environ.get("HOMING_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -104,21 +105,6 @@ async def until(condition: Callable[[], bool], what: str, tries: int = 200) -> N
 def saved_files(home: Path) -> list[Path]:
     """What the gateway kept under its files/ directory."""
     return sorted(p for p in (home / "files").rglob("*") if p.is_file())
-
-
-def grey_png(width: int, height: int) -> bytes:
-    """A real (tiny, grey) PNG, for the browser to decode."""
-    import struct
-    import zlib
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return (struct.pack(">I", len(body)) + kind + body
-                + struct.pack(">I", zlib.crc32(kind + body)))
-
-    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
-    return (b"\x89PNG\r\n\x1a\n"
-            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def free_port() -> int:
@@ -617,7 +603,7 @@ async def test_a_file_the_agent_posts_is_a_download_link_and_an_image_shows_inli
     report = out / "report.txt"
     report.write_bytes(b"numbers\n1 2 3\n")
     chart = out / "chart.png"
-    chart.write_bytes(grey_png(40, 20))
+    chart.write_bytes(png(40, 20))
     config = make_config(tmp_path / "home", attachments__send_roots=[str(out)],
                          platforms__web__token="secret")
     async with running_gateway(config) as gw:

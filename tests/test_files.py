@@ -10,24 +10,10 @@ import aiohttp
 from gateway.daemon import running_gateway
 
 from .conftest import make_config
+from .fakes.media import png
 from .fakes.openai_server import Say
 from .model_support import model_config, web_base
 from .test_web import open_tab
-
-
-def _png(width: int, height: int) -> bytes:
-    """A real (tiny, grey) PNG: Telegram checks that a photo is an image."""
-    import struct
-    import zlib
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return (struct.pack(">I", len(body)) + kind + body
-                + struct.pack(">I", zlib.crc32(kind + body)))
-
-    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
-    return (b"\x89PNG\r\n\x1a\n"
-            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def _form(name: str, data: bytes, text: str | None = None) -> aiohttp.FormData:
@@ -168,7 +154,7 @@ async def test_send_posts_a_file_in_topic_42_and_refuses_one_outside_the_roots(
 
     root = tmp_path / "out"
     root.mkdir()
-    (root / "chart.png").write_bytes(_png(4, 3))
+    (root / "chart.png").write_bytes(png(4, 3))
     (root / "report.txt").write_bytes(b"all good\n")
     outside = tmp_path / "secret.txt"
     outside.write_text("no")
@@ -185,7 +171,7 @@ async def test_send_posts_a_file_in_topic_42_and_refuses_one_outside_the_roots(
             photo, document = await telegram.wait_for_files(2, timeout=10)
             (refusal,) = await telegram.wait_for_sent(1, timeout=10)
             # 1×40: Telegram will not take it as a photo; it goes as a document
-            (root / "strip.png").write_bytes(_png(1, 40))
+            (root / "strip.png").write_bytes(png(1, 40))
             telegram.user_message(text=f"/send {root / 'strip.png'}", **topic)
             *_, strip = await telegram.wait_for_files(3, timeout=10)
     assert (strip.method, strip.filename, strip.message_thread_id) == (
@@ -259,7 +245,7 @@ async def test_with_vision_the_model_sees_the_latest_image_and_earlier_ones_by_p
 
     model.brain = lambda req: Say("I see it")
     config = model_config(tmp_path / "home", model, agent__vision=True)
-    png = _png(2, 2)
+    picture = png(2, 2)
     async with running_gateway(config) as gw:
         base = web_base(gw)
         tab = await open_tab(http, base)
@@ -267,13 +253,14 @@ async def test_with_vision_the_model_sees_the_latest_image_and_earlier_ones_by_p
         for name in ("first.png", "second.png"):
             form = aiohttp.FormData()
             form.add_field("text", f"look at {name}")
-            form.add_field("file", png, filename=name, content_type="image/png")
+            form.add_field("file", picture, filename=name, content_type="image/png")
             async with http.post(url, data=form) as r:
                 assert r.status == 200
             assert (await tab.frame())["text"] == "I see it"
     first, second = model.requests[0], model.requests[1]
     (image,) = [p for p in first.last["content"] if p["type"] == "image_url"]
-    assert image["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(png).decode()
+    inline = "data:image/png;base64," + base64.b64encode(picture).decode()
+    assert image["image_url"]["url"] == inline
     # the second request: its own image inline, the first one as a line saying where it is
     earlier = [m for m in second.messages if m["role"] == "user"][0]
     assert isinstance(earlier["content"], str) and "(an image was attached here: " in \
@@ -288,7 +275,7 @@ async def test_without_vision_an_image_is_a_file_the_model_is_told_of(
         base = web_base(gw)
         tab = await open_tab(http, base)
         form = aiohttp.FormData()
-        form.add_field("file", _png(2, 2), filename="pic.png", content_type="image/png")
+        form.add_field("file", png(2, 2), filename="pic.png", content_type="image/png")
         async with http.post(f"{base}/api/sessions/{tab.ready['session_id']}/files",
                              data=form) as r:
             assert r.status == 200

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import discord
 
-from ..events import MessageKind, SendResult
 from ..formatting.discord_text import NO_MENTIONS, message_parts
 from ..route import Route
 from .preview import EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
@@ -22,10 +21,9 @@ if TYPE_CHECKING:
 
 class DiscordPreview(EditedPreview):
     def __init__(self, adapter: DiscordAdapter, route: Route) -> None:
-        super().__init__(limit=adapter.message_limit,
+        super().__init__(adapter, route, limit=adapter.message_limit,
                          interval=adapter.config.stream_edit_interval_seconds)
-        self.adapter = adapter
-        self.route = route
+        self.adapter: DiscordAdapter = adapter
 
     def _channel(self) -> Any:
         client = self.adapter.client
@@ -76,11 +74,3 @@ class DiscordPreview(EditedPreview):
 
     def _split(self, text: str) -> list[str]:
         return message_parts(text)
-
-    async def _send(self, text: str, kind: MessageKind, session_id: str | None,
-                    dedupe_key: str | None) -> SendResult:
-        return await self.adapter.send(self.route, text, kind=kind, session_id=session_id,
-                                       dedupe_key=dedupe_key)
-
-    async def _send_parts(self, parts: list[str], kind: MessageKind) -> SendResult:
-        return await self.adapter.send_parts(self.route, parts)

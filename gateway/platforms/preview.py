@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import structlog
 
 from ..events import MessageKind, SendResult
+from ..route import Route
 from ..splitter import split_message
 
 log = structlog.get_logger(__name__)
@@ -38,6 +40,16 @@ WRITING = " …"
 #: a reply (or a tool's status) written faster than this is sent whole, with no preview
 #: to flash by and no edit to spend flood control on
 FIRST_PREVIEW_AFTER = 0.5
+
+
+class PartsSender(Protocol):
+    """What a preview needs of its adapter besides its own requests."""
+
+    async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   ) -> SendResult: ...
+
+    async def send_parts(self, route: Route, parts: list[str]) -> SendResult: ...
 
 
 class PreviewGone(Exception):
@@ -62,8 +74,10 @@ class EditedPreview(ABC):
     and ``close`` take over from it.
     """
 
-    def __init__(self, *, limit: int, interval: float,
+    def __init__(self, adapter: PartsSender, route: Route, *, limit: int, interval: float,
                  measure: Callable[[str], int] = len) -> None:
+        self.adapter = adapter
+        self.route = route
         self.limit = limit
         self.interval = interval
         self.measure = measure
@@ -92,14 +106,15 @@ class EditedPreview(ABC):
     async def _delete(self, message_id: str) -> None:
         """Delete the preview (waiting for flood control); PreviewGone when it is not there."""
 
-    @abstractmethod
     async def _send(self, text: str, kind: MessageKind, session_id: str | None,
                     dedupe_key: str | None) -> SendResult:
         """The adapter's own send, for a final text that has no preview to take."""
+        return await self.adapter.send(self.route, text, kind=kind, session_id=session_id,
+                                       dedupe_key=dedupe_key)
 
-    @abstractmethod
     async def _send_parts(self, parts: list[str], kind: MessageKind) -> SendResult:
         """Parts after the first, after the preview took the first."""
+        return await self.adapter.send_parts(self.route, parts)
 
     def _split(self, text: str) -> list[str]:
         """The final text as the platform's messages (the first takes the preview's place)."""
@@ -213,42 +228,36 @@ class EditedPreview(ABC):
 
     async def _edit_final(self, message_id: str, text: str) -> bool | None:
         """True: edited; False: the preview is gone; None: it could not be edited."""
+        return await self._patiently(lambda: self._edit(message_id, text, final=True),
+                                     "final_edit", message_id)
+
+    async def _drop(self, message_id: str) -> bool:
+        """Delete the preview; True when it is known to be gone."""
+        return await self._patiently(lambda: self._delete(message_id), "delete",
+                                     message_id) is not None
+
+    async def _patiently(self, step: Callable[[], Awaitable[None]], what: str,
+                         message_id: str) -> bool | None:
+        """A step that must get through (the final edit, the delete), retried: True when
+        it did, False when the preview is gone, None when it could not be done."""
         for attempt in range(FINAL_ATTEMPTS):
             try:
-                await self._edit(message_id, text, final=True)
+                await step()
                 return True
             except PreviewGone:
                 return False
             except PreviewRefused as exc:
-                log.warning("preview_final_edit_refused", message_id=message_id, error=str(exc))
+                log.warning(f"preview_{what}_refused", message_id=message_id, error=str(exc))
                 return None
             except PreviewRateLimited as exc:
                 wait = min(exc.seconds, _MAX_WAIT)
             except Exception as exc:
                 wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
-                log.warning("preview_final_edit_failed", message_id=message_id,
+                log.warning(f"preview_{what}_failed", message_id=message_id,
                             error=str(exc)[:200], retry_in=wait)
             if attempt < FINAL_ATTEMPTS - 1:
                 await asyncio.sleep(wait)
         return None
-
-    async def _drop(self, message_id: str) -> bool:
-        """Delete the preview; True when it is known to be gone."""
-        for attempt in range(FINAL_ATTEMPTS):
-            try:
-                await self._delete(message_id)
-                return True
-            except PreviewGone:
-                return True
-            except PreviewRateLimited as exc:
-                wait = min(exc.seconds, _MAX_WAIT)
-            except Exception as exc:
-                wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
-                log.warning("preview_delete_failed", message_id=message_id,
-                            error=str(exc)[:200])
-            if attempt < FINAL_ATTEMPTS - 1:
-                await asyncio.sleep(wait)
-        return False
 
     def _stop_flusher(self) -> None:
         # called holding the lock: the flusher is asleep or waiting for the lock, never

@@ -11,7 +11,6 @@ from telegram import Bot
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter
 
-from ..events import MessageKind, SendResult
 from ..formatting.telegram_html import cannot_parse, message_parts, plain_fallback
 from ..formatting.telegram_html import render as render_html
 from ..route import Route
@@ -28,11 +27,10 @@ _GONE = ("message to edit not found", "message to delete not found", "message ca
 
 class TelegramPreview(EditedPreview):
     def __init__(self, adapter: TelegramAdapter, route: Route) -> None:
-        super().__init__(limit=adapter.message_limit,
+        super().__init__(adapter, route, limit=adapter.message_limit,
                          interval=adapter.config.stream_edit_interval_seconds,
                          measure=utf16_len)
-        self.adapter = adapter
-        self.route = route
+        self.adapter: TelegramAdapter = adapter
 
     @property
     def _bot(self) -> Bot:
@@ -95,13 +93,6 @@ class TelegramPreview(EditedPreview):
                 raise PreviewGone(exc.message) from exc
             raise
 
-    async def _send(self, text: str, kind: MessageKind, session_id: str | None,
-                    dedupe_key: str | None) -> SendResult:
-        return await self.adapter.send(self.route, text, kind=kind, session_id=session_id,
-                                       dedupe_key=dedupe_key)
-
-    async def _send_parts(self, parts: list[str], kind: MessageKind) -> SendResult:
-        return await self.adapter.send_parts(self.route, parts)
 
     def _flood(self, exc: RetryAfter) -> float:
         """Telegram's "retry after" holds for every send to the chat, not only ours."""

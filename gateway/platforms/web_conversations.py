@@ -10,7 +10,6 @@ sessions included, each line with its rendered HTML.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from ..conversations import latest_session, line_json, list_conversations, sessi
 from ..formatting.web_html import render as render_html
 from ..route import Route
 from ..store import ARCHIVED_FILTERS
+from .web_schedules import json_object
 
 if TYPE_CHECKING:
     from ..runner import GatewayRunner
@@ -33,12 +33,7 @@ Error = Callable[[int, str], web.HTTPException]
 
 async def session_patch(request: web.Request, error: Error) -> tuple[str | None, bool | None]:
     """The title and/or archived flag a PATCH body asks for, checked."""
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise error(400, "body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise error(400, "body must be a JSON object")
+    body = await json_object(request, error)
     unknown = set(body) - {"title", "archived"}
     if unknown:
         raise error(400, f"unknown fields: {', '.join(sorted(unknown))}")

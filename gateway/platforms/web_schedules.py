@@ -36,7 +36,7 @@ def schedule_routes(scheduler: Callable[[], Scheduler | None],
         return web.json_response({"schedules": [r.to_dict() for r in records]})
 
     async def patch_schedule(request: web.Request) -> web.Response:
-        body = await _json_object(request, error)
+        body = await json_object(request, error)
         if set(body) != {"paused"} or not isinstance(body["paused"], bool):
             raise error(400, 'send {"paused": true} or {"paused": false}')
         schedule_id = request.match_info["id"]
@@ -61,8 +61,9 @@ def schedule_routes(scheduler: Callable[[], Scheduler | None],
             web.delete("/api/schedules/{id}", delete_schedule)]
 
 
-async def _json_object(request: web.Request,
-                       error: Callable[[int, str], web.HTTPException]) -> dict[str, Any]:
+async def json_object(request: web.Request,
+                      error: Callable[[int, str], web.HTTPException]) -> dict[str, Any]:
+    """A request body that must be a JSON object (400 otherwise)."""
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
