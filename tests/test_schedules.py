@@ -82,8 +82,10 @@ async def settle(gw: Gateway) -> None:
     """Every run started has ended and every notice is delivered."""
     async def idle() -> bool:
         await gw.scheduler.tick()
+        # started counts too: a run whose job ended while the gateway was down is
+        # finished only when its completion is committed, after the restart
         claimed = await gw.store.db.fetchone(
-            "SELECT COUNT(*) FROM schedule_runs WHERE state = 'claimed'")
+            "SELECT COUNT(*) FROM schedule_runs WHERE state IN ('claimed', 'started')")
         pending = await gw.store.db.fetchone(
             "SELECT COUNT(*) FROM notifications WHERE state IN ('pending', 'claimed')")
         return gw.jobs.running == 0 and claimed[0] == 0 and pending[0] == 0
