@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +34,9 @@ from tools.send_message import MessageSender, UnknownTarget
 from tools.terminal import Terminal
 
 from .model_client import ToolCall
+
+if TYPE_CHECKING:
+    from .approval_gate import ApprovalGate
 
 log = structlog.get_logger(__name__)
 
@@ -141,9 +144,11 @@ Handler = Callable[[Any, ToolContext], Awaitable[Any]]
 
 class ToolBox:
     def __init__(self, terminal: Terminal, *, delegations: DelegationManager | None = None,
-                 sender: MessageSender | None = None, scheduler: Scheduler | None = None
-                 ) -> None:
+                 sender: MessageSender | None = None, scheduler: Scheduler | None = None,
+                 gate: ApprovalGate | None = None) -> None:
         self.terminal = terminal
+        #: what must wait for a human (approvals.mode); None: nothing waits
+        self.gate = gate
         self.processes = Processes(terminal.jobs)
         self.delegations = delegations
         self.sender = sender
@@ -162,10 +167,11 @@ class ToolBox:
         self._schemas: list[dict[str, Any]] | None = None
 
     @classmethod
-    def foreground_only(cls, terminal: Terminal) -> ToolBox:
+    def foreground_only(cls, terminal: Terminal, gate: ApprovalGate | None = None) -> ToolBox:
         """A sub-agent's tools: a shell in the foreground and nothing else — no jobs that
-        outlive it, and no reach into the conversation's own jobs."""
-        box = cls(terminal)
+        outlive it, and no reach into the conversation's own jobs. Its dangerous commands
+        are asked in the conversation that delegated."""
+        box = cls(terminal, gate=gate)
         box._tools = {"terminal": (ForegroundTerminalArgs, box._terminal)}
         return box
 
@@ -202,6 +208,8 @@ class ToolBox:
         # effect (a command, a message sent) must not happen twice
         await mark_acted(self.terminal.jobs.db)
         try:
+            if self.gate is not None and (refused := await self.gate.clear(call.name, args)):
+                return _error(refused)
             result = await handler(args, ctx)
         except (JobError, DelegationRefused, UnknownTarget, ScheduleError, FileRefused) as exc:
             return _error(str(exc))

@@ -17,6 +17,8 @@ GATEWAY_COMMANDS: dict[str, str] = {
     "compress": "compress the context: continue in a new session linked to this one",
     "stop": "stop the turn under way here (its model call and command)",
     "start": "a welcome, with your user id",
+    "approve": "approve what the agent asked to run: /approve <id> [session]",
+    "deny": "refuse what the agent asked to run: /deny <id>",
 }
 #: not offered in group chats' command menus (a welcome is for a private chat)
 PRIVATE_ONLY = frozenset({"start"})
@@ -47,6 +49,8 @@ async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
         await _help(turn)
     elif name == "start":
         await _start(turn)
+    elif name in ("approve", "deny"):
+        await _decide(turn, name, args)
     elif name == "stop":
         stopped = turn.runner.stop_turn(turn.session.session_key)
         await turn.reply("Stopped the turn under way." if stopped
@@ -64,6 +68,30 @@ async def _start(turn: Turn) -> None:
                      f"behind this chat: ask me anything, or have me run things in the "
                      f"background; they report back here. {who} Send /help to see the "
                      f"commands.", kind="system")
+
+
+async def _decide(turn: Turn, name: str, args: str) -> None:
+    """``/approve <id> [session]`` and ``/deny <id>``: the buttons' words, typed. Without
+    an id, the one approval waiting in this conversation (when there is one)."""
+    approvals = turn.runner.approvals
+    words = args.split()
+    if approvals is None:
+        await turn.reply("Nothing here asks for approval.", kind="system")
+        return
+    if not words or words[0].lower() == "session":
+        pending = await approvals.pending_in(turn.session.session_key)
+        if len(pending) != 1:
+            listed = ", ".join(p.id for p in pending)
+            await turn.reply(f"Which one? Send /{name} <id>; waiting here: {listed}." if pending
+                             else "Nothing is waiting for approval here.", kind="system")
+            return
+        words.insert(0, pending[0].id)
+    decision = "deny" if name == "deny" else (
+        "session" if [w.lower() for w in words[1:2]] == ["session"] else "once")
+    route = turn.route
+    pressed = await approvals.press(words[0], decision, platform=route.platform,
+                                    user_id=route.user_id, user_name=route.user_name)
+    await turn.reply(pressed.note, kind="system")
 
 
 async def _new(turn: Turn) -> None:

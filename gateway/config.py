@@ -200,6 +200,31 @@ class AttachmentsConfig(_Strict):
     send_roots: list[str] = Field(default_factory=list)
 
 
+class ApprovalsConfig(_Strict):
+    """Which of the model's actions wait for a human (see tools/approval_rules.py)."""
+
+    mode: Literal["off", "dangerous", "all"] = "dangerous"
+    #: regular expressions: commands matching one are asked too (besides the built-in list)
+    patterns: list[str] = Field(default_factory=list)
+    #: regular expressions: commands matching one are never asked
+    allow: list[str] = Field(default_factory=list)
+    #: who may decide besides the user whose message started the turn: ids per platform
+    approvers: dict[Literal["telegram", "discord", "web"], list[str]] = Field(
+        default_factory=dict)
+    #: no answer within this long is a denial
+    timeout_seconds: float = Field(300.0, gt=0)
+
+    @field_validator("patterns", "allow")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return value
+
+
 class ShutdownConfig(_Strict):
     drain_timeout_seconds: float = Field(30.0, gt=0)
 
@@ -220,6 +245,7 @@ class Config(_Strict):
     schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
     inbound: InboundConfig = Field(default_factory=InboundConfig)
     attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from agent.approval_gate import ApprovalGate
 from agent.command import CommandAgent, command_subagent
 from agent.history import History
 from agent.model import ModelAgent, model_subagent
@@ -22,6 +23,7 @@ from tools.scheduler import Scheduler
 from tools.send_message import MessageSender
 from tools.terminal import Terminal
 
+from .approvals import Approvals
 from .config import Config
 from .database import Database
 from .outbox import Outbox
@@ -97,7 +99,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         jobs = JobManager(store.db, outbox, config)
         terminal = Terminal(jobs, foreground_timeout=config.jobs.foreground_timeout_seconds)
         model = ModelClient(config.agent) if config.agent.backend == "openai" else None
-        subagent = (model_subagent(config.agent, model, ToolBox.foreground_only(terminal))
+        subagent_tools = ToolBox.foreground_only(terminal)
+        subagent = (model_subagent(config.agent, model, subagent_tools)
                     if model is not None else command_subagent(terminal))
         delegations = DelegationManager(
             store.db, outbox, store, subagent,
@@ -106,10 +109,16 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                               prompts=model is not None)
         command_agent = CommandAgent(terminal, delegations, scheduler)
         runner = GatewayRunner(config, store, command_agent, pairing=Pairing(store.db))
+        approvals = runner.approvals = Approvals(store.db, runner, config.approvals)
+        runner.session_end_listeners.append(approvals.end_session)
         if model is not None:
+            # what the model decides to run waits for a human where approvals.mode says
+            gate = ApprovalGate(approvals, terminal, delegations=delegations,
+                                scheduler=scheduler)
+            subagent_tools.gate = gate
             toolbox = ToolBox(terminal, delegations=delegations,
                               sender=MessageSender(runner, config.agent.home_channels),
-                              scheduler=scheduler)
+                              scheduler=scheduler, gate=gate)
             runner.agent = ModelAgent(config.agent, model, History(store.db), toolbox,
                                       command_agent)
         runner.session_end_listeners.append(delegations.interrupt_session)
@@ -135,12 +144,14 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 await adapter.connect(runner)
                 connected.append(adapter)
             runner.replay.release()
+            pending_approvals = await approvals.start()
             await router.start()
             await scheduler.start()
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
             log.info("gateway_started", platforms=[a.platform for a in connected],
                      state_db=str(config.state_db), jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
+                     approvals_pending=pending_approvals,
                      agent=config.agent.backend,
                      model=config.agent.model if model is not None else None)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler)
@@ -152,7 +163,9 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             await scheduler.stop()
             await router.stop()
             drain = config.shutdown.drain_timeout_seconds
+            approvals.release()  # a turn waiting for a choice does not hold the stop up
             await asyncio.gather(runner.drain(drain), delegations.drain(drain))
+            await approvals.stop()
             await delegations.shutdown()
             await router.settle()
             await jobs.detach()

@@ -257,6 +257,38 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE pairing_codes ADD COLUMN route TEXT;
     """,
+    # 17: approvals: an action of the model waiting for a human, durable across restarts;
+    # and what "approve for this session" granted
+    """
+    CREATE TABLE approvals (
+        id             TEXT PRIMARY KEY,
+        tool           TEXT NOT NULL,
+        command        TEXT NOT NULL,
+        action         TEXT NOT NULL,
+        reason         TEXT NOT NULL,
+        grant_key      TEXT NOT NULL,
+        session_key    TEXT NOT NULL,
+        session_id     TEXT NOT NULL,
+        return_address TEXT NOT NULL,
+        requester      TEXT,
+        state          TEXT NOT NULL,
+        decision       TEXT,
+        decided_by     TEXT,
+        message_id     TEXT,
+        ran            TEXT,
+        created_at     REAL NOT NULL,
+        expires_at     REAL NOT NULL,
+        decided_at     REAL
+    );
+    CREATE INDEX approvals_by_state ON approvals (state, expires_at);
+    CREATE TABLE approval_grants (
+        session_id  TEXT NOT NULL,
+        grant_key   TEXT NOT NULL,
+        approval_id TEXT NOT NULL,
+        granted_at  REAL NOT NULL,
+        PRIMARY KEY (session_id, grant_key)
+    );
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

@@ -41,12 +41,13 @@ if TYPE_CHECKING:
     from agent.base import Agent
     from tools.scheduler import Scheduler
 
+    from .approvals import Approvals
     from .platforms.base import Adapter, LiveReply
 
 log = structlog.get_logger(__name__)
 
 #: answered at once, even while a turn or a foreground command runs in the conversation
-IMMEDIATE_COMMANDS = frozenset({"stop", "status", "help", "jobs"})
+IMMEDIATE_COMMANDS = frozenset({"stop", "status", "help", "jobs", "approve", "deny"})
 
 #: a chat told "could not be recorded" is not told again for this long
 APOLOGY_SECONDS = 60.0
@@ -58,8 +59,6 @@ Taken = Literal["journaled", "duplicate", "unauthorized", "failed"]
 
 class GatewayClosed(RuntimeError):
     """The gateway is shutting down and takes no new messages."""
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +90,8 @@ class GatewayRunner:
         self.jobs_running: Callable[[], int] = lambda: 0
         #: the schedules, for the REST API (the daemon wires in the scheduler)
         self.scheduler: Scheduler | None = None
+        #: pending approvals of the model's actions (the daemon wires them in)
+        self.approvals: Approvals | None = None
         self.adapters: dict[str, Adapter] = {}
         self.lanes = Lanes()
         self._accepting = True
@@ -451,6 +452,11 @@ class GatewayRunner:
 
     def is_busy(self, session_key: str) -> bool:
         return self.lanes.is_busy(session_key)
+
+    @property
+    def accepting(self) -> bool:
+        """False once the gateway is shutting down."""
+        return self._accepting
 
     def stop_accepting(self) -> None:
         """Refuse new platform messages from now on (turns already queued still run)."""

@@ -12,6 +12,7 @@ from ..events import MessageKind, NoticeInfo, SendResult
 from ..route import Route
 
 if TYPE_CHECKING:
+    from ..approval_records import ApprovalRecord
     from ..runner import GatewayRunner
 
 
@@ -91,6 +92,16 @@ class Adapter(ABC):
     async def download(self, file: IncomingFile) -> AsyncIterator[bytes]:
         """The bytes of a file someone sent (as the platform described it), in chunks."""
         raise FileRefused(f"{file.name} was not saved: {self.platform} files are not taken.")
+
+    async def ask_approval(self, route: Route, record: ApprovalRecord) -> SendResult:
+        """Post an approval request in ``route``, under the message that started the turn,
+        with its three choices; where a platform has no buttons, as text answered with
+        ``/approve`` and ``/deny``."""
+        return await self.send(route, record.request_text(), kind="system")
+
+    async def settle_approval(self, route: Route, record: ApprovalRecord) -> None:
+        """Show what became of a request (in its place, where the platform can edit)."""
+        await self.send(route, f"{record.id}: {record.outcome_text()}", kind="system")
 
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply | None:
         """A reply shown as it is written in ``route``, or None where the platform

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import structlog
 from aiohttp import WSMsgType, web
 
+from ..approval_records import DECISIONS, ApprovalRecord
 from ..config import WebConfig, secret
 from ..conversations import line_json
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
@@ -146,6 +147,17 @@ class WebAdapter(Adapter):
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return WebLiveReply(self, route)
 
+    async def ask_approval(self, route: Route, record: ApprovalRecord) -> SendResult:
+        """An ``approval`` frame to every tab; a tab opened later is sent it on connect."""
+        await self._broadcast(route.chat_id, _approval_frame(record))
+        return SendResult.sent(f"web-approval-{record.id}")
+
+    async def settle_approval(self, route: Route, record: ApprovalRecord) -> None:
+        await self._broadcast(route.chat_id, {
+            "type": "approval_decided", "id": record.id, "state": record.state,
+            "decision": record.decision, "decided_by": record.decided_by,
+            "text": record.outcome_text(), "at": time.time()})
+
     async def send_file(self, route: Route, path: Path, caption: str | None = None, *,
                         session_id: str | None = None) -> SendResult:
         """A message frame with the file's name, size, type and download ``url``."""
@@ -208,6 +220,9 @@ class WebAdapter(Adapter):
         try:
             await ws.send_json({"type": "ready", "tab": tab.id, "conversation": conversation,
                                 "session_key": key, "session_id": session.id})
+            if self.runner.approvals is not None:  # still waiting for a choice
+                for record in await self.runner.approvals.pending_in(key):
+                    await ws.send_json(_approval_frame(record))
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
                     await self._on_frame(ws, msg.data, route, tab.id)
@@ -233,6 +248,9 @@ class WebAdapter(Adapter):
             frame = json.loads(data)
         except json.JSONDecodeError as exc:
             await ws.send_json(_error(f"frame is not valid JSON: {exc.msg}"))
+            return
+        if isinstance(frame, dict) and frame.get("type") == "approve":
+            await self._on_approve(ws, frame)
             return
         problem = _frame_problem(frame)
         if problem:
@@ -262,6 +280,26 @@ class WebAdapter(Adapter):
                 "type": "message", "kind": "user", "text": text, "html": render_html(text),
                 "at": time.time(), "from_tab": tab,
             }, skip_tab=tab, echo_only=True)
+
+    async def _on_approve(self, ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
+        """``{"type": "approve", "id": ..., "decision": "once" | "session" | "deny"}``; the
+        outcome goes to every tab as ``approval_decided``, a refusal to this one only."""
+        approval_id, decision = frame.get("id"), frame.get("decision")
+        if not isinstance(approval_id, str) or not approval_id:
+            await ws.send_json(_error("an approve frame needs the approval's 'id'"))
+            return
+        if decision not in DECISIONS:
+            await ws.send_json(_error("an approve frame's 'decision' is 'once', 'session' or "
+                                      "'deny'", approval_id))
+            return
+        approvals = self.runner.approvals
+        if approvals is None:
+            await ws.send_json(_error("nothing here asks for approval", approval_id))
+            return
+        pressed = await approvals.press(approval_id, decision, platform="web",
+                                        user_id="web", user_name="web")
+        if not pressed.ok:
+            await ws.send_json(_error(pressed.note, approval_id))
 
     # REST ------------------------------------------------------------------
 
@@ -355,7 +393,8 @@ def _frame_problem(frame: Any) -> str | None:
     if not isinstance(frame, dict):
         return "a frame must be a JSON object"
     if frame.get("type") != "message":
-        return 'unknown frame type; send {"type": "message", "text": "..."}'
+        return ('unknown frame type; send {"type": "message", "text": "..."} or '
+                '{"type": "approve", "id": "...", "decision": "once"}')
     text = frame.get("text")
     if not isinstance(text, str) or not text.strip():
         return "a message frame needs a non-empty string 'text'"
@@ -368,6 +407,12 @@ def _frame_problem(frame: Any) -> str | None:
                                 or not isinstance(sent_at, int | float)):
         return "a message frame's 'sent_at' must be a number (Unix seconds)"
     return None
+
+
+def _approval_frame(record: ApprovalRecord) -> dict[str, Any]:
+    return {"type": "approval", "id": record.id, "command": record.command,
+            "reason": record.reason, "tool": record.tool, "expires_at": record.expires_at,
+            "session_id": record.address.session_id, "at": record.created_at}
 
 
 def _sent_at(frame: dict[str, Any]) -> float | None:

@@ -1,0 +1,328 @@
+"""Approvals: an action of the model waits in the store until a human decides.
+
+The request is a row first, then a message in the conversation (buttons where
+the platform has them). Every way of deciding — a button, a web frame,
+``/approve``, the timer, the end of the session — goes through one conditional
+update (``WHERE state = 'pending'``), so two presses, two tabs, or a press and
+a ``/deny`` race to one outcome. The turn that asked waits on a future; once
+it is gone (a restart), approving carries the action out as background work
+reporting to the conversation, in the same transaction that records the
+decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from tools.approval_rules import ApprovalPolicy, Need
+
+from .approval_records import COLUMNS, ApprovalRecord, ApprovalState, Decision
+from .context import SessionContext, current_session, session_context
+from .database import Database
+from .notifications import ReturnAddress
+
+if TYPE_CHECKING:
+    from .config import ApprovalsConfig
+    from .runner import GatewayRunner
+    from .store import SessionEntry
+
+log = structlog.get_logger(__name__)
+
+#: records the decision inside the transaction that starts the action; raises
+#: AlreadyDecided when someone else decided first (then nothing starts)
+Decide = Callable[[sqlite3.Connection, str], None]
+#: carries out an approved action whose turn is gone; returns how it ran
+LateRun = Callable[[ApprovalRecord, Decide], Awaitable[None]]
+
+
+class AlreadyDecided(Exception):
+    """The approval was decided (or expired) before this decision could count."""
+
+
+class Restarting(Exception):
+    """The gateway is stopping while the approval waits; it stays pending."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pressed:
+    """What a press (a button, a frame, ``/approve``) came to, for the one who pressed."""
+
+    ok: bool
+    note: str
+
+
+class Approvals:
+    def __init__(self, db: Database, runner: GatewayRunner, config: ApprovalsConfig, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.db = db
+        self.runner = runner
+        self.config = config
+        self.policy = ApprovalPolicy(config.mode, config.patterns, config.allow)
+        self.clock = clock
+        #: carries out approved actions whose turn is gone (the model agent sets it)
+        self.late_run: LateRun | None = None
+        self._waiting: dict[str, asyncio.Future[ApprovalRecord]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Arm the expiry of every pending approval (an earlier process's too)."""
+        rows = await self.db.fetchall(
+            f"SELECT {COLUMNS} FROM approvals WHERE state = 'pending'")
+        for row in rows:
+            self._arm(ApprovalRecord.from_row(row))
+        return len(rows)
+
+    def release(self) -> None:
+        """The gateway is stopping: turns waiting for a choice go on without it (their
+        model is told), so the drain does not wait on a human. The approvals stay
+        pending; approved after the restart, they run in the background."""
+        for approval_id, waiter in list(self._waiting.items()):
+            del self._waiting[approval_id]  # a choice made now is carried out late
+            if not waiter.done():
+                waiter.set_exception(Restarting(approval_id))
+
+    async def stop(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # asking ------------------------------------------------------------------
+
+    async def need(self, tool: str, text: str) -> Need | None:
+        """Whether this action must be asked in the current conversation: None when the
+        policy lets it run or the session granted its kind ("approve for this session")."""
+        need = self.policy.check(tool, text)
+        if need is None:
+            return None
+        lineage = await self.runner.store.lineage(current_session().session_id)
+        marks = ",".join("?" * len(lineage))
+        granted = await self.db.fetchone(
+            f"SELECT 1 FROM approval_grants WHERE grant_key = ? AND session_id IN ({marks})",
+            (need.grant, *lineage))
+        return None if granted else need
+
+    async def ask(self, tool: str, command: str, action: dict[str, Any],
+                  need: Need) -> ApprovalRecord:
+        """Post the request in the current conversation and wait for its outcome."""
+        address = ReturnAddress.capture()
+        now = self.clock()
+        record = ApprovalRecord(
+            id="a" + uuid.uuid4().hex[:7], tool=tool, command=command, action=action,
+            reason=need.reason, grant_key=need.grant, address=address,
+            requester=address.route.user_id, state="pending", decision=None,
+            decided_by=None, message_id=None, ran=None, created_at=now,
+            expires_at=now + self.config.timeout_seconds, decided_at=None)
+        waiter: asyncio.Future[ApprovalRecord] = asyncio.get_running_loop().create_future()
+        self._waiting[record.id] = waiter
+        try:
+            await self.db.write([record.insert_op()])
+            log.info("approval_requested", approval_id=record.id, tool=tool,
+                     reason=need.reason, session_key=address.session_key)
+            self._arm(record)
+            await self._post(record)
+            return await waiter
+        except asyncio.CancelledError:
+            if self.runner.accepting:  # /stop, not a shutdown: a restart keeps it pending
+                await asyncio.shield(self._settle(record, "cancelled", None, None,
+                                                  "the turn was stopped"))
+            raise
+        finally:
+            self._waiting.pop(record.id, None)
+
+    async def _post(self, record: ApprovalRecord) -> None:
+        route = record.address.route
+        adapter = self.runner.adapters.get(route.platform)
+        result = (await adapter.ask_approval(route, record) if adapter is not None
+                  else None)
+        if result is None or not result.ok:
+            error = result.error if result is not None else f"{route.platform} is not running"
+            log.warning("approval_not_posted", approval_id=record.id, error=error)
+            await self._settle(record, "cancelled", None, None,
+                               f"the request could not be posted: {error}")
+            return
+        self.runner.store.record_message(record.address.session_id, "system",
+                                         record.request_text())
+        if result.message_id is not None:
+            await self.db.write([("UPDATE approvals SET message_id = ? WHERE id = ?",
+                                  (result.message_id, record.id))])
+
+    # deciding ----------------------------------------------------------------
+
+    def may_decide(self, record: ApprovalRecord, platform: str, user_id: str | None) -> bool:
+        """The user whose message started the turn, or an approver (approvals.approvers)."""
+        if user_id is None:
+            return False
+        if platform == record.platform and user_id == record.requester:
+            return True
+        return user_id in self.config.approvers.get(platform, [])  # type: ignore[call-overload]
+
+    async def press(self, approval_id: str, decision: Decision, *, platform: str,
+                    user_id: str | None, user_name: str | None = None) -> Pressed:
+        """Someone chose: decided once, whoever else chooses at the same moment."""
+        record = await self.get(approval_id)
+        if record is None:
+            return Pressed(False, f"There is no approval {approval_id}.")
+        if record.state != "pending":
+            return Pressed(False, f"Already settled: {record.outcome_text()}")
+        if not self.may_decide(record, platform, user_id):
+            log.warning("approval_press_refused", approval_id=approval_id, platform=platform,
+                        user_id=user_id)
+            return Pressed(False, "Only the person who asked, or an approver, can decide this.")
+        by = user_name or user_id
+        if decision == "deny":
+            settled = await self._settle(record, "denied", decision, by, None)
+        elif record.id in self._waiting:
+            settled = await self._settle(record, "approved", decision, by, "run in the turn")
+        else:
+            settled = await self._run_late(record, decision, by)
+        if settled is None:
+            now = await self.get(approval_id)
+            return Pressed(False, f"Already settled: {now.outcome_text() if now else '?'}")
+        return Pressed(True, settled.outcome_text())
+
+    async def _run_late(self, record: ApprovalRecord, decision: Decision,
+                        by: str | None) -> ApprovalRecord | None:
+        """The turn that asked is gone: carry the action out as background work, the
+        decision committed with its start."""
+        if self.late_run is None:
+            return await self._settle(record, "cancelled", None, by,
+                                      "nothing in this gateway can carry it out")
+        decided: list[ApprovalRecord] = []
+
+        def decide(conn: sqlite3.Connection, ran: str) -> None:
+            settled = _settle_in(conn, record, "approved", decision, by, ran)
+            if settled is None:
+                raise AlreadyDecided(record.id)
+            decided.append(settled)
+
+        address = record.address
+        ctx = SessionContext(route=address.route, session_key=address.session_key,
+                             session_id=address.session_id, tab_id=address.tab_id)
+        try:
+            with session_context(ctx):
+                await self.late_run(record, decide)
+        except AlreadyDecided:
+            return None
+        except Exception as exc:
+            log.warning("approval_late_run_failed", approval_id=record.id, error=str(exc))
+            if not decided:
+                return await self._settle(record, "approved", decision, by,
+                                          f"it could not be started: {exc}")
+            await self.db.write([("UPDATE approvals SET ran = ? WHERE id = ?",
+                                  (f"it could not be started: {exc}", record.id))])
+            decided[0] = decided[0].settled("approved", decision, by,
+                                            f"it could not be started: {exc}")
+        if not decided:
+            return None
+        await self._after(decided[0])
+        return decided[0]
+
+    async def _settle(self, record: ApprovalRecord, state: ApprovalState,
+                      decision: Decision | None, by: str | None,
+                      ran: str | None) -> ApprovalRecord | None:
+        """Decide ``record`` if it is still pending; None when it was not."""
+        settled = await self.db.write(
+            lambda conn: _settle_in(conn, record, state, decision, by, ran))
+        if settled is not None:
+            await self._after(settled)
+        return settled
+
+    async def _after(self, settled: ApprovalRecord) -> None:
+        log.info("approval_settled", approval_id=settled.id, state=settled.state,
+                 decision=settled.decision, decided_by=settled.decided_by, ran=settled.ran)
+        timer = self._timers.pop(settled.id, None)
+        if timer is not None:
+            timer.cancel()
+        waiter = self._waiting.get(settled.id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(settled)
+        route = settled.address.route
+        adapter = self.runner.adapters.get(route.platform)
+        if adapter is not None:
+            try:
+                await adapter.settle_approval(route, settled)
+            except Exception as exc:  # the decision stands; its display is best effort
+                log.warning("approval_display_failed", approval_id=settled.id, error=str(exc))
+        self.runner.store.record_message(settled.address.session_id, "system",
+                                         f"{settled.id}: {settled.outcome_text()}")
+
+    def _arm(self, record: ApprovalRecord) -> None:
+        delay = max(0.0, record.expires_at - self.clock())
+        loop = asyncio.get_running_loop()
+        self._timers[record.id] = loop.call_later(
+            delay, lambda: self._spawn(self._expire(record)))
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _expire(self, record: ApprovalRecord) -> None:
+        self._timers.pop(record.id, None)
+        try:
+            await self._settle(record, "expired", None, None, None)
+        except Exception:
+            log.exception("approval_expiry_failed", approval_id=record.id)
+
+    async def end_session(self, session: SessionEntry) -> None:
+        """A session that ends takes its pending approvals with it (a session listener)."""
+        lineage = await self.runner.store.lineage(session.id)
+        marks = ",".join("?" * len(lineage))
+        rows = await self.db.fetchall(
+            f"SELECT {COLUMNS} FROM approvals WHERE state = 'pending' "
+            f"AND session_id IN ({marks})", tuple(lineage))
+        for row in rows:
+            await self._settle(ApprovalRecord.from_row(row), "cancelled", None, None,
+                               "the session ended")
+
+    # reading -----------------------------------------------------------------
+
+    async def get(self, approval_id: str) -> ApprovalRecord | None:
+        row = await self.db.fetchone(f"SELECT {COLUMNS} FROM approvals WHERE id = ?",
+                                     (approval_id,))
+        return ApprovalRecord.from_row(row) if row else None
+
+    async def pending_in(self, session_key: str) -> list[ApprovalRecord]:
+        rows = await self.db.fetchall(
+            f"SELECT {COLUMNS} FROM approvals WHERE state = 'pending' AND session_key = ? "
+            f"ORDER BY created_at", (session_key,))
+        return [ApprovalRecord.from_row(r) for r in rows]
+
+
+async def recent_approvals(db: Database, limit: int = 50) -> list[ApprovalRecord]:
+    """Pending approvals, then the latest decisions (``homing approvals``)."""
+    rows = await db.fetchall(
+        f"SELECT {COLUMNS} FROM approvals ORDER BY state != 'pending', created_at DESC "
+        f"LIMIT ?", (limit,))
+    return [ApprovalRecord.from_row(r) for r in rows]
+
+
+def _settle_in(conn: sqlite3.Connection, record: ApprovalRecord, state: ApprovalState,
+               decision: Decision | None, by: str | None,
+               ran: str | None) -> ApprovalRecord | None:
+    now = time.time()
+    changed = conn.execute(
+        "UPDATE approvals SET state = ?, decision = ?, decided_by = ?, ran = ?, "
+        "decided_at = ? WHERE id = ? AND state = 'pending'",
+        (state, decision, by, ran, now, record.id)).rowcount
+    if not changed:
+        return None
+    if decision == "session":
+        conn.execute("INSERT OR REPLACE INTO approval_grants (session_id, grant_key, "
+                     "approval_id, granted_at) VALUES (?,?,?,?)",
+                     (record.address.session_id, record.grant_key, record.id, now))
+    row = conn.execute(f"SELECT {COLUMNS} FROM approvals WHERE id = ?",
+                       (record.id,)).fetchone()
+    return ApprovalRecord.from_row(row)
