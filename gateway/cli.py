@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     notes.add_argument("--json", action="store_true", help="one JSON array on stdout")
     notes.set_defaults(func=_notifications)
 
+    approvals = sub.add_parser("approvals", parents=[common],
+                               help="commands waiting for approval, and recent decisions")
+    approvals.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    approvals.set_defaults(func=_approvals)
+
     schedules = sub.add_parser("schedules", parents=[common],
                                help="list schedules, or pause, resume or remove one")
     schedules.add_argument("action", nargs="?", choices=("pause", "resume", "remove"),
@@ -256,6 +261,22 @@ def _notifications(config: Config, args: argparse.Namespace) -> int:
     return _listing(config, args, "notifications", fetch,
                     f"{'ID':>6}  {'KIND':16}  {'STATE':9}  {'REASON / ERROR':24}  "
                     f"{'CREATED':19}  SESSION KEY", line)
+
+
+def _approvals(config: Config, args: argparse.Namespace) -> int:
+    from .approvals import recent_approvals
+
+    async def fetch(store: SessionStore) -> list[dict]:
+        return [r.to_dict() for r in await recent_approvals(store.db)]
+
+    def line(r: dict) -> str:
+        decided = f"{r['decision'] or ''} {r['decided_by'] or ''}".strip()
+        return (f"{r['id']:9}  {r['state']:9}  {decided[:20]:20}  {_when(r['created_at']):19}  "
+                f"{r['platform']:8}  {' '.join(r['command'].split())[:60]}")
+
+    return _listing(config, args, "approvals", fetch,
+                    f"{'ID':9}  {'STATE':9}  {'DECIDED':20}  {'ASKED':19}  {'PLATFORM':8}  "
+                    f"COMMAND", line)
 
 
 def _schedules(config: Config, args: argparse.Namespace) -> int:

@@ -89,7 +89,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                           clock: Callable[[], float] = time.time) -> AsyncIterator[Gateway]:
     """The gateway with its store open, every adapter connected and jobs re-attached.
 
-    ``clock`` is the scheduler's (tests move it on instead of waiting).
+    ``clock`` is the scheduler's and the approvals' (tests move it on instead of waiting).
     """
     adapters = _require_some([*build_adapters(config), *(extra_adapters or [])])
     private_dir(config.home_path)
@@ -109,7 +109,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                               prompts=model is not None)
         command_agent = CommandAgent(terminal, delegations, scheduler)
         runner = GatewayRunner(config, store, command_agent, pairing=Pairing(store.db))
-        approvals = runner.approvals = Approvals(store.db, runner, config.approvals)
+        approvals = runner.approvals = Approvals(store.db, runner, config.approvals,
+                                                      clock=clock)
         runner.session_end_listeners.append(approvals.end_session)
         if model is not None:
             # what the model decides to run waits for a human where approvals.mode says

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from gateway.daemon import running_gateway
 
 from .fakes.openai_server import CallTools, ChatRequest, FakeOpenAI, Response, Say
-from .model_support import model_config, user_says, web_base
+from .helpers import eventually_async
+from .model_support import is_notice, is_subagent, model_config, user_says, web_base
 from .test_web import Tab, open_tab
 
 
@@ -166,3 +168,141 @@ async def test_a_pending_approval_is_shown_to_a_tab_that_opens_later(
     assert (await next_of(late, "approval_decided"))["state"] == "approved"
     assert [r.state for r in await gw.runner.approvals.pending_in(
         tab.ready["session_key"])] == []
+
+
+async def test_kill_9_with_an_approval_pending_then_approve_runs_it_once_as_a_job(
+        tmp_path: Path, model: FakeOpenAI, http) -> None:
+    from .real_daemon import cli_json, run_cli, start_daemon, web_home
+
+    marker = tmp_path / "marker"
+
+    def brain(req: ChatRequest) -> Response:
+        if is_notice(req):
+            return Say("It came back: " + ("ok" if "DROP TABLE demo" in req.last["content"]
+                                           else "without its output"))
+        return runner_brain(marker)(req)
+
+    model.brain = brain
+    env = web_home(tmp_path / "home", f"agent: {{backend: openai, base_url: "
+                                      f"'{model.base_url}', model: fake-model}}\n")
+    proc, url = await start_daemon(env)
+    try:
+        tab = await open_tab(http, url.rstrip("/"))
+        await tab.say("clean up")
+        asked = await next_of(tab, "approval")
+        proc.kill()  # the turn that asked dies with the daemon; the approval does not
+        await proc.wait()
+        (listed,) = await cli_json("approvals", env=env)
+        assert (listed["id"], listed["state"]) == (asked["id"], "pending")
+        code, table, _ = await run_cli("approvals", env=env)
+        assert code == 0 and table.splitlines()[1].split()[:2] == [asked["id"], "pending"]
+
+        proc, url = await start_daemon(env)
+        tab = await open_tab(http, url.rstrip("/"), conversation=tab.ready["conversation"])
+        again = await next_of(tab, "approval")  # still pending, shown to the new tab
+        assert again["id"] == asked["id"] and again["command"] == dangerous(marker)
+        await asyncio.gather(choose(tab, asked["id"], "once"), choose(tab, asked["id"], "once"))
+        decided = await next_of(tab, "approval_decided")
+        assert decided["state"] == "approved" and "background job j" in decided["text"]
+        assert "Already settled" in (await next_of(tab, "error"))["error"]
+        notice = await next_of(tab, "message", timeout=20)
+        assert notice["kind"] == "notification"
+        assert "finished: exit code 0" in notice["text"]
+        assert notice["text"].endswith("\nIt came back: ok")
+        assert runs(marker) == 1
+        (listed,) = await cli_json("approvals", env=env)
+        assert (listed["state"], listed["decision"], listed["decided_by"]) == (
+            "approved", "once", "web")
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_after_a_restart_a_pending_approval_ends_with_its_session_or_expires(
+        tmp_path: Path, model: FakeOpenAI, http) -> None:
+    marker = tmp_path / "marker"
+    model.brain = runner_brain(marker)
+    config = model_config(tmp_path / "home", model)
+    async with running_gateway(config) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("clean up")
+        first = await next_of(tab, "approval")
+    # the daemon stopped while the turn waited: the turn went on, its model told
+    told = await next_of(tab, "message")
+    assert "not run yet: the gateway is restarting" in told["text"]
+
+    async with running_gateway(config) as gw:
+        tab = await open_tab(http, web_base(gw), conversation=tab.ready["conversation"])
+        assert (await next_of(tab, "approval"))["id"] == first["id"]
+        await tab.say("/new")  # the session it belonged to ends: so does the approval
+        cancelled = await next_of(tab, "approval_decided")
+        assert (cancelled["id"], cancelled["state"]) == (first["id"], "cancelled")
+        assert "the session ended" in cancelled["text"]
+        await tab.say("clean up")
+        second = await next_of(tab, "approval")
+
+    # started again after its time ran out: it expires at once, and is not shown
+    async with running_gateway(config, clock=lambda: time.time() + 3600) as gw:
+        approvals = gw.runner.approvals
+
+        async def expired() -> bool:
+            record = await approvals.get(second["id"])
+            return record is not None and record.state == "expired"
+
+        await eventually_async(expired, what="the overdue approval to expire")
+        tab = await open_tab(http, web_base(gw), conversation=tab.ready["conversation"])
+        await tab.no_frame()
+    assert runs(marker) == 0
+
+
+async def test_a_sub_agents_dangerous_command_is_asked_in_the_conversation_that_delegated(
+        model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
+    _, base = model_gateway
+    marker = tmp_path / "marker"
+
+    def brain(req: ChatRequest) -> Response:
+        if is_subagent(req):
+            if req.last["role"] == "tool":
+                return Say("Sub-agent summary: " + json.loads(req.last["content"])["exit"])
+            return CallTools([("terminal", {"command": dangerous(marker)})])
+        if is_notice(req):
+            return Say("Back from the sub-agent.")
+        if req.last["role"] == "tool":
+            return Say("Delegated.")
+        return CallTools([("delegate_task", {"task": "tidy the demo database"})])
+
+    model.brain = brain
+    tab = await open_tab(http, base)
+    await tab.say("research")
+    assert (await next_of(tab, "message"))["text"] == "Delegated."
+    asked = await next_of(tab, "approval")
+    assert asked["command"] == dangerous(marker)
+    await choose(tab, asked["id"], "once")
+    notice = await next_of(tab, "message", timeout=15)
+    assert notice["kind"] == "notification" and notice["text"].endswith("Back from the sub-agent.")
+    (heard,) = [r for r in model.requests if is_notice(r)]
+    assert "Sub-agent summary: exit code 0" in heard.last["content"]  # it ran, and said so
+    assert runs(marker) == 1
+
+
+async def test_a_schedule_whose_command_is_denied_is_not_created(
+        model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
+    gw, base = model_gateway
+    marker = tmp_path / "marker"
+
+    def brain(req: ChatRequest) -> Response:
+        if req.last["role"] == "tool":
+            return Say("tool said: " + req.last["content"])
+        return CallTools([("schedule", {"action": "create", "every": "1h",
+                                        "command": dangerous(marker)})])
+
+    model.brain = brain
+    tab = await open_tab(http, base)
+    await tab.say("every hour, clean the demo table")
+    asked = await next_of(tab, "approval")
+    await tab.say(f"/deny {asked['id']}")
+    replies = [await next_of(tab, "message") for _ in range(2)]  # the /deny note, the answer
+    assert "Denied by web: not run." in [r["text"] for r in replies]
+    answer = next(r for r in replies if r["text"].startswith("tool said: "))
+    assert "not run: web denied it" in answer["text"]
+    assert await gw.scheduler.list(tab.ready["session_key"]) == []

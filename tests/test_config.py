@@ -81,6 +81,9 @@ def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
      "agent.home_channels.0.platform"),
     ("agent: {keep_recent_turns: 0}", "agent.keep_recent_turns"),
     ("platforms: {web: {host: 0.0.0.0}}", "platforms.web.token"),
+    ("approvals: {patterns: ['(unclosed']}", "approvals.patterns"),
+    ("approvals: {mode: sometimes}", "approvals.mode"),
+    ("approvals: {approvers: {slack: ['1']}}", "approvals.approvers.slack"),
     ("platforms: {web: [1, 2]", "<yaml line 1"),
     ("- just\n- a list", "<root>"),
 ])

@@ -20,7 +20,11 @@ ApprovalMode = Literal["off", "dangerous", "all"]
 # system directory (with or without a trailing slash or glob)
 _BROAD = (r"(?:/|/\*|~|~/|~/\*|\$HOME|\$\{HOME\}|\$HOME/\*?|\.|\./|\.\.|\.\./|\*|"
           r"/(?:bin|boot|dev|etc|home|lib|lib64|opt|proc|root|sbin|srv|sys|usr|var)/?\*?)")
+_ROOTS = (r"(?:/|~|~/|\$HOME|\$\{HOME\}|"
+          r"/(?:bin|boot|dev|etc|home|lib|lib64|opt|root|sbin|srv|usr|var)/?)")
 _END = r"(?=$|[\s;&|)'\"])"
+#: where a command starts: the line's start, after ; & | ( or $(, maybe after sudo
+_START = r"(?:^|[;&|({'\"]\s*|\$\(\s*)(?:sudo\s+(?:-\S+\s+)*)?"
 _RECURSIVE = r"(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)"
 _DEVICE = r"/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|md\d|dm-\d|disk/)"
 
@@ -41,14 +45,15 @@ def _rule(key: str, why: str, pattern: str, flags: int = 0) -> Rule:
 BUILT_IN: tuple[Rule, ...] = (
     _rule("recursive-delete", "a recursive delete of a broad path",
           rf"\brm\s+(?:-\S+\s+)*{_RECURSIVE}\s+(?:-\S+\s+)*(?:\S+\s+)*{_BROAD}{_END}"
-          rf"|\brm\b.*--no-preserve-root|\bfind\s+{_BROAD}\s.*-delete\b"),
+          rf"|\brm\b.*--no-preserve-root|\bfind\s+{_ROOTS}\s.*-delete\b"),
     _rule("make-filesystem", "making a filesystem (erases the device)",
           r"\b(?:mkfs(?:\.\w+)?|mke2fs|mkswap|wipefs)\b"),
     _rule("disk-write", "writing straight to a disk device",
           rf"\bdd\b[^;&|]*\bof={_DEVICE}|>\s*{_DEVICE}|\b(?:tee|shred)\b[^;&|]*{_DEVICE}"),
     _rule("power", "shutting down or rebooting the machine",
-          r"\b(?:shutdown|reboot|poweroff|halt)\b|\bsystemctl\s+(?:poweroff|reboot|halt|"
-          r"kexec|suspend|hibernate)\b|\b(?:tel)?init\s+[06]\b"),
+          rf"{_START}(?:shutdown|reboot|poweroff|halt){_END}"
+          r"|\bsystemctl\s+(?:poweroff|reboot|halt|kexec|suspend|hibernate)\b"
+          rf"|{_START}(?:tel)?init\s+[06]\b", re.MULTILINE),
     _rule("open-permissions", "opening permissions recursively on a broad path",
           rf"\bch(?:mod|own|grp)\s+(?:-\S+\s+)*{_RECURSIVE}\s+(?:-\S+\s+)*\S+\s+{_BROAD}{_END}"),
     _rule("pipe-to-shell", "piping a download into a shell",
