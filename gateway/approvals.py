@@ -130,8 +130,9 @@ class Approvals:
             await self.db.write([record.insert_op()])
             log.info("approval_requested", approval_id=record.id, tool=tool,
                      reason=need.reason, session_key=address.session_key)
-            self._arm(record)
             await self._post(record)
+            if not waiter.done():  # armed once it is shown: it cannot expire unseen
+                self._arm(record)
             return await waiter
         except asyncio.CancelledError:
             if self.runner.accepting:  # /stop, not a shutdown: a restart keeps it pending

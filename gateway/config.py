@@ -214,6 +214,15 @@ class ApprovalsConfig(_Strict):
     #: no answer within this long is a denial
     timeout_seconds: float = Field(300.0, gt=0)
 
+    @field_validator("approvers", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        """YAML reads ``[123456789]`` as numbers; ids are compared as text."""
+        if not isinstance(value, dict):
+            return value
+        return {k: [str(v) for v in ids] if isinstance(ids, list) else ids
+                for k, ids in value.items()}
+
     @field_validator("patterns", "allow")
     @classmethod
     def _compiles(cls, value: list[str]) -> list[str]:

@@ -306,3 +306,20 @@ async def test_a_schedule_whose_command_is_denied_is_not_created(
     answer = next(r for r in replies if r["text"].startswith("tool said: "))
     assert "not run: web denied it" in answer["text"]
     assert await gw.scheduler.list(tab.ready["session_key"]) == []
+
+
+async def test_stop_cancels_the_request_of_the_turn_it_stops(
+        model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
+    _, base = model_gateway
+    marker = tmp_path / "marker"
+    model.brain = runner_brain(marker)
+    tab = await open_tab(http, base)
+    await tab.say("clean up")
+    asked = await next_of(tab, "approval")
+    await tab.say("/stop")
+    cancelled = await next_of(tab, "approval_decided")
+    assert (cancelled["state"], cancelled["text"]) == (
+        "cancelled", "Cancelled (the turn was stopped): not run.")
+    await choose(tab, asked["id"], "once")
+    assert "Already settled" in (await next_of(tab, "error"))["error"]
+    assert runs(marker) == 0

@@ -55,6 +55,11 @@ def test_secrets_come_from_the_environment(tmp_path: Path) -> None:
     assert secret(config.platforms.web.token) == "fallback"
 
 
+def test_approvers_given_as_numbers_are_ids(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "approvals: {approvers: {telegram: [42, '43']}}")
+    assert load_config(cfg, {}).approvals.approvers == {"telegram": ["42", "43"]}
+
+
 def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
     cfg = write(tmp_path / "c.yaml", "platforms: {discord: {token: '${NOPE}'}}")
     with pytest.raises(ConfigError) as err:
