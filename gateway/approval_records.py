@@ -76,14 +76,17 @@ class ApprovalRecord:
         return replace(self, state=state, decision=decision, decided_by=by, ran=ran,
                        decided_at=time.time())
 
-    def request_text(self) -> str:
-        """The request as text (Markdown): what, why, and how to answer without buttons."""
+    def request_text(self, *, settled: bool = False) -> str:
+        """The request as text (Markdown): what, why, and (until it is ``settled``, when
+        the outcome line takes its place) how to answer without buttons."""
         minutes = max(1, round((self.expires_at - self.created_at) / 60))
         what = "delegate this task" if self.tool == "delegate_task" else "run"
-        return (f"**Approval needed** ({self.id}): the agent wants to {what}\n"
+        text = (f"**Approval needed** ({self.id}): the agent wants to {what}\n"
                 f"{fenced(self.command)}\n"
-                f"Why asked: {self.reason}.\n"
-                f"Answer with the buttons, or /approve {self.id} (once), "
+                f"Why asked: {self.reason}.")
+        if settled:
+            return text
+        return (f"{text}\nAnswer with the buttons, or /approve {self.id} (once), "
                 f"/approve {self.id} session, /deny {self.id}. "
                 f"No answer within {minutes} min means no.")
 

@@ -17,7 +17,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -27,6 +27,7 @@ from tools.approval_rules import ApprovalPolicy, Need
 from .approval_records import COLUMNS, ApprovalRecord, ApprovalState, Decision
 from .context import SessionContext, current_session, session_context
 from .database import Database
+from .events import SendResult
 from .notifications import ReturnAddress
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ log = structlog.get_logger(__name__)
 Decide = Callable[[sqlite3.Connection, str], None]
 #: carries out an approved action whose turn is gone; returns how it ran
 LateRun = Callable[[ApprovalRecord, Decide], Awaitable[None]]
+
+
+#: how long a decision waits for its outcome to be shown before the turn goes on
+DISPLAY_WAIT = 2.0
 
 
 class AlreadyDecided(Exception):
@@ -70,6 +75,8 @@ class Approvals:
         #: carries out approved actions whose turn is gone (the model agent sets it)
         self.late_run: LateRun | None = None
         self._waiting: dict[str, asyncio.Future[ApprovalRecord]] = {}
+        #: the request's message id once it is posted (None: it was not), per approval
+        self._shown: dict[str, asyncio.Future[str | None]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -124,8 +131,10 @@ class Approvals:
             requester=address.route.user_id, state="pending", decision=None,
             decided_by=None, message_id=None, ran=None, created_at=now,
             expires_at=now + self.config.timeout_seconds, decided_at=None)
-        waiter: asyncio.Future[ApprovalRecord] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[ApprovalRecord] = loop.create_future()
         self._waiting[record.id] = waiter
+        self._shown[record.id] = loop.create_future()
         try:
             await self.db.write([record.insert_op()])
             log.info("approval_requested", approval_id=record.id, tool=tool,
@@ -141,12 +150,26 @@ class Approvals:
             raise
         finally:
             self._waiting.pop(record.id, None)
+            self._shown.pop(record.id, None)
 
     async def _post(self, record: ApprovalRecord) -> None:
+        """The request in its conversation; ``_shown`` tells a decision made meanwhile
+        (a quick tap) which message to show its outcome in."""
         route = record.address.route
         adapter = self.runner.adapters.get(route.platform)
-        result = (await adapter.ask_approval(route, record) if adapter is not None
-                  else None)
+        shown = self._shown[record.id]
+        result: SendResult | None = None
+        try:
+            if adapter is not None:
+                result = await adapter.ask_approval(route, record)
+            if result is not None and result.ok and result.message_id is not None:
+                await self.db.write([("UPDATE approvals SET message_id = ? WHERE id = ?",
+                                      (result.message_id, record.id))])
+        except Exception as exc:  # an adapter bug: the request is cancelled, not left hanging
+            log.exception("approval_post_failed", approval_id=record.id)
+            result = SendResult.failed(repr(exc))
+        finally:
+            shown.set_result(result.message_id if result is not None and result.ok else None)
         if result is None or not result.ok:
             error = result.error if result is not None else f"{route.platform} is not running"
             log.warning("approval_not_posted", approval_id=record.id, error=error)
@@ -155,9 +178,6 @@ class Approvals:
             return
         self.runner.store.record_message(record.address.session_id, "system",
                                          record.request_text())
-        if result.message_id is not None:
-            await self.db.write([("UPDATE approvals SET message_id = ? WHERE id = ?",
-                                  (result.message_id, record.id))])
 
     # deciding ----------------------------------------------------------------
 
@@ -171,7 +191,13 @@ class Approvals:
 
     async def press(self, approval_id: str, decision: Decision, *, platform: str,
                     user_id: str | None, user_name: str | None = None) -> Pressed:
-        """Someone chose: decided once, whoever else chooses at the same moment."""
+        """Someone chose: decided once, whoever else chooses at the same moment. Shielded:
+        a decision recorded is always carried through, even if the caller goes away."""
+        return await asyncio.shield(self._press(approval_id, decision, platform=platform,
+                                                user_id=user_id, user_name=user_name))
+
+    async def _press(self, approval_id: str, decision: Decision, *, platform: str,
+                     user_id: str | None, user_name: str | None) -> Pressed:
         record = await self.get(approval_id)
         if record is None:
             return Pressed(False, f"There is no approval {approval_id}.")
@@ -218,13 +244,12 @@ class Approvals:
             return None
         except Exception as exc:
             log.warning("approval_late_run_failed", approval_id=record.id, error=str(exc))
+            why = f"it could not be started: {str(exc)[:200]}"
             if not decided:
-                return await self._settle(record, "approved", decision, by,
-                                          f"it could not be started: {exc}")
+                return await self._settle(record, "approved", decision, by, why)
             await self.db.write([("UPDATE approvals SET ran = ? WHERE id = ?",
-                                  (f"it could not be started: {exc}", record.id))])
-            decided[0] = decided[0].settled("approved", decision, by,
-                                            f"it could not be started: {exc}")
+                                  (why, record.id))])
+            decided[0] = decided[0].settled("approved", decision, by, why)
         if not decided:
             return None
         await self._after(decided[0])
@@ -241,23 +266,34 @@ class Approvals:
         return settled
 
     async def _after(self, settled: ApprovalRecord) -> None:
+        shown = self._shown.get(settled.id)
+        if shown is not None:  # decided while its request was being posted: wait for it
+            message_id = await asyncio.shield(shown)
+            settled = replace(settled, message_id=settled.message_id or message_id)
         log.info("approval_settled", approval_id=settled.id, state=settled.state,
                  decision=settled.decision, decided_by=settled.decided_by, ran=settled.ran)
         timer = self._timers.pop(settled.id, None)
         if timer is not None:
             timer.cancel()
+        # shown before the turn goes on (so its outcome comes before the command's), but
+        # never held up long by a platform: Discord wants a click answered within 3 s
+        display = self._spawn(self._display(settled))
+        await asyncio.wait({display}, timeout=DISPLAY_WAIT)
         waiter = self._waiting.get(settled.id)
         if waiter is not None and not waiter.done():
             waiter.set_result(settled)
-        route = settled.address.route
-        adapter = self.runner.adapters.get(route.platform)
-        if adapter is not None:
-            try:
-                await adapter.settle_approval(route, settled)
-            except Exception as exc:  # the decision stands; its display is best effort
-                log.warning("approval_display_failed", approval_id=settled.id, error=str(exc))
         self.runner.store.record_message(settled.address.session_id, "system",
                                          f"{settled.id}: {settled.outcome_text()}")
+
+    async def _display(self, settled: ApprovalRecord) -> None:
+        route = settled.address.route
+        adapter = self.runner.adapters.get(route.platform)
+        if adapter is None:
+            return
+        try:
+            await adapter.settle_approval(route, settled)
+        except Exception as exc:  # the decision stands; its display is best effort
+            log.warning("approval_display_failed", approval_id=settled.id, error=str(exc))
 
     def _arm(self, record: ApprovalRecord) -> None:
         delay = max(0.0, record.expires_at - self.clock())
@@ -265,10 +301,11 @@ class Approvals:
         self._timers[record.id] = loop.call_later(
             delay, lambda: self._spawn(self._expire(record)))
 
-    def _spawn(self, work: Awaitable[Any]) -> None:
+    def _spawn(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _expire(self, record: ApprovalRecord) -> None:
         self._timers.pop(record.id, None)

@@ -136,3 +136,19 @@ async def test_bad_buttons_are_refused_as_the_bot_api_refuses_them(
                                     reply_markup=keyboard)
     assert fake.message_markup(7, ok.message_id) == approve_deny("5").to_dict()
     assert fake.message_text(7, ok.message_id) == "Run it?"
+
+
+async def test_taps_reach_only_a_bot_that_asked_for_callback_queries(
+        fake: FakeTelegram, bot: Bot) -> None:
+    sent = await bot.send_message(FORUM, "Run job 7?", reply_markup=approve_deny("7"))
+    fake.press(FORUM, sent.message_id, "approve:7")
+    # as on Telegram: allowed_updates is kept, and a type not in it is not handed out
+    assert await bot.get_updates(timeout=0, allowed_updates=["message"]) == ()
+    fake.press(FORUM, sent.message_id, "deny:7")
+    fake.user_message(chat_id=FORUM, text="hello", chat_type="supergroup")
+    (update,) = await bot.get_updates(timeout=0)
+    assert update.message is not None and update.message.text == "hello"
+    fake.press(FORUM, sent.message_id, "deny:7")
+    (tap,) = await bot.get_updates(offset=update.update_id + 1, timeout=0,
+                                   allowed_updates=["message", "callback_query"])
+    assert tap.callback_query is not None and tap.callback_query.data == "deny:7"

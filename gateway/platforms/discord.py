@@ -30,10 +30,12 @@ from ..formatting.discord_text import NO_MENTIONS, message_parts
 from ..route import Route
 from ..runner import GatewayClosed
 from .base import Adapter, LiveReply
+from .discord_approvals import answer_click, post_request, show_outcome
 from .discord_preview import DiscordPreview
 from .flow import FlowControl, RateLimits
 
 if TYPE_CHECKING:
+    from ..approval_records import ApprovalRecord
     from ..runner import GatewayRunner
 
 log = structlog.get_logger(__name__)
@@ -89,6 +91,7 @@ class DiscordAdapter(Adapter):
         client.event(self.on_resumed)
         client.event(self.on_disconnect)
         client.event(self.on_message)
+        client.event(self.on_interaction)
         self._client = client
         self._task = asyncio.create_task(self._run(client), name="discord")
 
@@ -375,6 +378,18 @@ class DiscordAdapter(Adapter):
         hosts = {"cdn.discordapp.com", "media.discordapp.net",
                  yarl.URL(self.config.api_base).host or ""}
         return fetch_url(file.ref, hosts)
+
+    # approvals (gateway/platforms/discord_approvals.py) ------------------------------
+
+    async def ask_approval(self, route: Route, record: ApprovalRecord) -> SendResult:
+        return await post_request(self._client, self.flow, route, record)
+
+    async def settle_approval(self, route: Route, record: ApprovalRecord) -> None:
+        await show_outcome(self._client, self.flow, route, record)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A button click, on any message (one posted before a restart too)."""
+        await answer_click(interaction, self._runner.approvals if self._runner else None)
 
     @property
     def client(self) -> discord.Client | None:

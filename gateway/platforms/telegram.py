@@ -22,6 +22,7 @@ from telegram import (
     BotCommand,
     BotCommandScopeAllGroupChats,
     BotCommandScopeAllPrivateChats,
+    InlineKeyboardMarkup,
     Update,
 )
 from telegram.constants import ChatAction, ParseMode
@@ -51,12 +52,14 @@ from ..route import Route
 from ..runner import GatewayClosed, Received
 from .base import Adapter, LiveReply
 from .flow import FlowControl, RateLimits
+from .telegram_approvals import ApprovalButtons
 from .telegram_files import download as download_file
 from .telegram_files import files_in, post_file
 from .telegram_preview import TelegramPreview
 from .telegram_routes import route_of, send_arguments
 
 if TYPE_CHECKING:
+    from ..approval_records import ApprovalRecord
     from ..runner import GatewayRunner
 
 log = structlog.get_logger(__name__)
@@ -87,6 +90,7 @@ class TelegramAdapter(Adapter):
         self._poller: asyncio.Task[None] | None = None
         #: the next update id wanted: everything before it is journaled
         self._offset: int | None = None
+        self._approval_buttons = ApprovalButtons(self)
 
     # lifecycle ---------------------------------------------------------------
 
@@ -138,7 +142,7 @@ class TelegramAdapter(Adapter):
         while True:
             try:
                 updates = await self._app.bot.get_updates(
-                    offset=self._offset, timeout=10, allowed_updates=["message"],
+                    offset=self._offset, timeout=10, allowed_updates=["message", "callback_query"],
                     read_timeout=15)
             except InvalidToken as exc:
                 self._connected = False
@@ -158,15 +162,17 @@ class TelegramAdapter(Adapter):
                 self._offset = update.update_id + 1
 
     async def _take(self, update: Update) -> bool:
-        """Hand an update to the runner; True once it is journaled (or is not for us)."""
-        received = self._on_update(update)
-        if received is None:
-            return True
-        taken = await received.journaled
-        if taken == "failed":
+        """Hand an update to the runner; True once it is journaled (or is not for us).
+        A tap on a button is decided here, before the offset moves past it."""
+        if update.callback_query is not None:
+            approvals = self._runner.approvals if self._runner is not None else None
+            taken = await self._approval_buttons.on_press(update.callback_query, approvals)
+        else:
+            received = self._on_update(update)
+            taken = received is None or await received.journaled != "failed"
+        if not taken:
             await asyncio.sleep(1.0)
-            return False
-        return True
+        return taken
 
     async def stop_receiving(self) -> None:
         """Stop polling, so no update is taken that will not be served; tell Telegram
@@ -190,6 +196,7 @@ class TelegramAdapter(Adapter):
         app = self._app
         if app is None:
             return
+        await self._approval_buttons.close()
         self._connected = False
         if app.running:
             await _quietly("stop", app.stop())
@@ -304,16 +311,18 @@ class TelegramAdapter(Adapter):
         return await self.send_parts(route, message_parts(text),
                                      first_patient=kind != "notification")
 
-    async def send_parts(self, route: Route, parts: list[str], *,
-                         first_patient: bool = True) -> SendResult:
-        """``parts`` in order, as one message (a streamed reply's rest, after its preview)."""
+    async def send_parts(self, route: Route, parts: list[str], *, first_patient: bool = True,
+                         keyboard: InlineKeyboardMarkup | None = None) -> SendResult:
+        """``parts`` in order, as one message (a streamed reply's rest, after its preview);
+        ``keyboard`` goes under the last part."""
         if self._app is None or not self._connected:
             return SendResult.failed("telegram is not connected")
         last: str | None = None
         async with self.flow.chat(route.chat_id):
             for index, part in enumerate(parts):
-                result = await self._send_part(route, part,
-                                               patient=index > 0 or first_patient)
+                result = await self._send_part(
+                    route, part, patient=index > 0 or first_patient,
+                    keyboard=keyboard if index == len(parts) - 1 else None)
                 if not result.ok:
                     return result
                 last = result.message_id
@@ -321,6 +330,14 @@ class TelegramAdapter(Adapter):
 
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return TelegramPreview(self, route)
+
+    async def ask_approval(self, route: Route, record: ApprovalRecord) -> SendResult:
+        return await self._approval_buttons.ask(route, record)
+
+    async def settle_approval(self, route: Route, record: ApprovalRecord) -> None:
+        """Edited in the background: a tap's poll serves every chat, and must not wait
+        out one chat's flood control."""
+        self._approval_buttons.settle(route, record)
 
     async def send_file(self, route: Route, path: Path, caption: str | None = None, *,
                         session_id: str | None = None) -> SendResult:
@@ -348,7 +365,8 @@ class TelegramAdapter(Adapter):
     def app(self) -> Application | None:
         return self._app
 
-    async def _send_part(self, route: Route, source: str, *, patient: bool) -> SendResult:
+    async def _send_part(self, route: Route, source: str, *, patient: bool,
+                         keyboard: InlineKeyboardMarkup | None = None) -> SendResult:
         """One part, given as Markdown: sent as HTML, or as plain text when Telegram
         cannot parse that HTML (a message is never lost to its formatting)."""
         assert self._app is not None
@@ -363,6 +381,7 @@ class TelegramAdapter(Adapter):
                 message = await self._app.bot.send_message(
                     text=markup if markup is not None else plain_fallback(source),
                     parse_mode=ParseMode.HTML if markup is not None else None,
+                    reply_markup=keyboard,
                     **send_arguments(route, with_thread=with_thread, chat_id=chat_id))
                 return SendResult.sent(str(message.message_id))
             except RetryAfter as exc:

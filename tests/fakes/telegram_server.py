@@ -81,6 +81,8 @@ __all__ = ["CallbackAnswer", "EditRecord", "FakeTelegram", "FileRecord", "SentRe
            "StoredFile", "utf16_len"]
 
 JSON = dict[str, Any]
+#: what getUpdates hands out when allowed_updates is not given or empty: all but these
+_NOT_BY_DEFAULT = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
 
 
 class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
@@ -106,6 +108,8 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
         self.calls: list[tuple[str, dict[str, Any]]] = []  # every API call: (method, params)
         self.port: int = 0
         self._pending: list[tuple[int, JSON]] = []  # (ack id, update) not yet acknowledged
+        #: the last ``allowed_updates`` a getUpdates gave (Telegram keeps it until changed)
+        self.allowed_updates: list[str] | None = None
         self._next_update_id = 10_000
         self._message_ids: dict[int, int] = {}  # chat id -> last message id in that chat
         self._chats: dict[int, JSON] = {}  # chats seen in inbound messages
@@ -333,6 +337,9 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
 
     async def _get_updates(self, params: dict[str, Any]) -> list[JSON]:
         consume_failure(self._poll_failures, None)
+        allowed = as_json(params.get("allowed_updates"))
+        if isinstance(allowed, list):
+            self.allowed_updates = [str(a) for a in allowed]
         offset = as_int(params.get("offset"))
         limit = as_int(params.get("limit")) or 100
         timeout = float(params.get("timeout") or 0)
@@ -350,10 +357,20 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
                 await asyncio.wait_for(self._updates_changed.wait(), remaining)
             except TimeoutError:
                 break
+        # as Telegram does, updates of a type the bot did not ask for are not handed out
+        self._pending = [(i, u) for i, u in self._pending if self._wanted(u)]
         batch = [u for _, u in self._pending[:limit]]
         if batch:
             self.handed_out += len(batch)
         return batch
+
+    def _wanted(self, update: JSON) -> bool:
+        kind = next((k for k in update if k != "update_id"), None)
+        if kind is None:
+            return True  # a bare or malformed update: the bot's parser decides
+        if not self.allowed_updates:  # not given, or []: all but these
+            return kind not in _NOT_BY_DEFAULT
+        return kind in self.allowed_updates
 
     def hold_sends(self) -> None:
         """From now on sendMessage waits (the bot's replies hang) until :meth:`release_sends`.

@@ -1,0 +1,222 @@
+"""Approvals on Telegram: the request as a message with three buttons under the message
+that started the turn, a tap (a callback query) decided by the core and answered once,
+and the outcome edited into the request, taking its keyboard away.
+
+A tap is decided while the poll still holds its update, so a crash before the
+decision is recorded lets Telegram hand the tap out again; the core decides an
+approval only once, so a tap handed out twice is answered "already settled".
+The outcome's edit runs on its own: a flood wait in one chat must not hold up
+the poll, which serves every chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import structlog
+from telegram import Bot, CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup
+from telegram.constants import ParseMode
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+
+from ..approval_records import CHOICES, ApprovalRecord, Decision, button_data, parse_button
+from ..database import StoreClosed
+from ..events import SendResult
+from ..formatting.telegram_html import cannot_parse, message_parts, plain_fallback
+from ..formatting.telegram_html import render as render_html
+from ..route import Route
+
+if TYPE_CHECKING:
+    from ..approvals import Pressed
+    from .telegram import TelegramAdapter
+
+__all__ = ["ApprovalButtons", "Presses"]
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+#: room kept in the request's last message for the outcome line edited in later
+_OUTCOME_ROOM = 400
+#: Telegram shows at most this much of a callback answer
+_ANSWER_LIMIT = 200
+_EDIT_ATTEMPTS = 4
+_EDIT_BACKOFF = (1.0, 2.0, 5.0)
+#: how long a stop waits for outcomes still being shown
+_CLOSE_TIMEOUT = 5.0
+
+
+class Presses(Protocol):
+    """What a tap needs of the approvals: one decision, made once."""
+
+    async def press(self, approval_id: str, decision: Decision, *, platform: str,
+                    user_id: str | None, user_name: str | None = None) -> Pressed: ...
+
+
+class ApprovalButtons:
+    """The Telegram side of approvals, for one adapter: asking, answering taps, and
+    showing outcomes."""
+
+    def __init__(self, adapter: TelegramAdapter) -> None:
+        self.adapter = adapter
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # asking ------------------------------------------------------------------
+
+    async def ask(self, route: Route, record: ApprovalRecord) -> SendResult:
+        """The request under the message that started the turn, the buttons on its last
+        part (a long command takes more than one message)."""
+        try:
+            result = await self.adapter.send_parts(route, self._request_parts(record),
+                                                   keyboard=_keyboard(record))
+        except TelegramError as exc:  # what the send path does not turn into a result
+            return SendResult.failed(f"rejected by Telegram: {exc}")
+        return result
+
+    def _request_parts(self, record: ApprovalRecord, *, settled: bool = False) -> list[str]:
+        return message_parts(record.request_text(settled=settled),
+                             self.adapter.message_limit - _OUTCOME_ROOM)
+
+    # showing the outcome -----------------------------------------------------
+
+    def settle(self, route: Route, record: ApprovalRecord) -> None:
+        """Edit the outcome into the request, in the background (see the module)."""
+        message_id = record.message_id  # the core shows an outcome once the request is out
+        if message_id is None:
+            log.info("telegram_approval_outcome_not_shown", approval_id=record.id,
+                     reason="the request was never posted")
+            return
+        self._spawn(self._show_outcome(route, record, message_id))
+
+    async def _show_outcome(self, route: Route, record: ApprovalRecord,
+                            message_id: str) -> None:
+        """The request's last part plus the outcome line, with no keyboard (an edit
+        without ``reply_markup`` takes it away). Errors are logged: the decision
+        stands, and a tap on a stale button is answered "already settled"."""
+        bound = log.bind(approval_id=record.id, chat_id=route.chat_id, message_id=message_id)
+        text = f"{self._request_parts(record, settled=True)[-1]}\n\n{record.outcome_text()}"
+        markup: str | None = render_html(text)
+        flow, group = self.adapter.flow, route.chat_type == "group"
+        for attempt in range(_EDIT_ATTEMPTS):
+            bot = self._bot()
+            if bot is None:
+                bound.warning("telegram_approval_outcome_not_shown",
+                              reason="telegram is not connected")
+                return
+            await flow.admit(route.chat_id, group=group)
+            try:
+                await bot.edit_message_text(
+                    markup if markup is not None else plain_fallback(text),
+                    chat_id=int(route.chat_id), message_id=int(message_id),
+                    parse_mode=ParseMode.HTML if markup is not None else None)
+                return
+            except RetryAfter as exc:
+                flow.pause(route.chat_id, _seconds(exc.retry_after))
+            except BadRequest as exc:
+                if markup is not None and cannot_parse(exc.message):
+                    markup = None
+                    continue
+                if "not modified" not in exc.message.lower():  # else an earlier try took
+                    bound.warning("telegram_approval_outcome_not_shown", error=exc.message)
+                return
+            except NetworkError as exc:
+                bound.warning("telegram_approval_outcome_retry", error=str(exc))
+                await asyncio.sleep(_EDIT_BACKOFF[min(attempt, len(_EDIT_BACKOFF) - 1)])
+            except TelegramError as exc:
+                bound.warning("telegram_approval_outcome_not_shown", error=str(exc))
+                return
+        bound.warning("telegram_approval_outcome_not_shown",
+                      reason=f"Telegram did not take the edit in {_EDIT_ATTEMPTS} tries")
+
+    # taps ----------------------------------------------------------------------
+
+    async def on_press(self, query: CallbackQuery, approvals: Presses | None) -> bool:
+        """A tap on a button; False when the store could not record it, so the poll asks
+        Telegram for it again (it is answered only once it is decided)."""
+        if query.message is None or not query.data:
+            log.warning("telegram_callback_query_skipped", query_id=query.id,
+                        reason="no message" if query.message is None else "no data")
+            return True
+        chosen = parse_button(query.data)
+        if chosen is None:
+            await self._answer(query, "This button does nothing any more.")
+            return True
+        if approvals is None:
+            await self._answer(query, "Nothing here asks for approval.")
+            return True
+        # shielded: a stop in the middle of a decision lets it finish and be answered
+        return await asyncio.shield(self._spawn(self._decide(query, approvals, *chosen)))
+
+    async def _decide(self, query: CallbackQuery, approvals: Presses, approval_id: str,
+                      decision: Decision) -> bool:
+        user = query.from_user
+        try:
+            pressed = await approvals.press(approval_id, decision, platform="telegram",
+                                            user_id=str(user.id),
+                                            user_name=user.username or user.first_name)
+        except (sqlite3.Error, StoreClosed) as exc:
+            log.warning("telegram_approval_press_not_recorded", approval_id=approval_id,
+                        query_id=query.id, error=str(exc),
+                        hint="the tap is asked for again once the store is back")
+            return False
+        except Exception:  # a bug must not stop the poll, which serves every chat
+            log.exception("telegram_approval_press_failed", approval_id=approval_id,
+                          query_id=query.id)
+            await self._answer(query, f"That did not work; try /approve {approval_id} or "
+                                      f"/deny {approval_id}.", alert=True)
+            return True
+        await self._answer(query, pressed.note, alert=not pressed.ok)
+        return True
+
+    async def _answer(self, query: CallbackQuery, note: str, *, alert: bool = False) -> None:
+        """Answer a tap (once: Telegram refuses a second answer as "too old")."""
+        bot = self._bot()
+        if bot is None:
+            log.warning("telegram_callback_not_answered", query_id=query.id,
+                        reason="telegram is not connected")
+            return
+        if len(note) > _ANSWER_LIMIT:
+            note = note[:_ANSWER_LIMIT - 1] + "…"
+        try:
+            await bot.answer_callback_query(query.id, text=note, show_alert=alert)
+        except TelegramError as exc:  # the tap timed out on the user's side; it still counts
+            log.warning("telegram_callback_not_answered", query_id=query.id, error=str(exc))
+
+    # lifecycle -----------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Let outcomes being shown finish (for a while), before the bot goes."""
+        if not self._tasks:
+            return
+        _, late = await asyncio.wait(set(self._tasks), timeout=_CLOSE_TIMEOUT)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+
+    def _bot(self) -> Bot | None:
+        app = self.adapter.app
+        return app.bot if app is not None and self.adapter.connected else None
+
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("telegram_approval_task_failed", exc_info=task.exception())
+
+
+def _keyboard(record: ApprovalRecord) -> InlineKeyboardMarkup:
+    """One choice a row: "Approve for this session" does not fit beside the others on a
+    phone."""
+    return InlineKeyboardMarkup([[InlineKeyboardButton(label, callback_data=button_data(
+        record.id, decision))] for decision, label in CHOICES])
+
+
+def _seconds(value: Any) -> float:
+    return float(value.total_seconds()) if hasattr(value, "total_seconds") else float(value)
