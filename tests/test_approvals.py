@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.daemon import running_gateway
 
 from .fakes.openai_server import CallTools, ChatRequest, FakeOpenAI, Response, Say
@@ -34,6 +36,14 @@ def runner_brain(marker: Path, **calls: Any):
     return brain
 
 
+@pytest.fixture
+def marker(tmp_path: Path, model: FakeOpenAI) -> Path:
+    """The file the dangerous command appends to; the model runs it on "clean up"."""
+    path = tmp_path / "marker"
+    model.brain = runner_brain(path)
+    return path
+
+
 async def next_of(tab: Tab, kind: str, timeout: float = 10) -> dict[str, Any]:
     while True:
         frame = await tab.frame(timeout)
@@ -51,10 +61,8 @@ async def choose(tab: Tab, approval_id: str, decision: str) -> None:
 
 
 async def test_approve_once_runs_the_command_and_its_result_comes_back(
-        model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
+        model_gateway, marker: Path, http) -> None:
     _, base = model_gateway
-    marker = tmp_path / "marker"
-    model.brain = runner_brain(marker)
     tab = await open_tab(http, base)
     await tab.say("clean up")
     asked = await next_of(tab, "approval")
@@ -101,10 +109,8 @@ async def test_deny_and_timeout_do_not_run_it_and_the_model_is_told_why(
 
 
 async def test_approve_for_this_session_skips_the_question_until_new(
-        model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
+        model_gateway, marker: Path, http) -> None:
     _, base = model_gateway
-    marker = tmp_path / "marker"
-    model.brain = runner_brain(marker)
     tab = await open_tab(http, base)
     await tab.say("clean up")
     await choose(tab, (await next_of(tab, "approval"))["id"], "session")
@@ -127,10 +133,8 @@ async def test_approve_for_this_session_skips_the_question_until_new(
 
 
 async def test_two_tabs_and_a_deny_racing_decide_once(
-        model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
+        model_gateway, marker: Path, http) -> None:
     _, base = model_gateway
-    marker = tmp_path / "marker"
-    model.brain = runner_brain(marker)
     a = await open_tab(http, base)
     b = await open_tab(http, base, conversation=a.ready["conversation"])
     await a.say("clean up")
@@ -154,9 +158,8 @@ async def test_two_tabs_and_a_deny_racing_decide_once(
 
 
 async def test_a_pending_approval_is_shown_to_a_tab_that_opens_later(
-        model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
+        model_gateway, marker: Path, http) -> None:
     gw, base = model_gateway
-    model.brain = runner_brain(tmp_path / "marker")
     tab = await open_tab(http, base)
     await tab.say("clean up")
     asked = await next_of(tab, "approval")
@@ -309,10 +312,8 @@ async def test_a_schedule_whose_command_is_denied_is_not_created(
 
 
 async def test_stop_cancels_the_request_of_the_turn_it_stops(
-        model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
+        model_gateway, marker: Path, http) -> None:
     _, base = model_gateway
-    marker = tmp_path / "marker"
-    model.brain = runner_brain(marker)
     tab = await open_tab(http, base)
     await tab.say("clean up")
     asked = await next_of(tab, "approval")
