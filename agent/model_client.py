@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +21,7 @@ import structlog
 from openai.types.chat import ChatCompletion
 
 from gateway.config import AgentConfig, secret
+from gateway.retry import RetryPolicy
 
 from .history import Message
 from .model_reply import ModelReply, ToolCall, arguments_text, make_reply, new_call_id
@@ -64,6 +64,9 @@ class ModelClient:
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.config = config
         self._sleep = sleep
+        #: the wait after each failed try (the number of tries is decided per request)
+        self.retry = RetryPolicy.exponential(config.retry_backoff_seconds,
+                                             config.max_retries + 1, jitter=0.2)
         # local servers take any key, but the client insists on one; $OPENAI_API_KEY is
         # deliberately not read behind the config's back (it would go to any base_url)
         self._client = openai.AsyncOpenAI(
@@ -193,7 +196,7 @@ class ModelClient:
                ) -> tuple[float | None, str]:
         """How long to wait before the next attempt (None: give up), and what to tell."""
         cfg = self.config
-        backoff = cfg.retry_backoff_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+        backoff = self.retry.delay(attempt - 1)
         last = attempt >= attempts
         if isinstance(exc, openai.APITimeoutError):
             return (None if last else backoff), (

@@ -26,6 +26,7 @@ import structlog
 
 from .migrations import TABLES, migrate
 from .private_files import private_dir, private_file
+from .retry import RetryPolicy
 
 log = structlog.get_logger(__name__)
 
@@ -34,7 +35,8 @@ Op = tuple[str, Sequence[Any]]
 #: connection that runs in the database thread (so it must not touch asyncio)
 Work = Sequence[Op] | Callable[[sqlite3.Connection], Any]
 
-_BUSY_RETRY = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+#: another process holding the write lock: waited out for about four seconds
+BUSY = RetryPolicy((0.05, 0.1, 0.2, 0.5, 1.0, 2.0), attempts=7)
 MAX_BATCH = 2000  # writes per transaction
 #: the page check's verdict is reused this long (see Database.health)
 DEEP_CHECK_SECONDS = 10.0
@@ -217,14 +219,14 @@ class Database:
             self._progress.set()
 
     async def _commit(self, batch: list[_Queued]) -> None:
-        for attempt, delay in enumerate((*_BUSY_RETRY, None)):
+        for attempt in BUSY.tries():
             try:
                 results = await self._in_db_thread(_run_batch, batch)
             except sqlite3.OperationalError as exc:
                 # another process holds the write lock: wait and try the whole batch again
-                if _is_busy(exc) and delay is not None:
+                if _is_busy(exc) and not BUSY.is_last(attempt):
                     log.warning("state_db_busy_retrying", writes=len(batch), attempt=attempt + 1)
-                    await asyncio.sleep(delay)
+                    await BUSY.pause(attempt)
                     continue
                 break
             except Exception:
@@ -262,14 +264,14 @@ async def _connect(path: Path) -> aiosqlite.Connection:
 async def _enable_wal(conn: aiosqlite.Connection) -> None:
     """Switch a database to WAL. Another process doing the same on a new database
     can make SQLite answer "locked" at once, without waiting: try again."""
-    for delay in (*_BUSY_RETRY, None):
+    for attempt in BUSY.tries():
         try:
             await conn.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc) or delay is None:
+            if not _is_busy(exc) or BUSY.is_last(attempt):
                 raise
-            await asyncio.sleep(delay)
+            await BUSY.pause(attempt)
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

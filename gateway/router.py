@@ -21,6 +21,7 @@ from .events import SendResult
 from .notifications import Notification
 from .outbox import Outbox, claimer_name
 from .ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
+from .retry import RetryPolicy
 from .runner import GatewayRunner
 from .store import SessionStore
 
@@ -30,7 +31,8 @@ CLAIM_BATCH = 500
 IDLE_POLL_SECONDS = 5.0
 DISCONNECTED_RETRY_SECONDS = 5.0
 MAX_TURN_FAILURES = 5
-_BACKOFF = (1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+#: a notice whose delivery failed waits this long before the next try (its attempts count)
+REDELIVERY = RetryPolicy((1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,4 +264,4 @@ def _from_sends(n: Notification, results: list[SendResult]) -> _Outcome:
 
 
 def _backoff(n: Notification) -> float:
-    return _BACKOFF[min(n.attempts, len(_BACKOFF) - 1)]
+    return REDELIVERY.delay(n.attempts)

@@ -22,6 +22,7 @@ import structlog
 from gateway.database import Op
 from gateway.notifications import NewNotification
 from gateway.outbox import Outbox
+from gateway.retry import RetryPolicy
 
 from .job_notices import watch_text
 from .job_output import LogReader, OutputWatcher
@@ -31,7 +32,8 @@ from .watch import JobWatch, WatchLimits, WatchNotice
 
 log = structlog.get_logger(__name__)
 
-_RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)
+#: a watch notice is recorded whatever it takes: the match was seen, it must be told
+RECORD = RetryPolicy((0.1, 0.5, 1.0, 2.0, 5.0))
 
 
 class WatchReporter:
@@ -92,15 +94,13 @@ class WatchReporter:
             ops.append(("UPDATE jobs SET watch_disabled = 1 WHERE id = ?", (record.id,)))
         sequence = notices if notice.kind == "watch_match" else 0
         new = self._notification(record, notice, sequence)
-        attempt = 0
-        while True:
+        for attempt in RECORD.tries():
             try:
                 await self.outbox.produce([new], with_ops=ops)
                 break
             except Exception:
                 log.exception("watch_notice_not_recorded", job_id=record.id, attempt=attempt)
-                await asyncio.sleep(_RETRY_SECONDS[min(attempt, len(_RETRY_SECONDS) - 1)])
-                attempt += 1
+                await RECORD.pause(attempt)
         record.watch_notices, record.watch_offset = notices, end_offset
         record.watch_disabled = record.watch_disabled or notice.kind == "watch_disabled"
 

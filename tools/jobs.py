@@ -30,6 +30,7 @@ from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.private_files import private_dir
 from gateway.processes import ORIGINAL_OPEN_FILES, process_start_time
+from gateway.retry import RetryPolicy
 from gateway.route import Route
 
 from . import job_process
@@ -43,6 +44,10 @@ from .plain_text import plain_lines
 from .watch import GlobalBreaker, JobWatch, Pattern, WatchLimits, compile_patterns
 
 log = structlog.get_logger(__name__)
+
+#: recording a job's end: the job is over, so its end must be told; past these tries
+#: the row stays running, and the next start's recovery reports it
+END_RECORD = RetryPolicy.exponential(0.5, 5)
 
 
 def completion_key(job_id: str) -> str:
@@ -299,13 +304,14 @@ class JobManager:
 
     async def _commit_end(self, record: JobRecord, notices: list[NewNotification],
                           ops: list[Op]) -> None:
-        for attempt in range(5):  # the job is over; its end must still be told
+        for attempt in END_RECORD.tries():  # the job is over; its end must still be told
             try:
                 await self.outbox.produce(notices, with_ops=ops)
                 return
             except Exception:
                 log.exception("job_end_not_recorded", job_id=record.id, attempt=attempt)
-                await asyncio.sleep(0.5 * 2 ** attempt)
+                if not END_RECORD.is_last(attempt):
+                    await END_RECORD.pause(attempt)
         # still running in the store: the next start's recovery reports it
 
     async def _ending_note(self, record: JobRecord, notified: bool) -> EndNote:

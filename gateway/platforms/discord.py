@@ -27,6 +27,7 @@ from ..auth import ROLES
 from ..config import DiscordConfig, secret
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..formatting.discord_text import NO_MENTIONS, message_parts
+from ..retry import RetryPolicy
 from ..route import Route
 from ..runner import GatewayClosed
 from .base import Adapter, LiveReply
@@ -42,10 +43,12 @@ log = structlog.get_logger(__name__)
 
 MESSAGE_LIMIT = 2000
 LOCKED_THREAD = 50083
-UNKNOWN_CHANNEL = 10003
-_SEND_ATTEMPTS = 4
-_BACKOFF = (0.5, 1.0, 2.0, 4.0)
-_CONNECT_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+#: a part of a message: a first part gives up sooner (the whole text can go again)
+SEND = RetryPolicy((0.5, 1.0, 2.0, 4.0), attempts=4)
+#: a part after the first: a failure would make the whole message go again
+SEND_LATER_PART = SEND.times(3)
+#: logging in, until it works
+CONNECT = RetryPolicy((1.0, 2.0, 5.0, 10.0, 30.0, 60.0))
 _CATCH_UP_LIMIT = 200  # messages read back per channel after a new session
 _THREAD_TYPES = {discord.ChannelType.public_thread, discord.ChannelType.private_thread,
                  discord.ChannelType.news_thread}
@@ -96,9 +99,8 @@ class DiscordAdapter(Adapter):
         self._task = asyncio.create_task(self._run(client), name="discord")
 
     async def _run(self, client: discord.Client) -> None:
-        attempt = 0
         try:
-            while True:
+            for attempt in CONNECT.tries():
                 try:
                     await client.login(secret(self.config.token) or "")
                     break
@@ -107,9 +109,8 @@ class DiscordAdapter(Adapter):
                               "Discord stays offline")
                     return
                 except (discord.HTTPException, OSError) as exc:
-                    delay = _CONNECT_BACKOFF[min(attempt, len(_CONNECT_BACKOFF) - 1)]
+                    delay = CONNECT.delay(attempt)
                     log.warning("discord_login_retry", error=str(exc), retry_in=delay)
-                    attempt += 1
                     await asyncio.sleep(delay)
             await client.connect(reconnect=True)  # resumes and reconnects on its own
         except discord.PrivilegedIntentsRequired:
@@ -344,9 +345,9 @@ class DiscordAdapter(Adapter):
                         fail_if_not_exists=False)
                 # once part one is out, a failure would make the whole text be sent
                 # again: push the rest through patiently
-                attempts = _SEND_ATTEMPTS * (3 if index > 0 else 1)
+                policy = SEND_LATER_PART if index > 0 else SEND
                 nonce = _nonce(dedupe_key, index) if dedupe_key else None
-                result = await self._send_part(channel, route, part, reference, attempts,
+                result = await self._send_part(channel, route, part, reference, policy,
                                                nonce)
                 if not result.ok:
                     return result
@@ -397,11 +398,11 @@ class DiscordAdapter(Adapter):
 
     async def _send_part(self, channel: Any, route: Route, text: str,
                          reference: discord.MessageReference | None,
-                         attempts: int, nonce: str | None = None) -> SendResult:
+                         policy: RetryPolicy, nonce: str | None = None) -> SendResult:
         """One part. With a ``nonce`` (discord.py sends ``enforce_nonce`` with it), a part
         sent again — after a crash between its send and its record — is not posted
         twice: Discord answers with the message it already has."""
-        for attempt in range(attempts):
+        for attempt in policy.tries():
             await self.flow.admit(route.chat_id, group=False)
             try:
                 # nobody is pinged by what the agent or a job's output says
@@ -419,14 +420,15 @@ class DiscordAdapter(Adapter):
                 return SendResult.failed(f"route gone: {exc.text}", permanent=True)
             except discord.NotFound as exc:
                 return SendResult.failed(f"route gone: {exc.text}", permanent=True)
-            except discord.DiscordServerError as exc:
-                if attempt == attempts - 1:
-                    return SendResult.failed(f"discord server error: {exc.text}")
-                await asyncio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
             except (TimeoutError, discord.HTTPException, OSError) as exc:
-                if attempt == attempts - 1:
-                    return SendResult.failed(f"discord send failed: {exc}")
-                await asyncio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+                # discord.py waits out 429s and retries some 5xx itself; what comes here
+                # is a server error or a broken connection
+                if policy.is_last(attempt):
+                    what = (f"discord server error: {exc.text}"
+                            if isinstance(exc, discord.DiscordServerError)
+                            else f"discord send failed: {exc}")
+                    return SendResult.failed(what)
+                await policy.pause(attempt)
         return SendResult.failed("discord did not accept the message")
 
 

@@ -25,14 +25,15 @@ from typing import Protocol
 import structlog
 
 from ..events import MessageKind, SendResult
+from ..retry import RetryPolicy
 from ..route import Route
 from ..splitter import split_message
 
 log = structlog.get_logger(__name__)
 
 #: how often the final edit is tried before the text goes as its own message
-FINAL_ATTEMPTS = 5
-_BACKOFF = (0.5, 1.0, 2.0, 4.0)
+#: the final edit and the delete must get through: tried this patiently
+FINAL = RetryPolicy((0.5, 1.0, 2.0, 4.0), attempts=5)
 #: the longest "retry after" the final edit waits out, each time
 _MAX_WAIT = 60.0
 #: a preview still being written ends with this
@@ -240,7 +241,7 @@ class EditedPreview(ABC):
                          message_id: str) -> bool | None:
         """A step that must get through (the final edit, the delete), retried: True when
         it did, False when the preview is gone, None when it could not be done."""
-        for attempt in range(FINAL_ATTEMPTS):
+        for attempt in FINAL.tries():
             try:
                 await step()
                 return True
@@ -252,10 +253,10 @@ class EditedPreview(ABC):
             except PreviewRateLimited as exc:
                 wait = min(exc.seconds, _MAX_WAIT)
             except Exception as exc:
-                wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+                wait = FINAL.delay(attempt)
                 log.warning(f"preview_{what}_failed", message_id=message_id,
                             error=str(exc)[:200], retry_in=wait)
-            if attempt < FINAL_ATTEMPTS - 1:
+            if not FINAL.is_last(attempt):
                 await asyncio.sleep(wait)
         return None
 

@@ -48,6 +48,7 @@ from ..formatting.telegram_html import (
     plain_fallback,
 )
 from ..formatting.telegram_html import render as render_html
+from ..retry import RetryPolicy
 from ..route import Route
 from ..runner import GatewayClosed, Received
 from .base import Adapter, LiveReply
@@ -65,10 +66,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 MESSAGE_LIMIT = 4096
-_SEND_ATTEMPTS = 5
-_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
-_MAX_INLINE_WAIT = 30.0  # a first part facing a longer flood wait goes back to the caller
-_CONNECT_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+#: a part of a message; a patient send (a reply, a later part) gets three times the tries
+SEND = RetryPolicy((0.5, 1.0, 2.0, 4.0, 8.0), attempts=5)
+#: a first part facing a longer flood wait goes back to the caller
+_MAX_INLINE_WAIT = 30.0
+#: the updates polled for: messages, and taps on approval buttons
+_WANTED = ["message", "callback_query"]
+#: connecting and polling, until it works
+CONNECT = RetryPolicy((1.0, 2.0, 5.0, 10.0, 30.0, 60.0))
 
 
 class TelegramAdapter(Adapter):
@@ -110,8 +115,7 @@ class TelegramAdapter(Adapter):
 
     async def _start_with_retries(self) -> None:
         assert self._app is not None
-        attempt = 0
-        while True:
+        for attempt in CONNECT.tries():
             try:
                 await self._app.initialize()
                 break
@@ -120,9 +124,8 @@ class TelegramAdapter(Adapter):
                           hint="check platforms.telegram.token; Telegram stays offline")
                 return
             except TelegramError as exc:
-                delay = _CONNECT_BACKOFF[min(attempt, len(_CONNECT_BACKOFF) - 1)]
+                delay = CONNECT.delay(attempt)
                 log.warning("telegram_connect_failed", error=str(exc), retry_in=delay)
-                attempt += 1
                 await asyncio.sleep(delay)
         self.bot_username = self._app.bot.username
         await self._register_commands()
@@ -138,12 +141,11 @@ class TelegramAdapter(Adapter):
         crash at any moment loses nothing: Telegram hands the rest out again, and the
         journal knows the ones it already has. Pending updates are never dropped."""
         assert self._app is not None
-        attempt = 0
+        failures = 0  # in a row
         while True:
             try:
                 updates = await self._app.bot.get_updates(
-                    offset=self._offset, timeout=10, allowed_updates=["message", "callback_query"],
-                    read_timeout=15)
+                    offset=self._offset, timeout=10, allowed_updates=_WANTED, read_timeout=15)
             except InvalidToken as exc:
                 self._connected = False
                 log.error("telegram_polling_stopped", error=str(exc),
@@ -152,10 +154,10 @@ class TelegramAdapter(Adapter):
                 return
             except TelegramError as exc:
                 self._on_polling_error(exc)
-                await asyncio.sleep(_CONNECT_BACKOFF[min(attempt, len(_CONNECT_BACKOFF) - 1)])
-                attempt += 1
+                await CONNECT.pause(failures)
+                failures += 1
                 continue
-            attempt = 0
+            failures = 0
             for update in updates:
                 if not await self._take(update):
                     break  # not journaled (the store failed): ask for it again
@@ -373,9 +375,9 @@ class TelegramAdapter(Adapter):
         with_thread = True
         chat_id = route.chat_id
         group = route.chat_type == "group"
-        attempts = _SEND_ATTEMPTS * (3 if patient else 1)
+        policy = SEND.times(3) if patient else SEND
         markup: str | None = render_html(source)
-        for attempt in range(attempts):
+        for attempt in policy.tries():
             await self.flow.admit(chat_id, group=group)  # every request counts
             try:
                 message = await self._app.bot.send_message(
@@ -414,14 +416,14 @@ class TelegramAdapter(Adapter):
             except Forbidden as exc:
                 return SendResult.failed(f"route gone: {exc.message}", permanent=True)
             except NetworkError as exc:  # timeouts, connection errors, 5xx
-                if attempt == attempts - 1:
+                if policy.is_last(attempt):
                     break
-                delay = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+                delay = policy.delay(attempt)
                 log.warning("telegram_send_retry", chat_id=chat_id, error=str(exc),
                             retry_in=delay)
                 await asyncio.sleep(delay)
         return SendResult.failed(f"telegram did not accept the message after "
-                                 f"{attempts} attempts")
+                                 f"{policy.attempts} attempts")
 
 
 class SkippingMalformedUpdates(HTTPXRequest):

@@ -26,6 +26,7 @@ from ..database import StoreClosed
 from ..events import SendResult
 from ..formatting.telegram_html import cannot_parse, message_parts, plain_fallback
 from ..formatting.telegram_html import render as render_html
+from ..retry import RetryPolicy
 from ..route import Route
 
 if TYPE_CHECKING:
@@ -42,8 +43,7 @@ T = TypeVar("T")
 _OUTCOME_ROOM = 400
 #: Telegram shows at most this much of a callback answer
 _ANSWER_LIMIT = 200
-_EDIT_ATTEMPTS = 4
-_EDIT_BACKOFF = (1.0, 2.0, 5.0)
+EDIT = RetryPolicy((1.0, 2.0, 5.0), attempts=4)
 #: how long a stop waits for outcomes still being shown
 _CLOSE_TIMEOUT = 5.0
 
@@ -99,7 +99,7 @@ class ApprovalButtons:
         text = f"{self._request_parts(record, settled=True)[-1]}\n\n{record.outcome_text()}"
         markup: str | None = render_html(text)
         flow, group = self.adapter.flow, route.chat_type == "group"
-        for attempt in range(_EDIT_ATTEMPTS):
+        for attempt in EDIT.tries():
             bot = self._bot()
             if bot is None:
                 bound.warning("telegram_approval_outcome_not_shown",
@@ -123,12 +123,12 @@ class ApprovalButtons:
                 return
             except NetworkError as exc:
                 bound.warning("telegram_approval_outcome_retry", error=str(exc))
-                await asyncio.sleep(_EDIT_BACKOFF[min(attempt, len(_EDIT_BACKOFF) - 1)])
+                await EDIT.pause(attempt)
             except TelegramError as exc:
                 bound.warning("telegram_approval_outcome_not_shown", error=str(exc))
                 return
         bound.warning("telegram_approval_outcome_not_shown",
-                      reason=f"Telegram did not take the edit in {_EDIT_ATTEMPTS} tries")
+                      reason=f"Telegram did not take the edit in {EDIT.attempts} tries")
 
     # taps ----------------------------------------------------------------------
 

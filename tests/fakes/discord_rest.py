@@ -65,6 +65,8 @@ class Failure:
     code: int
     message: str
     remaining: int
+    #: matching calls let through before the failures start (part two of a message)
+    skip: int = 0
 
 
 class ApiError(Exception):
@@ -323,6 +325,9 @@ def _consume_failure(failures: list[Failure], channel_id: int) -> None:
     """Raise the first scripted failure for ``channel_id`` (or any channel), if any."""
     for failure in failures:
         if failure.channel_id is None or failure.channel_id == channel_id:
+            if failure.skip > 0:
+                failure.skip -= 1
+                return
             failure.remaining -= 1
             if failure.remaining <= 0:
                 failures.remove(failure)

@@ -291,15 +291,17 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordInteractions, DiscordFiles
 
     def fail_next_post(self, *, channel_id: int | None = None, status: int = 429,
                        retry_after: float = 0.1, code: int = 0,
-                       message: str = "You are being rate limited.", count: int = 1) -> None:
-        """Make the next ``count`` message posts (to ``channel_id``, or any) fail.
+                       message: str = "You are being rate limited.", count: int = 1,
+                       after: int = 0) -> None:
+        """Make the next ``count`` message posts (to ``channel_id``, or any) fail, once
+        ``after`` more posts went through.
 
         A 429 carries ``Via: 1.1 google`` and ``{"message", "retry_after",
         "global": false}``, so discord.py sleeps ``retry_after`` and retries it
         itself; other statuses answer ``{"code", "message"}``.
         """
         self._post_failures.append(
-            Failure(channel_id, status, retry_after, code, message, count))
+            Failure(channel_id, status, retry_after, code, message, count, skip=after))
 
     def fail_next_edit(self, *, channel_id: int | None = None, status: int = 429,
                        retry_after: float = 0.1, code: int = 0,
