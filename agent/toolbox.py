@@ -175,10 +175,6 @@ class ToolBox:
         box._tools = {"terminal": (ForegroundTerminalArgs, box._terminal)}
         return box
 
-    @property
-    def names(self) -> list[str]:
-        return list(self._tools)
-
     def schemas(self) -> list[dict[str, Any]]:
         """The tools as the chat-completions ``tools`` parameter (built once: pydantic
         takes half a millisecond per build, and every model request carries them)."""

@@ -47,7 +47,3 @@ def current_session() -> SessionContext:
     if ctx is None:
         raise NoSessionContext("no conversation is active in this task or thread")
     return ctx
-
-
-def current_session_or_none() -> SessionContext | None:
-    return _current.get()

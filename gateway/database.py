@@ -38,6 +38,9 @@ Work = Sequence[Op] | Callable[[sqlite3.Connection], Any]
 #: another process holding the write lock: waited out for about four seconds
 BUSY = RetryPolicy((0.05, 0.1, 0.2, 0.5, 1.0, 2.0), attempts=7)
 MAX_BATCH = 2000  # writes per transaction
+#: past this many queued writes, ``write_behind`` answers with a wait for room: a paced
+#: writer keeps the queue within one batch, so a flush waits for two commits at most
+MAX_QUEUED = MAX_BATCH - 1
 #: the page check's verdict is reused this long (see Database.health)
 DEEP_CHECK_SECONDS = 10.0
 
@@ -63,6 +66,10 @@ class Database:
         self._enqueued = 0  # sequence number of the last queued write
         self._settled = 0  # every write up to this number has committed or failed
         self._progress = asyncio.Event()
+        #: writers waiting for the queue to shrink below MAX_QUEUED (backpressure)
+        self._room: list[asyncio.Future[None]] = []
+        #: transactions committed so far (each holds up to MAX_BATCH writes)
+        self.commits = 0
         self._identity: tuple[int, int] | None = None  # device and inode of the opened file
         self._pages_checked: tuple[float, str] | None = None  # (when, quick_check's verdict)
 
@@ -146,6 +153,7 @@ class Database:
                 if item.done is not None and not item.done.done():
                     item.done.set_exception(StoreClosed("the state database was closed"))
             self._queue.clear()
+            self._make_room()
 
     async def _close_connections(self) -> None:
         for conn in (self._reader, self._conn):
@@ -185,9 +193,18 @@ class Database:
         self._enqueue(work, done)
         return await asyncio.shield(done)
 
-    def write_behind(self, work: Work) -> None:
-        """Queue ``work`` without waiting; failures are logged, and :meth:`flush` waits."""
+    def write_behind(self, work: Work) -> asyncio.Future[None]:
+        """Queue ``work`` without waiting for its commit; failures are logged, and
+        :meth:`flush` waits. The answer is the backpressure: done at once while the
+        queue is short, else once it has room again — a writer in a loop awaits it, so
+        it cannot outrun the commits and make every flush wait for a growing backlog."""
         self._enqueue(work, None)
+        room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if len(self._queue) <= MAX_QUEUED:
+            room.set_result(None)
+        else:
+            self._room.append(room)
+        return room
 
     async def flush(self) -> None:
         """Wait until every write queued before this call has committed (or failed)."""
@@ -217,6 +234,15 @@ class Database:
             await self._commit(batch)
             self._settled = batch[-1].seq
             self._progress.set()
+            if len(self._queue) <= MAX_QUEUED:
+                self._make_room()
+        self._make_room()  # closed, or empty: nobody waits for room that will not come
+
+    def _make_room(self) -> None:
+        waiting, self._room = self._room, []
+        for room in waiting:
+            if not room.done():
+                room.set_result(None)
 
     async def _commit(self, batch: list[_Queued]) -> None:
         for attempt in BUSY.tries():
@@ -231,6 +257,7 @@ class Database:
                 break
             except Exception:
                 break
+            self.commits += 1
             for item, result in zip(batch, results, strict=True):
                 _resolve(item, result)
             return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,7 +37,6 @@ class MessageEvent:
     message_id: str | None = None
     internal: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
-    received_at: float = field(default_factory=time.monotonic)
 
     @property
     def tab_id(self) -> str | None:

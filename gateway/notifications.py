@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .context import current_session
 from .events import NoticeInfo, Outcome
 from .route import Route
 
-NotificationKind = Literal["completion", "watch_match", "watch_disabled"]
-NotificationState = Literal["pending", "claimed", "delivered", "parked"]
 STATES: tuple[str, ...] = ("pending", "claimed", "delivered", "parked")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.database import Database, StoreClosed
+from gateway.database import MAX_BATCH, Database, StoreClosed
 from gateway.migrations import MIGRATIONS
 
 INSERT = ("INSERT INTO sessions (id, session_key, platform, route, created_at, last_active_at) "
@@ -55,24 +55,43 @@ async def test_flush_waits_only_for_what_came_before_it(tmp_path: Path) -> None:
     db = Database(tmp_path / "state.db")
     await db.open()
     stop = asyncio.Event()
+    written = 0
 
     async def keep_writing() -> None:
-        # thousands a second, without end: a flush must not wait for writes queued after it
-        # (a writer faster than the disk would make any flush as slow as the backlog)
-        i = 0
+        # as fast as it can, without end, pacing itself only on write_behind's answer: a
+        # flush must not wait for writes queued after it, and the backlog stays bounded
+        nonlocal written
         while not stop.is_set():
-            for _ in range(10):
-                db.write_behind([(INSERT, (f"s{i}", f"k{i}"))])
-                i += 1
-            await asyncio.sleep(0.002)
+            await db.write_behind([(INSERT, (f"s{written}", f"k{written}"))])
+            written += 1
 
     writer = asyncio.ensure_future(keep_writing())
     try:
-        await asyncio.sleep(0.05)
-        await asyncio.wait_for(db.flush(), 5)  # returns although writes keep coming
+        while written < 3 * MAX_BATCH:  # well into the flood
+            await asyncio.sleep(0)
+        before = db.commits
+        await db.flush()
+        # the batch under way, and the one holding the last write before the flush
+        assert db.commits - before <= 2
     finally:
         stop.set()
         await writer
+        await db.close()
+
+
+async def test_write_behind_answers_with_room_once_the_queue_is_long(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+    await db.open()
+    try:
+        answers = [db.write_behind([(INSERT, (f"s{i}", f"k{i}"))])
+                   for i in range(MAX_BATCH + 10)]
+        assert all(a.done() for a in answers[:MAX_BATCH - 1])
+        assert not any(a.done() for a in answers[MAX_BATCH:])  # the caller should wait
+        await asyncio.gather(*answers)  # room comes as the commits drain the queue
+        await db.flush()
+        (count,) = await db.fetchone("SELECT COUNT(*) FROM sessions")
+        assert count == MAX_BATCH + 10  # nothing is refused, only paced
+    finally:
         await db.close()
 
 
