@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -26,6 +26,7 @@ from tools.terminal import Terminal
 from .approvals import Approvals
 from .config import Config
 from .database import Database
+from .lifecycle import Lifecycle
 from .outbox import Outbox
 from .pairing import Pairing
 from .platforms.base import Adapter
@@ -126,14 +127,21 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         runner.jobs_running = lambda: jobs.running
         runner.scheduler = scheduler
         router = Router(outbox, store, runner)
-        connected: list[Adapter] = []
-        store_watch: asyncio.Task[None] | None = None
-        try:
+        drain = config.shutdown.drain_timeout_seconds
+        async with Lifecycle() as life:
+            if model is not None:
+                life.add("model", shutdown=model.close)
+            if isinstance(runner.agent, ModelAgent):
+                life.add("agent", shutdown=runner.agent.close)
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it
             await outbox.reconcile_claimed()
-            recovered = await jobs.recover()
-            lost = await delegations.recover()
+            recovered = await life.start("jobs", jobs.recover(), shutdown=jobs.detach)
+            lost = await life.start("delegations", delegations.recover(),
+                                    shutdown=delegations.shutdown)
+            # turns and delegations under way may finish (together) for shutdown.drain_*
+            life.add("turns", stop=lambda: asyncio.gather(runner.drain(drain),
+                                                          delegations.drain(drain)))
             for adapter in adapters:
                 runner.add_adapter(adapter)
             # what a stopped process had taken in is queued first, so a message arriving
@@ -142,41 +150,32 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             replayed = await runner.replay()
             await runner.inbound.prune(time.time() - INBOUND_KEEP_SECONDS)
             for adapter in adapters:
-                await adapter.connect(runner)
-                connected.append(adapter)
+                await life.start(adapter.platform, adapter.connect(runner),
+                                 stop=adapter.stop_receiving, shutdown=adapter.disconnect)
             runner.replay.release()
-            pending_approvals = await approvals.start()
-            await router.start()
-            await scheduler.start()
+            # a turn waiting for a choice does not hold the stop up (approvals.release)
+            pending_approvals = await life.start("approvals", approvals.start(),
+                                                 stop=_async(approvals.release),
+                                                 shutdown=approvals.stop)
+            await life.start("router", router.start(), stop=router.stop,
+                             shutdown=router.settle)
+            await life.start("scheduler", scheduler.start(), stop=scheduler.stop)
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
-            log.info("gateway_started", platforms=[a.platform for a in connected],
+            life.add("store-watch", stop=_async(store_watch.cancel))
+            log.info("gateway_started", platforms=[a.platform for a in adapters],
                      state_db=str(config.state_db), jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
-                     approvals_pending=pending_approvals,
-                     agent=config.agent.backend,
+                     approvals_pending=pending_approvals, agent=config.agent.backend,
                      model=config.agent.model if model is not None else None)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler)
-        finally:
-            if store_watch is not None:
-                store_watch.cancel()
-            for adapter in connected:
-                await adapter.stop_receiving()
-            await scheduler.stop()
-            await router.stop()
-            drain = config.shutdown.drain_timeout_seconds
-            approvals.release()  # a turn waiting for a choice does not hold the stop up
-            await asyncio.gather(runner.drain(drain), delegations.drain(drain))
-            await approvals.stop()
-            await delegations.shutdown()
-            await router.settle()
-            await jobs.detach()
-            for adapter in reversed(connected):
-                await adapter.disconnect()
-            if model is not None:
-                await model.close()
-            if isinstance(runner.agent, ModelAgent):
-                await runner.agent.close()
-            log.info("gateway_stopped")
+        log.info("gateway_stopped")
+
+
+def _async(step: Callable[[], object]) -> Callable[[], Awaitable[None]]:
+    """A plain call as a lifecycle step."""
+    async def run() -> None:
+        step()
+    return run
 
 
 async def watch_store(db: Database, interval: float = STORE_CHECK_SECONDS) -> None:

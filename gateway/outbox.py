@@ -57,6 +57,10 @@ class Outbox:
         """Call ``listener`` after each commit that adds pending notifications."""
         self._listeners.append(listener)
 
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     # producing -------------------------------------------------------------
 
     @staticmethod
@@ -199,11 +203,12 @@ class Outbox:
     def delivered(self, notification_id: int) -> None:
         self._delivering.discard(notification_id)
 
-    async def make_due(self, session_key_like: str) -> None:
-        """Retry now what waits for a retry, for session keys matching a LIKE pattern."""
+    async def make_due(self, session_key_prefix: str) -> None:
+        """Retry now what waits for a retry, for session keys starting with the prefix."""
         await self.db.write([(
             "UPDATE notifications SET not_before = NULL WHERE state = 'pending' "
-            "AND not_before IS NOT NULL AND session_key LIKE ?", (session_key_like,))])
+            "AND not_before IS NOT NULL AND substr(session_key, 1, ?) = ?",
+            (len(session_key_prefix), session_key_prefix))])
 
     async def reconcile_claimed(self) -> tuple[int, int]:
         """At start-up: settle notifications that a stopped router had claimed.

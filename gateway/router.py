@@ -23,6 +23,7 @@ from .outbox import Outbox, claimer_name
 from .ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from .retry import RetryPolicy
 from .runner import GatewayRunner
+from .session_key import platform_prefix
 from .store import SessionStore
 
 log = structlog.get_logger(__name__)
@@ -54,6 +55,8 @@ class Router:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
+        #: "a platform is back" wake-ups under way (kept: a task nobody holds can vanish)
+        self._releases: set[asyncio.Task[None]] = set()
         self._stopping = False
 
     # lifecycle -------------------------------------------------------------
@@ -63,6 +66,14 @@ class Router:
         self.runner.platform_listeners.append(self._platform_back)
         self._loop_task = asyncio.create_task(self._run(), name=self.name)
 
+    async def __aenter__(self) -> Router:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+        await self.settle()
+
     async def stop(self) -> None:
         """Claim nothing more; deliveries under way finish (see :meth:`settle`).
 
@@ -70,20 +81,26 @@ class Router:
         mid-claim would leave the claimed rows with nobody to deliver them.
         """
         self._stopping = True
+        self.outbox.unsubscribe(self.wake)
+        if self._platform_back in self.runner.platform_listeners:
+            self.runner.platform_listeners.remove(self._platform_back)
         self.wake()
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
+        await asyncio.gather(*self._releases, return_exceptions=True)
 
     def wake(self) -> None:
         self._wake.set()
 
     def _platform_back(self, platform: str) -> None:
         """Notices held back while a platform was down are due again at once."""
-        asyncio.get_running_loop().create_task(self._release_waiting(platform))
+        task = asyncio.get_running_loop().create_task(self._release_waiting(platform))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     async def _release_waiting(self, platform: str) -> None:
-        await self.outbox.make_due(f"agent:main:{platform}:%")
+        await self.outbox.make_due(platform_prefix(platform))
         self.wake()
 
     async def settle(self) -> None:

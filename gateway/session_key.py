@@ -64,6 +64,11 @@ def format_session_key(parts: SessionKeyParts) -> str:
     return ":".join(segments)
 
 
+def platform_prefix(platform: str) -> str:
+    """What every session key of ``platform`` starts with."""
+    return f"{PREFIX}:{_escape(platform)}:"
+
+
 def parse_session_key(key: str) -> SessionKeyParts:
     """Parse a key back into its parts; raise SessionKeyError when it is not one."""
     if not isinstance(key, str) or not key.startswith(PREFIX + ":"):
