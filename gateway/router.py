@@ -66,14 +66,6 @@ class Router:
         self.runner.platform_listeners.append(self._platform_back)
         self._loop_task = asyncio.create_task(self._run(), name=self.name)
 
-    async def __aenter__(self) -> Router:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-        await self.settle()
-
     async def stop(self) -> None:
         """Claim nothing more; deliveries under way finish (see :meth:`settle`).
 
