@@ -10,8 +10,9 @@ from gateway.turn import Turn
 
 
 class Agent(Protocol):
-    #: slash commands this agent answers, name → one-line help
-    commands: Mapping[str, str]
+    @property
+    def commands(self) -> Mapping[str, str]:
+        """Slash commands this agent answers, name → one-line help."""
 
     async def run_turn(self, turn: Turn) -> None:
         """Answer one message; reply with ``turn.reply``."""

@@ -113,8 +113,9 @@ class ModelAgent:
                   if self.config.vision and f.path and (f.mime or "").startswith("image/")]
         if not images:
             return text
-        return [{"type": "text", "text": text},
-                *({"type": "image_file", "path": f.path, "mime": f.mime} for f in images)]
+        parts: list[dict[str, object]] = [{"type": "text", "text": text}]
+        parts += ({"type": "image_file", "path": f.path, "mime": f.mime} for f in images)
+        return parts
 
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         if notification.kind in GATEWAY_NOTES:  # the gateway's own words: no model turn

@@ -18,7 +18,7 @@ import httpx
 import openai
 import pydantic
 import structlog
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from gateway.config import AgentConfig, secret
 from gateway.retry import RetryPolicy
@@ -268,7 +268,8 @@ def _reply(response: ChatCompletion) -> ModelReply:
     # tool result with its call, or the endpoint refuses the next request
     calls = [ToolCall(c.id or new_call_id(), c.function.name or "",
                       arguments_text(c.function.arguments))
-             for c in (msg.tool_calls or []) if getattr(c, "function", None) is not None]
+             for c in (msg.tool_calls or [])
+             if isinstance(c, ChatCompletionMessageFunctionToolCall)]
     return make_reply(msg.content, calls, getattr(response, "usage", None),
                       choice.finish_reason)
 

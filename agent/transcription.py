@@ -4,6 +4,7 @@ fails the model still gets the file, and the log says why."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import openai
@@ -29,9 +30,9 @@ class Transcriber:
     async def transcript(self, file: IncomingFile) -> str | None:
         assert file.path is not None
         try:
-            with Path(file.path).open("rb") as audio:
-                result = await self._client.audio.transcriptions.create(
-                    model=self.config.model, file=(file.name, audio.read()))
+            audio = await asyncio.to_thread(Path(file.path).read_bytes)  # up to 20 MB
+            result = await self._client.audio.transcriptions.create(
+                model=self.config.model, file=(file.name, audio))
         except (OSError, openai.APIError) as exc:
             log.warning("transcription_failed", file=file.name, error=str(exc)[:300])
             return None

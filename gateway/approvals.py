@@ -33,7 +33,7 @@ from .notifications import ReturnAddress
 if TYPE_CHECKING:
     from .config import ApprovalsConfig
     from .runner import GatewayRunner
-    from .store import SessionEntry
+    from .session_entry import SessionEntry
 
 log = structlog.get_logger(__name__)
 

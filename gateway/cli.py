@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .config import Config, ConfigError, load_config
 from .notifications import STATES
@@ -197,8 +197,8 @@ def _with_store(config: Config, use: Callable[[SessionStore], Awaitable[T]]) -> 
 
 
 def _listing(config: Config, args: argparse.Namespace, what: str,
-             fetch: Callable[[SessionStore], Awaitable[list[dict]]],
-             header: str, line: Callable[[dict], str]) -> int:
+             fetch: Callable[[SessionStore], Awaitable[list[dict[str, Any]]]],
+             header: str, line: Callable[[dict[str, Any]], str]) -> int:
     """The shape every listing command shares: JSON, or a table, or "no ..."."""
     if not _existing_store(config):
         return 1
@@ -215,10 +215,10 @@ def _listing(config: Config, args: argparse.Namespace, what: str,
 
 
 def _sessions(config: Config, args: argparse.Namespace) -> int:
-    async def fetch(store: SessionStore) -> list[dict]:
+    async def fetch(store: SessionStore) -> list[dict[str, Any]]:
         return [s.to_dict() for s in await store.list_sessions(args.archived)]
 
-    def line(row: dict) -> str:
+    def line(row: dict[str, Any]) -> str:
         state = "archived" if row["archived"] else ("ended" if row["ended_at"] else "live")
         title = (row["title"] or "-")[:20]
         return (f"{row['id']:32}  {state:9}  {_when(row['last_active_at']):19}  {title:20}  "
@@ -232,12 +232,12 @@ def _sessions(config: Config, args: argparse.Namespace) -> int:
 def _jobs(config: Config, args: argparse.Namespace) -> int:
     from tools.job_record import JOB_COLUMNS, JobRecord
 
-    async def fetch(store: SessionStore) -> list[dict]:
+    async def fetch(store: SessionStore) -> list[dict[str, Any]]:
         rows = await store.db.fetchall(
             f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY started_at DESC LIMIT 500")
         return [JobRecord.from_row(r).to_dict() for r in rows]
 
-    def line(r: dict) -> str:
+    def line(r: dict[str, Any]) -> str:
         code = "" if r["exit_code"] is None else str(r["exit_code"])
         return (f"{r['id']:11}  {r['state']:8}  {code:>5}  {_when(r['started_at']):19}  "
                 f"{r['session_key'][:40]:40}  {' '.join(r['command'].split())[:60]}")
@@ -250,10 +250,10 @@ def _jobs(config: Config, args: argparse.Namespace) -> int:
 def _notifications(config: Config, args: argparse.Namespace) -> int:
     from .outbox import Outbox
 
-    async def fetch(store: SessionStore) -> list[dict]:
+    async def fetch(store: SessionStore) -> list[dict[str, Any]]:
         return [n.to_dict() for n in await Outbox(store.db).list(args.state)]
 
-    def line(r: dict) -> str:
+    def line(r: dict[str, Any]) -> str:
         why = r["reason"] or r["last_error"] or ""
         return (f"{r['id']:>6}  {r['kind']:16}  {r['state']:9}  {why[:24]:24}  "
                 f"{_when(r['created_at']):19}  {r['session_key']}")
@@ -266,10 +266,10 @@ def _notifications(config: Config, args: argparse.Namespace) -> int:
 def _approvals(config: Config, args: argparse.Namespace) -> int:
     from .approvals import recent_approvals
 
-    async def fetch(store: SessionStore) -> list[dict]:
+    async def fetch(store: SessionStore) -> list[dict[str, Any]]:
         return [r.to_dict() for r in await recent_approvals(store.db)]
 
-    def line(r: dict) -> str:
+    def line(r: dict[str, Any]) -> str:
         decided = f"{r['decision'] or ''} {r['decided_by'] or ''}".strip()
         return (f"{r['id']:9}  {r['state']:9}  {decided[:20]:20}  {_when(r['created_at']):19}  "
                 f"{r['platform']:8}  {' '.join(r['command'].split())[:60]}")
@@ -284,7 +284,7 @@ def _schedules(config: Config, args: argparse.Namespace) -> int:
     from tools.schedule_spec import ScheduleError
 
     if args.action is None:
-        async def fetch(store: SessionStore) -> list[dict]:
+        async def fetch(store: SessionStore) -> list[dict[str, Any]]:
             return [r.to_dict() | {"line": r.line()}
                     for r in await schedules.list_schedules(store.db)]
 
@@ -320,9 +320,9 @@ def _status(config: Config, args: argparse.Namespace) -> int:
     from .status_file import read_status
 
     daemon = read_status(config.home_path) or {"running": False}
-    report: dict = {"daemon": daemon, "state_db": str(config.state_db)}
+    report: dict[str, Any] = {"daemon": daemon, "state_db": str(config.state_db)}
     if config.state_db.exists():
-        async def counts(store: SessionStore) -> dict:
+        async def counts(store: SessionStore) -> dict[str, Any]:
             db = store.db
             (live,) = await db.fetchone("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
             (jobs,) = await db.fetchone("SELECT COUNT(*) FROM jobs WHERE state = 'running'")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from .approval_records import Decision
 from .turn import Turn
 
 
@@ -86,7 +87,7 @@ async def _decide(turn: Turn, name: str, args: str) -> None:
                              else "Nothing is waiting for approval here.", kind="system")
             return
         words.insert(0, pending[0].id)
-    decision = "deny" if name == "deny" else (
+    decision: Decision = "deny" if name == "deny" else (
         "session" if [w.lower() for w in words[1:2]] == ["session"] else "once")
     route = turn.route
     pressed = await approvals.press(words[0], decision, platform=route.platform,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -396,7 +397,8 @@ def _parse_yaml(text: str, source: str) -> Any:
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _substitute(value: Any, env: dict[str, str], path: tuple, problems: list) -> Any:
+def _substitute(value: Any, env: dict[str, str], path: tuple[str | int, ...],
+                problems: list[tuple[str, str]]) -> Any:
     """Replace ``${VAR}`` (or ``${VAR:-default}``) in every string value."""
     if isinstance(value, dict):
         return {k: _substitute(v, env, (*path, k), problems) for k, v in value.items()}
@@ -417,11 +419,11 @@ def _substitute(value: Any, env: dict[str, str], path: tuple, problems: list) ->
     return _VAR.sub(replace, value)
 
 
-def _dotted(path: tuple) -> str:
+def _dotted(path: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in path) or "<root>"
 
 
-def _describe(error: dict[str, Any]) -> tuple[str, str]:
+def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     path = _dotted(tuple(error.get("loc", ())))
     if error.get("type") == "extra_forbidden":
         return path, "unknown setting (check the spelling; see config.example.yaml)"

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .store import ArchivedFilter, SessionEntry, SessionStore, TranscriptLine
+from .session_entry import SessionEntry
+from .store import ArchivedFilter, SessionStore, TranscriptLine
 
 TITLE_CHARS = 80
 PREVIEW_CHARS = 120

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import aiosqlite
 import structlog
@@ -30,6 +30,7 @@ from .retry import RetryPolicy
 
 log = structlog.get_logger(__name__)
 
+T = TypeVar("T")
 Op = tuple[str, Sequence[Any]]
 #: work run inside a batch transaction: plain statements, or a function of the
 #: connection that runs in the database thread (so it must not touch asyncio)
@@ -174,7 +175,7 @@ class Database:
     # reading ---------------------------------------------------------------
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        rows = await self._read().execute_fetchall(sql, params)
+        rows = list(await self._read().execute_fetchall(sql, params))
         return rows[0] if rows else None
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -187,8 +188,15 @@ class Database:
 
     # writing ---------------------------------------------------------------
 
+    @overload
+    async def write(self, work: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    @overload
+    async def write(self, work: Sequence[Op]) -> None: ...
+
     async def write(self, work: Work) -> Any:
-        """Queue ``work`` for the next group commit; return its result once committed."""
+        """Queue ``work`` for the next group commit; once committed, return what a
+        function of the connection returned (statements return nothing)."""
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._enqueue(work, done)
         return await asyncio.shield(done)
@@ -278,7 +286,7 @@ class Database:
         one per statement is what keeps commits fast while the loop is busy.
         """
         conn = self.conn
-        return await conn._execute(fn, conn._conn, *args)
+        return await conn._execute(fn, conn._conn, *args)  # type: ignore[no-untyped-call]
 
 
 async def _connect(path: Path) -> aiosqlite.Connection:

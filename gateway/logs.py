@@ -45,17 +45,19 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
         file_handler = PrivateRotatingFileHandler(
             log_dir / "homing.log", maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_COUNT,
             encoding="utf-8")
+    # the masker's two steps take and give what structlog's typing does not spell out
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info,
+        masker.fields,  # before rendering: a JSON or repr escape cannot hide a secret
+        renderer,
+        masker.line,
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info,
-            masker.fields,  # before rendering: a JSON or repr escape cannot hide a secret
-            renderer,
-            masker.line,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=lambda *args: _Sink(stream, file_handler),
         cache_logger_on_first_use=False,
@@ -159,6 +161,8 @@ class _Sink:
         # the line is rendered already: write it as it is, rotating when due
         handler.acquire()
         try:
+            if handler.stream is None:  # closed by a rollover that failed: open again
+                handler.stream = handler._open()
             if handler.shouldRollover(logging.makeLogRecord({"msg": message})):
                 handler.doRollover()
             handler.stream.write(message + "\n")

@@ -6,8 +6,8 @@ Each gateway has its own registry (so several can live in one test process);
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -18,7 +18,7 @@ from prometheus_client import (
 )
 
 if TYPE_CHECKING:
-    from .runner import GatewayRunner
+    from .database import Database
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -47,21 +47,23 @@ class Metrics:
                                  "Whether a platform adapter is connected (1) or not (0)",
                                  ["platform"], registry=r)
 
-    async def render(self, runner: GatewayRunner, jobs_running: int) -> bytes:
-        """Refresh the gauges from the store and the adapters, then render."""
-        rows = await runner.store.db.fetchall(
+    async def render(self, db: Database, adapters: Mapping[str, Any],
+                     jobs_running: int) -> bytes:
+        """Refresh the gauges from the store and the adapters (their ``connected``),
+        then render."""
+        rows = await db.fetchall(
             "SELECT kind, state, COUNT(*) FROM notifications GROUP BY kind, state")
         _set_all(self.notifications, ((k, s, n) for k, s, n in rows))
-        rows = await runner.store.db.fetchall(
+        rows = await db.fetchall(
             "SELECT reason, COUNT(*) FROM notifications WHERE state = 'parked' GROUP BY reason")
         _set_all(self.parked, ((reason or "unknown", n) for reason, n in rows))
         self.jobs_running.set(jobs_running)
-        for name, adapter in runner.adapters.items():
+        for name, adapter in adapters.items():
             self.platform_up.labels(name).set(1 if adapter.connected else 0)
         return generate_latest(self.registry)
 
 
-def _set_all(gauge: Gauge, rows: Iterable[tuple]) -> None:
+def _set_all(gauge: Gauge, rows: Iterable[tuple[Any, ...]]) -> None:
     gauge.clear()  # a state that emptied must not keep its old count
     for *labels, value in rows:
         gauge.labels(*labels).set(value)

@@ -13,7 +13,7 @@ import structlog
 from .attachments import FileRefused, conversation_dir, sendable
 from .events import SendResult
 from .route import Route
-from .store import SessionEntry
+from .session_entry import SessionEntry
 
 if TYPE_CHECKING:
     from .runner import GatewayRunner

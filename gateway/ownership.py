@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from .notifications import Notification
 from .route import Route
+from .session_entry import SessionEntry
 from .session_key import SessionKeyError, key_parts_for, parse_session_key
-from .store import SessionEntry, SessionStore
+from .store import SessionStore
 
 #: notices of background jobs: for an ended owner they still reach the chat as a
 #: labelled plain message; every other kind (delegation results) is parked
@@ -112,13 +113,14 @@ async def find_owners(notifications: Sequence[Notification], store: SessionStore
     """
     sessions = await store.get_many({n.session_id for n in notifications})
     tips: dict[str, SessionEntry | None] = {}
-    for session in sessions.values():
-        if not session.is_live and session.end_reason == "compression":
-            tips[session.id] = await store.lineage_tip(session.id)
+    for entry in sessions.values():
+        if not entry.is_live and entry.end_reason == "compression":
+            tips[entry.id] = await store.lineage_tip(entry.id)
     decisions = []
     for n in notifications:
         session = sessions.get(n.session_id)
-        tab_session = conversation = None
+        tab_session: SessionEntry | None = None
+        conversation: SessionEntry | None = None
         if session is None and n.tab_id:
             tab_session = await _session_of_open_tab(n, store, open_tabs)
         if n.kind in CONVERSATION_KINDS and (session is None or not session.is_live):

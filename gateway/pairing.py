@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -68,12 +69,13 @@ class Pairing:
         if user_id is None:
             return False
 
-        def pin(conn) -> str:
+        def pin(conn: sqlite3.Connection) -> str:
             conn.execute("INSERT OR IGNORE INTO username_pins (platform, username, user_id, "
                          "pinned_at) VALUES (?,?,?,?)", (platform, username, user_id,
                                                          time.time()))
-            return conn.execute("SELECT user_id FROM username_pins WHERE platform = ? AND "
-                                "username = ?", (platform, username)).fetchone()[0]
+            owner: str = conn.execute("SELECT user_id FROM username_pins WHERE platform = ? "
+                                      "AND username = ?", (platform, username)).fetchone()[0]
+            return owner
 
         owner = await self.db.write(pin)
         if owner != user_id:
@@ -83,7 +85,7 @@ class Pairing:
 
     async def revoke(self, platform: str, user_id: str) -> bool:
         """Take a paired user's access away; False when they were not approved."""
-        def revoke(conn) -> bool:
+        def revoke(conn: sqlite3.Connection) -> bool:
             return conn.execute("DELETE FROM approved_users WHERE platform = ? AND "
                                 "user_id = ?", (platform, user_id)).rowcount > 0
 
@@ -94,7 +96,7 @@ class Pairing:
         rows = await self.db.fetchall(
             "SELECT platform, user_id, user_name, approved_at FROM approved_users "
             "ORDER BY approved_at")
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def request(self, platform: str, user_id: str, user_name: str | None,
                       route: Route | None = None) -> PairingRequest | None:
@@ -102,7 +104,7 @@ class Pairing:
         now = time.time()
         where = json.dumps(route.to_dict()) if route is not None else None
 
-        def issue(conn) -> PairingRequest | None:
+        def issue(conn: sqlite3.Connection) -> PairingRequest | None:
             mine = conn.execute(
                 "SELECT code, last_sent_at, expires_at FROM pairing_codes WHERE platform = ? "
                 "AND user_id = ? AND approved_at IS NULL AND expires_at > ?",
@@ -141,7 +143,7 @@ class Pairing:
         now = time.time()
         wanted = code.strip().upper()
 
-        def approve(conn) -> PairingRequest:
+        def approve(conn: sqlite3.Connection) -> PairingRequest:
             row = conn.execute(
                 "SELECT code, platform, user_id, user_name, expires_at, approved_at, route "
                 "FROM pairing_codes WHERE code = ?", (wanted,)).fetchone()

@@ -9,6 +9,7 @@ lane it comes before anything new; the replayed work then waits for its platform
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -42,9 +43,9 @@ class Replay:
             if entry.state == "replied":  # answered; only its end was not recorded
                 runner.inbound.finished(entry.id)
             elif entry.state == "acted":  # it started something: never twice
-                runner.run_in_lane(entry.session_key, lambda e=entry: self._interrupted(e))
+                runner.run_in_lane(entry.session_key, partial(self._interrupted, entry))
             else:  # nothing of it lasted, not even a reply: handled again
-                runner.run_in_lane(entry.session_key, lambda e=entry: self._replayed(e))
+                runner.run_in_lane(entry.session_key, partial(self._replayed, entry))
         if entries:
             log.info("inbound_replayed", messages=len(entries))
         return len(entries)

@@ -43,8 +43,9 @@ class Route:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Route:
-        return cls(**{k: (None if v is None else str(v)) for k, v in data.items()
-                      if k in _FIELDS})
+        fields: dict[str, Any] = {k: (None if v is None else str(v))
+                                  for k, v in data.items() if k in _FIELDS}
+        return cls(**fields)
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Route))

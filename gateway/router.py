@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 
@@ -153,11 +154,11 @@ class Router:
             # turns and labelled notices alike go through the conversation's
             # lane, so its notices keep their order
             pending = self.runner.run_in_lane(
-                n.session_key, lambda n=n, d=decision: self._deliver_in_lane(n, d))
+                n.session_key, partial(self._deliver_in_lane, n, decision))
             self._track(n, self._await_lane(pending))
 
     def _track(self, n: Notification, outcome: object) -> None:
-        task = asyncio.create_task(self._finish(n, outcome))  # type: ignore[arg-type]
+        task = asyncio.create_task(self._finish(n, outcome))
         self._deliveries.add(task)
         task.add_done_callback(self._deliveries.discard)
 

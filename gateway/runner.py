@@ -32,9 +32,10 @@ from .outgoing_files import post_artifact, send_file
 from .pairing import Pairing
 from .replay import Replay
 from .route import Route
+from .session_entry import SessionEntry
 from .session_key import build_session_key
 from .signs_of_life import live_reply, signs_of_life
-from .store import SessionEntry, SessionStore
+from .store import SessionStore
 from .turn import Turn
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class GatewayRunner:
         self._accepting = True
         #: called with the ended session when a session ends for good (not
         #: when it is compressed, which continues it)
-        self.session_end_listeners: list[Callable[[SessionEntry], Awaitable[None]]] = []
+        self.session_end_listeners: list[Callable[[SessionEntry], Awaitable[object]]] = []
         #: called with a platform's name when it (re)connects
         self.platform_listeners: list[Callable[[str], None]] = []
 
@@ -143,7 +144,8 @@ class GatewayRunner:
         command = parse_command(event.text)
         if command is not None and command[0] in IMMEDIATE_COMMANDS:
             # answered at once, beside a turn or a foreground command under way
-            handled = asyncio.ensure_future(self._from_journal(key, event, taking))
+            handled: asyncio.Future[Outcome] = asyncio.ensure_future(
+                self._from_journal(key, event, taking))
             return Received(journaled, handled)
         if self.is_busy(key):
             mode = self.config.agent.busy

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .store import SessionEntry
+    from .session_entry import SessionEntry
 
 
 class LiveSessionCache:

@@ -38,7 +38,7 @@ def write_status(home: Path, platforms: dict[str, bool], state: str, started_at:
 def read_status(home: Path) -> dict[str, Any] | None:
     """The last status written, with ``running`` telling whether that daemon still runs."""
     try:
-        data = json.loads(status_path(home).read_text())
+        data: dict[str, Any] = json.loads(status_path(home).read_text())
     except (OSError, ValueError):
         return None
     data["running"] = data.get("state") in ("starting", "running", "stopping") and \

@@ -25,6 +25,7 @@ from .database import Database, Op
 from .events import NoticeInfo
 from .route import Route
 from .session_cache import LiveSessionCache
+from .session_entry import SessionEntry
 
 log = structlog.get_logger(__name__)
 
@@ -36,39 +37,6 @@ _SESSION_COLUMNS = (
     "id, session_key, platform, route, created_at, last_active_at, ended_at, "
     "end_reason, parent_session_id, title, archived"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class SessionEntry:
-    id: str
-    session_key: str
-    route: Route
-    created_at: float
-    last_active_at: float
-    ended_at: float | None = None
-    end_reason: str | None = None
-    parent_session_id: str | None = None
-    title: str | None = None
-    archived: bool = False
-
-    @property
-    def is_live(self) -> bool:
-        return self.ended_at is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "session_key": self.session_key,
-            "platform": self.route.platform,
-            "route": self.route.to_dict(),
-            "created_at": self.created_at,
-            "last_active_at": self.last_active_at,
-            "ended_at": self.ended_at,
-            "end_reason": self.end_reason,
-            "parent_session_id": self.parent_session_id,
-            "title": self.title,
-            "archived": self.archived,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +219,8 @@ class SessionStore:
 
     async def update_session(self, session_id: str, *, title: str | None = None,
                              archived: bool | None = None) -> SessionEntry:
-        sets, params = [], []
+        sets: list[str] = []
+        params: list[Any] = []
         if title is not None:
             sets.append("title = ?")
             params.append(title)

@@ -11,20 +11,20 @@ import structlog
 from .database import Op
 from .events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from .route import Route
-from .store import SessionEntry
+from .session_entry import SessionEntry
 
 log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
+    from .host import TurnHost
     from .platforms.base import LiveReply
-    from .runner import GatewayRunner
 
 
 @dataclass(slots=True)
 class Turn:
     event: MessageEvent
     session: SessionEntry
-    runner: GatewayRunner
+    runner: TurnHost
     #: what each reply of this turn came to, in order
     sent: list[SendResult] = field(default_factory=list)
     #: writes that record a send that went out (a notification's sent id), committed

@@ -7,9 +7,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import structlog
 
 from gateway.database import MAX_BATCH, Database, StoreClosed
 from gateway.migrations import MIGRATIONS
+
+from .helpers import eventually
 
 INSERT = ("INSERT INTO sessions (id, session_key, platform, route, created_at, last_active_at) "
           "VALUES (?, ?, 'web', '{}', 0, 0)")
@@ -38,9 +41,11 @@ async def test_a_locked_database_delays_writes_but_loses_none(tmp_path: Path) ->
     try:
         await db.conn.execute("PRAGMA busy_timeout=50")  # make contention show quickly
         blocker.execute("BEGIN IMMEDIATE")
-        db.write_behind([(INSERT, ("s1", "k1"))])
-        pending = asyncio.ensure_future(db.write([(INSERT, ("s2", "k2"))]))
-        await asyncio.sleep(0.3)
+        with structlog.testing.capture_logs() as logs:
+            db.write_behind([(INSERT, ("s1", "k1"))])
+            pending = asyncio.ensure_future(db.write([(INSERT, ("s2", "k2"))]))
+            await eventually(lambda: any(e["event"] == "state_db_busy_retrying" for e in logs),
+                             what="the writes meeting the lock")
         assert not pending.done()  # waiting, not failed
         blocker.execute("COMMIT")
         await asyncio.wait_for(pending, 10)
@@ -54,21 +59,21 @@ async def test_a_locked_database_delays_writes_but_loses_none(tmp_path: Path) ->
 async def test_flush_waits_only_for_what_came_before_it(tmp_path: Path) -> None:
     db = Database(tmp_path / "state.db")
     await db.open()
-    stop = asyncio.Event()
-    written = 0
+    stop, flooding = asyncio.Event(), asyncio.Event()
 
     async def keep_writing() -> None:
         # as fast as it can, without end, pacing itself only on write_behind's answer: a
         # flush must not wait for writes queued after it, and the backlog stays bounded
-        nonlocal written
+        written = 0
         while not stop.is_set():
             await db.write_behind([(INSERT, (f"s{written}", f"k{written}"))])
             written += 1
+            if written == 3 * MAX_BATCH:
+                flooding.set()  # well into the flood
 
     writer = asyncio.ensure_future(keep_writing())
     try:
-        while written < 3 * MAX_BATCH:  # well into the flood
-            await asyncio.sleep(0)
+        await flooding.wait()
         before = db.commits
         await db.flush()
         # the batch under way, and the one holding the last write before the flush

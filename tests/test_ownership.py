@@ -9,7 +9,7 @@ import pytest
 from gateway.notifications import Notification, ReturnAddress
 from gateway.ownership import DeliverNotice, DeliverTurn, OwnerFacts, Park, resolve_owner
 from gateway.route import Route
-from gateway.store import SessionEntry
+from gateway.session_entry import SessionEntry
 
 TOPIC = Route("telegram", "group", "-1001", thread_id="42", user_id="7", message_id="555")
 KEY = "agent:main:telegram:group:-1001:42"

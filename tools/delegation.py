@@ -23,7 +23,8 @@ from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.processes import identity_alive, process_identity
-from gateway.store import SessionEntry, SessionStore
+from gateway.session_entry import SessionEntry
+from gateway.store import SessionStore
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ log = structlog.get_logger(__name__)
 try:  # Linux only; elsewhere every reader falls back to the timer
     from inotify_simple import INotify, flags
 except ImportError:  # pragma: no cover - not on Linux
-    INotify = None  # type: ignore[assignment,misc]
+    INotify = None
 
 LINE_LIMIT = 64 * 1024  # longer lines are cut here for watching (the log keeps them whole)
 READ_CHUNK = 256 * 1024  # per read; the reader yields between reads
@@ -102,9 +102,9 @@ class OutputWatcher:
                 for sub in self._by_wd.values():
                     sub.changed.set()
                 continue
-            sub = self._by_wd.get(event.wd)
-            if sub is not None:
-                sub.changed.set()
+            found = self._by_wd.get(event.wd)
+            if found is not None:
+                found.changed.set()
 
     def _tick(self, sub: Subscription) -> None:
         if sub.closed:

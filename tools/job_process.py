@@ -247,22 +247,22 @@ async def wait_for_exit(pid: int, start: str | None = None, *, child: bool = Tru
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
-        return _reap(pid) if child else _discard(pid)
+        return _ended(pid, child)
     except (AttributeError, OSError):
         return await _poll_for_exit(pid, start, child)
     try:
         if start is not None and process_start_time(pid) not in (start, None):
             return None  # the pid was reused: the process we wanted is gone
         loop = asyncio.get_running_loop()
-        ended = loop.create_future()
-        loop.add_reader(fd, lambda: ended.done() or ended.set_result(None))
+        ended: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, _settle, ended)
         try:
             await ended
         finally:
             loop.remove_reader(fd)
     finally:
         os.close(fd)
-    return _reap(pid) if child else _discard(pid)
+    return _ended(pid, child)
 
 
 def _reap(pid: int) -> int | None:
@@ -273,8 +273,15 @@ def _reap(pid: int) -> int | None:
     return os.waitstatus_to_exitcode(status) if got == pid else None
 
 
-def _discard(pid: int) -> None:
-    _reap(pid)
+def _ended(pid: int, child: bool) -> int | None:
+    """A child's exit code; a process that is not our child is reaped, code unwanted."""
+    code = _reap(pid)
+    return code if child else None
+
+
+def _settle(ended: asyncio.Future[None]) -> None:
+    if not ended.done():
+        ended.set_result(None)
 
 
 async def _poll_for_exit(pid: int, start: str | None, child: bool) -> int | None:

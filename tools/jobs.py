@@ -12,6 +12,7 @@ in the transaction that records the end, after the job's last watch notice.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import sqlite3
 import time
@@ -438,7 +439,7 @@ class JobManager:
         return [self._live[r[0]].record if r[0] in self._live else JobRecord.from_row(r)
                 for r in rows]
 
-    def output_tail(self, record: JobRecord, lines: int) -> list[str]:
+    def output_tail(self, record: JobRecord, lines: int) -> builtins.list[str]:
         """The job's latest output lines, as a chat shows them."""
         return plain_lines(job_process.tail_file(record.log_path, lines))
 
@@ -446,11 +447,11 @@ class JobManager:
     def running(self) -> int:
         return len(self._live)
 
-    def running_routes(self) -> list[Route]:
+    def running_routes(self) -> builtins.list[Route]:
         """Where the running jobs were started (and will report)."""
         return [lv.record.address.route for lv in self._live.values()]
 
-    def running_in(self, session_key: str) -> list[JobRecord]:
+    def running_in(self, session_key: str) -> builtins.list[JobRecord]:
         return [lv.record for lv in self._live.values() if lv.record.session_key == session_key]
 
     async def detach(self) -> None:

@@ -8,6 +8,7 @@ copied from another chat is simply "not here".
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 
 from gateway.context import current_session
@@ -31,10 +32,10 @@ class Processes:
     async def list(self, limit: int = 20) -> list[JobRecord]:
         return await self.jobs.list(session_key=current_session().session_key, limit=limit)
 
-    def log(self, job: JobRecord, lines: int) -> list[str]:
+    def log(self, job: JobRecord, lines: int) -> builtins.list[str]:
         return self.jobs.output_tail(job, lines)
 
-    async def wait(self, job_id: str, timeout: float) -> tuple[JobRecord, list[str]]:
+    async def wait(self, job_id: str, timeout: float) -> tuple[JobRecord, builtins.list[str]]:
         """The job once it has ended, or as it is when ``timeout`` runs out — and, when it
         ended, its notices not delivered yet (its completion), which then are not
         delivered again."""

@@ -19,6 +19,7 @@ counted, and that run's notice says so.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import sqlite3
 import time
 import uuid
@@ -224,7 +225,8 @@ class Scheduler:
             "SELECT MIN(next_run_at) FROM schedules WHERE paused = 0 AND next_run_at IS NOT NULL")
         if row is None or row[0] is None:
             return RESCAN_SECONDS
-        return min(RESCAN_SECONDS, max(0.0, row[0] - self.clock()))
+        due: float = row[0]
+        return min(RESCAN_SECONDS, max(0.0, due - self.clock()))
 
     async def _fire(self, s: ScheduleRecord, now: float) -> None:
         """Claim the due time(s) of ``s`` and advance it, in one transaction."""
@@ -269,7 +271,7 @@ class Scheduler:
             if notes:
                 self.outbox.wake()
 
-    def _missed_claims(self, due: Due) -> list[runs.Claim]:
+    def _missed_claims(self, due: Due) -> builtins.list[runs.Claim]:
         policy = self.settings.missed
         if policy == "skip":
             return []

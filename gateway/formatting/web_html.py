@@ -18,7 +18,8 @@ _parser = new_parser().disable("image")
 
 
 def render(text: str) -> str:
-    return _parser.render(text)
+    html: str = _parser.render(text)
+    return html
 
 
 def _link_open(self: RendererHTML, tokens: list[Token], idx: int, options: OptionsDict,

@@ -13,7 +13,7 @@ from ..route import Route
 
 if TYPE_CHECKING:
     from ..approval_records import ApprovalRecord
-    from ..runner import GatewayRunner
+    from ..host import AdapterHost
 
 
 class LiveReply(Protocol):
@@ -55,7 +55,7 @@ class Adapter(ABC):
     supports_pairing: bool = False
 
     @abstractmethod
-    async def connect(self, runner: GatewayRunner) -> None: ...
+    async def connect(self, runner: AdapterHost) -> None: ...
 
     @abstractmethod
     async def disconnect(self) -> None: ...

@@ -37,7 +37,7 @@ from .flow import FlowControl, RateLimits
 
 if TYPE_CHECKING:
     from ..approval_records import ApprovalRecord
-    from ..runner import GatewayRunner
+    from ..host import AdapterHost
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +64,7 @@ class DiscordAdapter(Adapter):
         self.config = config
         # discord.py rate-limits REST itself; this keeps each channel's order
         self.flow = FlowControl(RateLimits(per_second=50, group_per_minute=10_000))
-        self._runner: GatewayRunner | None = None
+        self._runner: AdapterHost | None = None
         self._client: discord.Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -81,7 +81,7 @@ class DiscordAdapter(Adapter):
 
     # lifecycle ---------------------------------------------------------------
 
-    async def connect(self, runner: GatewayRunner) -> None:
+    async def connect(self, runner: AdapterHost) -> None:
         self._runner = runner
         await self._lost()  # before any live message can be journaled
         _point_library_at(self.config)
@@ -187,6 +187,7 @@ class DiscordAdapter(Adapter):
         marks, self._marks = self._marks, {}
         try:
             for chat_id, last_id in marks.items() if client is not None else ():
+                assert client is not None
                 channel = client.get_partial_messageable(int(chat_id))
                 read = 0
                 try:
@@ -293,7 +294,7 @@ class DiscordAdapter(Adapter):
         except discord.HTTPException as exc:
             log.warning("discord_channel_unknown", channel_id=channel.id, error=str(exc))
             return None, None
-        known = (fetched.type, getattr(fetched, "parent_id", None))
+        known = (getattr(fetched, "type", None), getattr(fetched, "parent_id", None))
         if len(self._channel_kinds) > 10_000:
             self._channel_kinds.clear()
         self._channel_kinds[channel.id] = known

@@ -13,7 +13,7 @@ update, because the outcome edit (``show_outcome``) shows it to everyone in plac
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import discord
 import structlog
@@ -62,8 +62,9 @@ async def post_request(client: discord.Client | None, flow: FlowControl, route: 
     async with flow.chat(route.chat_id):
         await flow.admit(route.chat_id, group=False)
         try:
+            extra: dict[str, Any] = {"reference": reference} if reference is not None else {}
             message = await channel.send(request_content(record), view=view,
-                                         reference=reference, allowed_mentions=NO_MENTIONS)
+                                         allowed_mentions=NO_MENTIONS, **extra)
         except (discord.Forbidden, discord.NotFound) as exc:
             return SendResult.failed(f"route gone: {exc.text}", permanent=True)
         except discord.HTTPException as exc:
@@ -103,7 +104,8 @@ async def answer_click(interaction: discord.Interaction, approvals: Presses | No
     interactions are left alone, unanswered: another part of a bot may own them."""
     if interaction.type != discord.InteractionType.component:
         return
-    custom_id = (interaction.data or {}).get("custom_id")
+    data: dict[str, Any] = dict(interaction.data or {})
+    custom_id = data.get("custom_id")
     parsed = parse_button(custom_id) if isinstance(custom_id, str) else None
     if parsed is None:
         return

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..route import Route
+from ..runner import Outcome
 from ..splitter import split_message
 from .base import Adapter
 
 if TYPE_CHECKING:
-    from ..runner import GatewayRunner
+    from ..host import AdapterHost
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +42,16 @@ class MemoryAdapter(Adapter):
         self.message_limit = message_limit
         self.send_delay = send_delay
         self.sent: list[SentMessage] = []
-        self._runner: GatewayRunner | None = None
+        self._runner: AdapterHost | None = None
 
-    async def connect(self, runner: GatewayRunner) -> None:
+    async def connect(self, runner: AdapterHost) -> None:
         self._runner = runner
 
     async def disconnect(self) -> None:
         self._runner = None
 
     def receive(self, text: str, route: Route, message_id: str | None = None,
-                **metadata: object) -> asyncio.Future:
+                **metadata: object) -> asyncio.Future[Outcome]:
         if self._runner is None:
             raise RuntimeError("adapter is not connected")
         return self._runner.submit(MessageEvent(text=text, route=route, message_id=message_id,

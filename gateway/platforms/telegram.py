@@ -25,6 +25,7 @@ from telegram import (
     InlineKeyboardMarkup,
     Update,
 )
+from telegram._utils.types import ODVInput
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import (
     BadRequest,
@@ -37,7 +38,7 @@ from telegram.error import (
     TelegramError,
 )
 from telegram.ext import Application, ApplicationBuilder
-from telegram.request import HTTPXRequest
+from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
 from ..attachments import FILES, FileRefused, IncomingFile
 from ..config import TelegramConfig, secret
@@ -61,9 +62,11 @@ from .telegram_routes import route_of, send_arguments
 
 if TYPE_CHECKING:
     from ..approval_records import ApprovalRecord
-    from ..runner import GatewayRunner
+    from ..host import AdapterHost
 
 log = structlog.get_logger(__name__)
+#: the library's application, whatever its bot, context and job queue types
+AnyApplication = Application[Any, Any, Any, Any, Any, Any]
 
 MESSAGE_LIMIT = 4096
 #: a part of a message; a patient send (a reply, a later part) gets three times the tries
@@ -88,8 +91,8 @@ class TelegramAdapter(Adapter):
         self.flow = FlowControl(RateLimits(config.messages_per_second,
                                            config.group_messages_per_minute))
         self.bot_username: str | None = None
-        self._runner: GatewayRunner | None = None
-        self._app: Application | None = None
+        self._runner: AdapterHost | None = None
+        self._app: AnyApplication | None = None
         self._connected = False
         self._starter: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -99,7 +102,7 @@ class TelegramAdapter(Adapter):
 
     # lifecycle ---------------------------------------------------------------
 
-    async def connect(self, runner: GatewayRunner) -> None:
+    async def connect(self, runner: AdapterHost) -> None:
         """Start in the background: a Telegram outage must not hold up the daemon."""
         self._runner = runner
         self._app = (ApplicationBuilder().token(secret(self.config.token) or "")
@@ -364,7 +367,7 @@ class TelegramAdapter(Adapter):
                                    self._runner.config.attachments.max_bytes)
 
     @property
-    def app(self) -> Application | None:
+    def app(self) -> AnyApplication | None:
         return self._app
 
     async def _send_part(self, route: Route, source: str, *, patient: bool,
@@ -435,9 +438,14 @@ class SkippingMalformedUpdates(HTTPXRequest):
     skipped while the rest of the batch is served.
     """
 
-    async def do_request(self, url: str, method: str, request_data: Any = None,
-                         **kwargs: Any) -> tuple[int, bytes]:
-        code, payload = await super().do_request(url, method, request_data, **kwargs)
+    async def do_request(self, url: str, method: str, request_data: RequestData | None = None,
+                         read_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+                         write_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+                         connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+                         pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+                         ) -> tuple[int, bytes]:
+        code, payload = await super().do_request(url, method, request_data, read_timeout,
+                                                 write_timeout, connect_timeout, pool_timeout)
         if code != 200 or not url.endswith("/getUpdates"):
             return code, payload
         try:

@@ -36,7 +36,8 @@ class TelegramPreview(EditedPreview):
     def _bot(self) -> Bot:
         if self.adapter.app is None or not self.adapter.connected:
             raise ConnectionError("telegram is not connected")
-        return self.adapter.app.bot
+        bot: Bot = self.adapter.app.bot
+        return bot
 
     def _may_preview(self) -> bool:
         return self.adapter.flow.try_admit(self.route.chat_id,

@@ -25,21 +25,20 @@ from aiohttp import WSMsgType, web
 
 from ..approval_records import DECISIONS, ApprovalRecord
 from ..config import WebConfig, secret
-from ..conversations import line_json
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..formatting.web_html import render as render_html
-from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ..route import Route
 from ..runner import GatewayClosed
-from ..store import ARCHIVED_FILTERS, SessionEntry, SessionNotFound
 from .base import Adapter, LiveReply
-from .web_conversations import conversation_routes, session_patch
+from .web_conversations import conversation_routes
 from .web_files import file_json, file_routes
 from .web_live import WebLiveReply
+from .web_ops import ops_routes
 from .web_schedules import schedule_routes
+from .web_sessions import session_routes
 
 if TYPE_CHECKING:
-    from ..runner import GatewayRunner
+    from ..host import AdapterHost
 
 log = structlog.get_logger(__name__)
 
@@ -64,25 +63,21 @@ class WebAdapter(Adapter):
     def __init__(self, config: WebConfig) -> None:
         self.config = config
         self.port: int | None = None
-        self._runner: GatewayRunner | None = None
+        self._runner: AdapterHost | None = None
         self._site_runner: web.AppRunner | None = None
         self._tabs: dict[str, dict[str, _Tab]] = {}
         self._frames_sent = 0
 
     # lifecycle -------------------------------------------------------------
 
-    async def connect(self, runner: GatewayRunner) -> None:
+    async def connect(self, runner: AdapterHost) -> None:
         self._runner = runner
         app = web.Application(middlewares=[self._auth_middleware])
         app.add_routes([
             web.get("/", self._index),
             web.get("/ws", self._websocket),
-            web.get("/api/sessions", self._list_sessions),
-            web.patch("/api/sessions/{id}", self._patch_session),
-            web.get("/api/sessions/{id}/messages", self._session_messages),
-            web.get("/healthz", self._healthz),
-            web.get("/readyz", self._readyz),
-            web.get("/metrics", self._metrics),
+            *session_routes(lambda: self.runner.store, _json_error),
+            *ops_routes(lambda: self.runner),
             *schedule_routes(lambda: self.runner.scheduler, _json_error),
             *conversation_routes(lambda: self.runner, _json_error),
             *file_routes(lambda: self.runner, _json_error),
@@ -109,7 +104,7 @@ class WebAdapter(Adapter):
         return self._site_runner is not None
 
     @property
-    def runner(self) -> GatewayRunner:
+    def runner(self) -> AdapterHost:
         if self._runner is None:
             raise RuntimeError("the web chat is not connected")
         return self._runner
@@ -308,50 +303,6 @@ class WebAdapter(Adapter):
         return web.Response(text=page.read_text(encoding="utf-8"), content_type="text/html",
                             headers={"Content-Security-Policy": _PAGE_POLICY})
 
-    async def _list_sessions(self, request: web.Request) -> web.Response:
-        archived = request.query.get("archived", "exclude")
-        if archived not in ARCHIVED_FILTERS:
-            raise _json_error(400, f"archived must be one of {', '.join(ARCHIVED_FILTERS)}")
-        sessions = await self.runner.store.list_sessions(archived)  # type: ignore[arg-type]
-        return web.json_response({"sessions": [_session_json(s) for s in sessions]})
-
-    async def _patch_session(self, request: web.Request) -> web.Response:
-        title, archived = await session_patch(request, _json_error)
-        try:
-            entry = await self.runner.store.update_session(
-                request.match_info["id"], title=title, archived=archived)
-        except SessionNotFound:
-            raise _json_error(404, "no such session") from None
-        return web.json_response(_session_json(entry))
-
-    async def _session_messages(self, request: web.Request) -> web.Response:
-        session_id = request.match_info["id"]
-        if await self.runner.store.get(session_id) is None:
-            raise _json_error(404, "no such session")
-        lines = await self.runner.store.messages(session_id)
-        return web.json_response({"messages": [line_json(line, render_html(line.text))
-                                               for line in lines]})
-
-    # operations -------------------------------------------------------------
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        """The event loop answers: that is all this says."""
-        return web.json_response({"status": "ok"})
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        runner = self.runner
-        platforms = {name: a.connected for name, a in runner.adapters.items()}
-        store_problem = await runner.store.db.health()
-        ready = store_problem is None and all(platforms.values())
-        return web.json_response(
-            {"ready": ready, "store_open": runner.store.is_open, "store": store_problem or "ok",
-             "platforms": platforms},
-            status=200 if ready else 503)
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        body = await self.runner.metrics.render(self.runner, self.runner.jobs_running())
-        return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
-
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         expected = secret(self.config.token)
@@ -368,7 +319,8 @@ class WebAdapter(Adapter):
             if problem:
                 log.warning("web_request_refused", reason=problem, path=request.path)
                 raise _json_error(403, problem)
-        return await handler(request)
+        response: web.StreamResponse = await handler(request)
+        return response
 
 
 @dataclass(slots=True)
@@ -422,12 +374,6 @@ def _sent_at(frame: dict[str, Any]) -> float | None:
     if sent_at is None:
         return None
     return min(float(sent_at), time.time())
-
-
-def _session_json(entry: SessionEntry) -> dict[str, Any]:
-    data = entry.to_dict()
-    data["conversation"] = entry.route.chat_id if entry.route.platform == "web" else None
-    return data
 
 
 def _error(message: str, frame_id: str | None = None) -> dict[str, str]:

@@ -23,7 +23,7 @@ from ..store import ARCHIVED_FILTERS
 from .web_schedules import json_object
 
 if TYPE_CHECKING:
-    from ..runner import GatewayRunner
+    from ..host import AdapterHost
 
 MAX_TITLE = 200
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -47,7 +47,7 @@ async def session_patch(request: web.Request, error: Error) -> tuple[str | None,
     return title, archived
 
 
-def conversation_routes(runner: Callable[[], GatewayRunner],
+def conversation_routes(runner: Callable[[], AdapterHost],
                         error: Error) -> list[web.RouteDef]:
     def key_of(request: web.Request) -> str:
         conversation = request.match_info["conversation"]

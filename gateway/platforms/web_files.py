@@ -22,13 +22,13 @@ from ..events import MessageEvent
 from ..runner import GatewayClosed
 
 if TYPE_CHECKING:
-    from ..runner import GatewayRunner
+    from ..host import AdapterHost
 
 _CHUNK = 64 * 1024
 _MAX_TEXT = 64 * 1024
 
 
-def file_routes(runner: Callable[[], GatewayRunner],
+def file_routes(runner: Callable[[], AdapterHost],
                 error: Callable[[int, str], web.HTTPException]) -> list[web.RouteDef]:
     async def upload(request: web.Request) -> web.Response:
         gateway = runner()
