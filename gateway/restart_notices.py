@@ -62,13 +62,17 @@ class BackOnline:
         self.runner = runner
         self.db = db
         self._lock = asyncio.Lock()  # one announcement at a time: each place once
+        #: announcements under way (kept: the loop holds only weak references to tasks)
+        self._tasks: set[asyncio.Task[int]] = set()
 
     async def announce(self) -> int:
         async with self._lock:
             return await announce_back_online(self.runner, self.db)
 
     def platform_connected(self, platform: str) -> None:
-        asyncio.get_running_loop().create_task(self.announce())
+        task = asyncio.get_running_loop().create_task(self.announce())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 async def announce_back_online(runner: GatewayRunner, db: Database) -> int:
