@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
-import discord
 import pytest
 
 from gateway.daemon import Gateway, running_gateway
@@ -38,10 +37,7 @@ def test_until_it_works_and_exponential_with_jitter() -> None:
 
 
 @pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
-    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
-    monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY",
-                        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+async def fake(discord_endpoints: None) -> AsyncIterator[FakeDiscord]:
     async with FakeDiscord() as server:
         server.add_channel(CHANNEL, "builds")
         yield server
