@@ -30,6 +30,9 @@ from .store import SessionStore
 log = structlog.get_logger(__name__)
 
 CLAIM_BATCH = 500
+#: how long an idle router waits for a wake-up before it looks anyway (rows another
+#: process added). Read at every wait, so tests can set it to an hour: a notice that
+#: is delivered at all then was woken for, not found by the poll (invariant 8)
 IDLE_POLL_SECONDS = 5.0
 DISCONNECTED_RETRY_SECONDS = 5.0
 MAX_TURN_FAILURES = 5
@@ -59,6 +62,9 @@ class Router:
         #: "a platform is back" wake-ups under way (kept: a task nobody holds can vanish)
         self._releases: set[asyncio.Task[None]] = set()
         self._stopping = False
+        #: the loop waits for a wake-up; with no delivery under way, the router is idle
+        self._waiting = False
+        self._idle = asyncio.Event()
 
     # lifecycle -------------------------------------------------------------
 
@@ -84,6 +90,7 @@ class Router:
         await asyncio.gather(*self._releases, return_exceptions=True)
 
     def wake(self) -> None:
+        self._idle.clear()
         self._wake.set()
 
     def _platform_back(self, platform: str) -> None:
@@ -100,6 +107,28 @@ class Router:
         """Wait until every claimed notification has an outcome (tests, shutdown)."""
         while self._deliveries:
             await asyncio.gather(*list(self._deliveries), return_exceptions=True)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to do until woken: the loop waits, no wake-up is pending, and every
+        notification it claimed has an outcome (one released for a retry later counts
+        as settled until the retry is due)."""
+        return self._waiting and not self._wake.is_set() and not self._deliveries
+
+    async def wait_idle(self) -> None:
+        """Wait until a running router is :attr:`idle`.
+
+        "Delivered exactly once" can be counted only then: whatever a restart put
+        back to pending, or a claim still had in hand, has been sent by that time —
+        waiting a while instead would only hope so.
+        """
+        while not self.idle:
+            self._idle.clear()
+            await self._idle.wait()
+
+    def _note_idle(self) -> None:
+        if self.idle:
+            self._idle.set()
 
     # the loop --------------------------------------------------------------
 
@@ -118,11 +147,16 @@ class Router:
                 timeout = DISCONNECTED_RETRY_SECONDS
             if self._stopping:
                 return
+            self._waiting = True
+            self._note_idle()
             try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
                 pass
+            finally:
+                self._waiting = False
+                self._idle.clear()
 
     async def _idle_timeout(self) -> float:
         due = await self.outbox.next_due_at()
@@ -160,7 +194,11 @@ class Router:
     def _track(self, n: Notification, outcome: object) -> None:
         task = asyncio.create_task(self._finish(n, outcome))
         self._deliveries.add(task)
-        task.add_done_callback(self._deliveries.discard)
+        task.add_done_callback(self._delivery_done)
+
+    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+        self._deliveries.discard(task)
+        self._note_idle()
 
     # delivering ------------------------------------------------------------
 

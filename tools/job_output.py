@@ -26,7 +26,9 @@ except ImportError:  # pragma: no cover - not on Linux
 
 LINE_LIMIT = 64 * 1024  # longer lines are cut here for watching (the log keeps them whole)
 READ_CHUNK = 256 * 1024  # per read; the reader yields between reads
-_FALLBACK_SECONDS = 0.2
+#: where inotify is missing. Read at every tick: tests set it to an hour, so an output
+#: match that is reported at all was read on inotify's word, not on the timer's
+FALLBACK_SECONDS = 0.2
 
 
 @dataclass(slots=True)
@@ -54,7 +56,7 @@ class OutputWatcher:
                 sub.wd = inotify.add_watch(path, flags.MODIFY | flags.CLOSE_WRITE)
             except OSError as exc:
                 log.warning("job_output_not_watched", path=str(path), error=str(exc),
-                            fallback_seconds=_FALLBACK_SECONDS)
+                            fallback_seconds=FALLBACK_SECONDS)
             else:
                 self._by_wd[sub.wd] = sub
                 return sub
@@ -110,7 +112,7 @@ class OutputWatcher:
         if sub.closed:
             return
         sub.changed.set()
-        sub.timer = asyncio.get_running_loop().call_later(_FALLBACK_SECONDS, self._tick, sub)
+        sub.timer = asyncio.get_running_loop().call_later(FALLBACK_SECONDS, self._tick, sub)
 
 
 class LogReader:

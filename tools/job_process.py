@@ -64,7 +64,9 @@ def _umask() -> str:
 
 #: what the commands get: the umask the daemon was started with, as a shell would give
 USER_UMASK = _umask()
-_POLL_SECONDS = 0.25  # only where pidfds are missing, or for a wrapper known by its lock
+#: only where pidfds are missing, or for a wrapper known by its lock. Read at every
+#: wait: tests set it to an hour, so a job's exit that is reported at all was not polled
+POLL_SECONDS = 0.25
 
 
 def check_command(command: str) -> None:
@@ -227,7 +229,7 @@ async def learn_pid(files: JobFiles) -> tuple[int, str] | None:
         recorded = read_pid_file(files.pid)
         if recorded is not None:
             return recorded if is_same_process(*recorded) else None
-        await asyncio.sleep(_POLL_SECONDS)
+        await asyncio.sleep(POLL_SECONDS)
     return None
 
 
@@ -289,7 +291,7 @@ async def _poll_for_exit(pid: int, start: str | None, child: bool) -> int | None
         code = _reap(pid)
         if code is not None or not is_same_process(pid, start):
             return code if child else None
-        await asyncio.sleep(_POLL_SECONDS)
+        await asyncio.sleep(POLL_SECONDS)
 
 
 # the process group ------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""Fault injection for the invariant tests: a crash at one exact point, and gates.
+
+A crash here is :class:`SimulatedCrash` raised at the point under test. It is
+a ``BaseException``, so no ``except Exception`` on the way catches it: the
+task that reaches the point goes no further, and nothing of the write it
+interrupts commits — what a ``kill -9`` at that instant would leave in the
+state directory. The test then stops that gateway and starts another on the
+same state directory, as the restart after the crash would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from gateway.database import Database, Op
+
+
+class SimulatedCrash(BaseException):
+    """The process dying at this point (see the module's story)."""
+
+
+class CrashPoint:
+    """One point where the process dies: :meth:`crash` raises :class:`SimulatedCrash`
+    there; :meth:`wait` returns once the task that reached it has ended."""
+
+    def __init__(self) -> None:
+        self.happened = asyncio.Event()
+        self._task: asyncio.Task[Any] | None = None
+
+    def crash(self, where: str) -> NoReturn:
+        self._task = asyncio.current_task()
+        self.happened.set()
+        raise SimulatedCrash(where)
+
+    async def wait(self, timeout: float = 10.0) -> None:
+        """Until the crashed task has ended; its exception is taken here, so asyncio has
+        no "exception never retrieved" to log when the task is collected later."""
+        async with asyncio.timeout(timeout):
+            await self.happened.wait()
+            assert self._task is not None
+            await asyncio.wait([self._task])
+        assert isinstance(self._task.exception(), SimulatedCrash)
+
+
+def crash_on_write(monkeypatch: pytest.MonkeyPatch, db: Database,
+                   matches: Callable[[Sequence[Op]], bool]) -> CrashPoint:
+    """Crashes at the first write to ``db`` whose statements ``matches``, before any of
+    them commits; later writes go through (the next process's, in effect)."""
+    point = CrashPoint()
+    real = db.write
+
+    async def write(work: Any) -> Any:
+        if not point.happened.is_set() and not callable(work) and matches(work):
+            point.crash("crashed before this write committed")
+        return await real(work)
+
+    monkeypatch.setattr(db, "write", write)
+    return point
+
+
+def inserts_notice(kind: str) -> Callable[[Sequence[Op]], bool]:
+    """Matches a write that adds a notification of ``kind`` to the outbox."""
+    def matches(ops: Sequence[Op]) -> bool:
+        return any(sql.startswith("INSERT OR IGNORE INTO notifications") and params[1] == kind
+                   for sql, params in ops)
+    return matches
+
+
+class Gate:
+    """A FIFO a job's command waits on (:attr:`wait` in its command line) until the
+    test opens it: the job is provably still running until then, with no sleep."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+
+    @property
+    def wait(self) -> str:
+        return f"read _ < {shlex.quote(str(self.path))}"
+
+    async def open(self, timeout: float = 10.0) -> None:
+        def write() -> None:
+            with self.path.open("w") as fifo:  # returns once the command has it open
+                fifo.write("go\n")
+
+        try:
+            await asyncio.wait_for(asyncio.to_thread(write), timeout)
+        except TimeoutError:
+            # nothing waited on the gate: let the writer thread go before failing
+            os.close(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK))
+            raise AssertionError(f"no command waited on the gate {self.path}") from None
