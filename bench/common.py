@@ -22,8 +22,13 @@ def quiet() -> None:
     configure_logging(LoggingConfig(level="warning"))
 
 
-def bench_config(home: str, **sections: dict) -> Config:
-    return parse_config({"home": home, "platforms": {"web": {"enabled": False}}, **sections}, {})
+def bench_config(home: str, **sections: dict[str, object]) -> Config:
+    """A config on ``home`` with the web chat off unless ``platforms`` turns it on:
+    ``platforms`` is merged into that default, not put in its place (a Telegram bench
+    must not start the web chat on port 8765)."""
+    platforms: dict[str, object] = {"web": {"enabled": False}}
+    platforms.update(sections.pop("platforms", {}))
+    return parse_config({"home": home, "platforms": platforms, **sections}, {})
 
 
 class TimedAdapter(MemoryAdapter):
