@@ -35,12 +35,18 @@ from gateway.processes import is_same_process, parse_stat, process_start_time, r
 # $1 the command, $2 the job folder, $3 the working directory, $4 the shell, $5 the
 # limit on open files to give the command (the daemon's own is raised), $6 the umask to
 # give it (the wrapper's own files are private). The traps keep the wrapper alive
-# through a SIGTERM to the group, to record how the command took it.
+# through a SIGTERM to the group, to record how the command took it; one that came
+# before the command's process existed is passed on to it, which then takes it as it
+# would have (a kill must not be lost in the moment between the trap and the fork).
 _WRAPPER = """\
 umask 077
 read -r s < /proc/self/stat && printf '%s\\n' "$s" > "$2/pid"
-trap : HUP INT TERM
-( ulimit -n "$5" 2>/dev/null; umask "$6"; cd -- "$3" && exec "$4" -c "$1" ) </dev/null
+sig=
+trap 'sig=HUP' HUP
+trap 'sig=INT' INT
+trap 'sig=TERM' TERM
+( [ -z "$sig" ] || exec "$4" -c "kill -s $sig \\$\\$"
+  ulimit -n "$5" 2>/dev/null; umask "$6"; cd -- "$3" && exec "$4" -c "$1" ) </dev/null
 code=$?
 echo "$code" > "$2/exit_code"
 exit "$code"
