@@ -1,11 +1,17 @@
-"""Small test helpers."""
+"""Small test helpers: waiting for a condition, for a gateway with nothing left to do,
+for a command to be running."""
 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from gateway.daemon import Gateway
 
 T = TypeVar("T")
 
@@ -34,3 +40,41 @@ async def eventually_async(check: Callable[[], Awaitable[T]], timeout: float = 1
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def settled(gw: Gateway, timeout: float = 10.0) -> None:
+    """Wait until the gateway has nothing left to do: every message it took in finished,
+    no conversation with work running or queued, no notification pending or claimed,
+    no delivery under way, every write committed.
+
+    A test that counts "exactly once" waits for this after the first arrival: what
+    was sent by then is all that will be. (A message still on its way from a
+    platform is not the gateway's yet: wait for the platform to have handed it over
+    first, e.g. every Telegram update acknowledged.)
+    """
+    async def idle() -> bool:
+        await gw.router.settle()
+        if gw.runner.lanes.by_key:
+            return False
+        open_rows = [*await gw.outbox.list("pending"), *await gw.outbox.list("claimed")]
+        return not open_rows and not await gw.runner.inbound.unfinished()
+
+    await eventually_async(idle, timeout, what="the gateway to have nothing left to do")
+
+
+def running_command(command: str, parent: int) -> bool:
+    """Whether a child process of ``parent`` runs ``command`` now, as the terminal tool
+    starts it (``/bin/sh -c command``, or the command itself once the shell exec'd it).
+    Read from /proc: the moment a turn's command runs, not a guess at it."""
+    wanted = (["/bin/sh", "-c", command], shlex.split(command))
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != parent:
+                continue
+            argv = (stat.parent / "cmdline").read_bytes().decode().split("\0")[:-1]
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if argv in wanted:
+            return True
+    return False

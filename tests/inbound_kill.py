@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from .real_daemon import start_daemon
+from .real_daemon import daemon_settled, start_daemon
 
 CONVERSATION = "inbound-kill"
 
@@ -74,8 +74,8 @@ async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
                     await ws.send_json({"type": "message", "text": text, "id": frame_id})
                 while unacked:
                     await _take_acks(ws, unacked, 10.0, shown, until_empty=True)
-            counts = await _settled_counts(http, url, tally.sent)
-            await _take_acks(ws, unacked, 0.5, shown)  # the last answers' frames
+                counts = await _settled_counts(env, http, url)
+                await _take_the_rest(ws, unacked, shown)  # the last answers' frames
         finally:
             daemon.send_signal(signal.SIGTERM)
             await asyncio.wait_for(daemon.wait(), 20)
@@ -99,30 +99,42 @@ async def _take_acks(ws: aiohttp.ClientWebSocketResponse, unacked: dict[str, str
             frame = await ws.receive_json(timeout=remaining)
         except (TimeoutError, TypeError, aiohttp.ClientError):
             return
-        if frame.get("type") == "ack":
-            unacked.pop(frame["id"], None)
-        elif frame.get("kind") in ("reply", "system"):
-            text = frame.get("text", "")
-            if text.startswith("Received: msg-"):
-                shown.setdefault(text.split()[1], []).append(frame.get("key"))
-            elif "may not have finished" in text:
-                shown.setdefault(text.split("“", 1)[1].split("”", 1)[0], []).append(
-                    frame.get("key"))
+        _note(frame, unacked, shown)
 
 
-async def _settled_counts(http: aiohttp.ClientSession, url: str, expected: int,
-                          timeout: float = 30.0) -> dict[str, int]:
-    """The counts once every message is handled — or, after ``timeout``, as they are
-    (what is missing then is lost)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+async def _take_the_rest(ws: aiohttp.ClientWebSocketResponse, unacked: dict[str, str],
+                         shown: dict[str, list[str | None]]) -> None:
+    """Every frame the daemon has sent this tab: a frame it refuses is answered at once,
+    after all those before it."""
+    await ws.send_json({"type": "end-of-test"})
     while True:
-        counts = await _counts(http, url)
-        if sum(1 for n in range(expected) if f"msg-{n}" in counts) == expected or (
-                loop.time() > deadline):
-            await asyncio.sleep(0.5)  # a second answer would come right after the first
-            return await _counts(http, url)
-        await asyncio.sleep(0.1)
+        frame = await ws.receive_json(timeout=10)
+        if frame.get("type") == "error":  # the refusal: nothing was sent after it
+            return
+        _note(frame, unacked, shown)
+
+
+def _note(frame: dict, unacked: dict[str, str], shown: dict[str, list[str | None]]) -> None:
+    if frame.get("type") == "ack":
+        unacked.pop(frame["id"], None)
+    elif frame.get("kind") in ("reply", "system"):
+        text = frame.get("text", "")
+        if text.startswith("Received: msg-"):
+            shown.setdefault(text.split()[1], []).append(frame.get("key"))
+        elif "may not have finished" in text:
+            shown.setdefault(text.split("“", 1)[1].split("”", 1)[0], []).append(
+                frame.get("key"))
+
+
+async def _settled_counts(env: dict[str, str], http: aiohttp.ClientSession, url: str,
+                          timeout: float = 30.0) -> dict[str, int]:
+    """The counts once the daemon has nothing left to do — every message it took in
+    handled — or, after ``timeout``, as they are (what is missing then is lost)."""
+    try:
+        await daemon_settled(env, timeout)
+    except AssertionError:
+        pass  # not settled in time: counted as they are, what is missing is lost
+    return await _counts(http, url)
 
 
 async def _counts(http: aiohttp.ClientSession, url: str) -> dict[str, int]:

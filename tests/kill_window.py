@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from .helpers import eventually_async
-from .real_daemon import cli_json, start_daemon
+from .real_daemon import cli_json, daemon_settled, start_daemon
 
 CONVERSATION = "kill-window"
 
@@ -54,6 +53,7 @@ async def kill_window_rounds(env: dict[str, str], *, rounds: int, jobs_per_round
                                             f"/bg sleep 0.3; echo out-{number}; "
                                             f"exit {number % 7}"})
                         number += 1
+                    # the kill lands at a random moment of the jobs' start: the scenario
                     await asyncio.sleep(rng.uniform(0, max_delay))
                     daemon.send_signal(signal.SIGKILL)
                     killed = True
@@ -66,20 +66,12 @@ async def kill_window_rounds(env: dict[str, str], *, rounds: int, jobs_per_round
                 tally.kills += 1
         daemon, url = await start_daemon(env)
         try:
-            await eventually_async(lambda: _settled(env), timeout=60,
-                                   what="every job ended and every notice delivered")
+            await daemon_settled(env, timeout=60)  # every job ended, every notice out
             await _count(env, http, url, tally)
         finally:
             daemon.send_signal(signal.SIGTERM)
             await asyncio.wait_for(daemon.wait(), 20)
     return tally
-
-
-async def _settled(env: dict[str, str]) -> bool:
-    jobs = await cli_json("jobs", env=env)
-    notices = await cli_json("notifications", env=env)
-    return all(j["state"] != "running" for j in jobs) and all(
-        n["state"] in ("delivered", "parked") for n in notices)
 
 
 async def _count(env: dict[str, str], http: aiohttp.ClientSession, url: str,

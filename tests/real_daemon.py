@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
+
+from .helpers import eventually_async
 
 HOMING = [sys.executable, "-m", "gateway.cli"]
 
@@ -63,6 +67,27 @@ async def start_daemon(env: dict[str, str]) -> tuple[asyncio.subprocess.Process,
 async def _drain(stream: asyncio.StreamReader) -> None:
     while await stream.readline():
         pass
+
+
+async def daemon_settled(env: dict[str, str], timeout: float = 30.0) -> None:
+    """Wait until the daemon of ``env``'s home has nothing left to do: every job ended,
+    no notification pending or claimed, every message it took in finished. After this,
+    "exactly once" can be counted: nothing more is on its way."""
+    db = Path(env["HOMING_HOME"]) / "state.db"
+    await eventually_async(lambda: asyncio.to_thread(_nothing_left, db), timeout,
+                           what="the daemon to have nothing left to do")
+
+
+def _nothing_left(db: Path) -> bool:
+    # read-only, beside the daemon's own connections (the store is in WAL mode)
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        (open_work,) = conn.execute(
+            "SELECT (SELECT COUNT(*) FROM jobs WHERE state = 'running')"
+            " + (SELECT COUNT(*) FROM notifications WHERE state IN ('pending', 'claimed'))"
+            # a journaled message is open until it is handled or skipped (gateway/inbound.py)
+            " + (SELECT COUNT(*) FROM inbound WHERE state NOT IN ('handled', 'skipped'))"
+        ).fetchone()
+    return open_work == 0
 
 
 async def kill_leftover_jobs(env: dict[str, str]) -> None:

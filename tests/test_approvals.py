@@ -62,13 +62,16 @@ async def choose(tab: Tab, approval_id: str, decision: str) -> None:
 
 async def test_approve_once_runs_the_command_and_its_result_comes_back(
         model_gateway, marker: Path, http) -> None:
-    _, base = model_gateway
+    gw, base = model_gateway
     tab = await open_tab(http, base)
     await tab.say("clean up")
     asked = await next_of(tab, "approval")
     assert asked["command"] == dangerous(marker)
     assert asked["reason"] == "dropping a database or a table"
-    await asyncio.sleep(0.2)
+    # the turn waits on the request: pending in the store, its conversation mid-turn
+    record = await gw.runner.approvals.get(asked["id"])
+    assert record is not None and record.state == "pending"
+    assert record.address.session_key in gw.runner.busy_session_keys
     assert runs(marker) == 0  # nothing runs before the choice
 
     await choose(tab, asked["id"], "once")

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -23,6 +23,7 @@ from gateway.daemon import Gateway, running_gateway
 
 from .conftest import make_config
 from .fakes.media import png
+from .helpers import eventually
 from .model_support import web_base
 
 CHROMIUM = os.environ.get("HOMING_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -91,15 +92,6 @@ async def screenshot(page, artifacts: Path, name: str) -> Path:
     await page.screenshot(path=str(path))
     print(f"screenshot: {path}")
     return path
-
-
-async def until(condition: Callable[[], bool], what: str, tries: int = 200) -> None:
-    """Wait (bounded) for something the browser reports through an event handler."""
-    for _ in range(tries):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 def saved_files(home: Path) -> list[Path]:
@@ -556,7 +548,7 @@ async def test_files_dropped_on_the_chat_upload_one_after_another_with_the_token
         await expect(mine.nth(1).locator(".body")).to_have_text("")
         await expect(page.locator('div.msg[data-pending="1"]')).to_have_count(0)
         await expect(page.locator("#input")).to_have_value("")
-        await until(lambda: len(uploads) == 4, "both uploads finished")
+        await eventually(lambda: len(uploads) == 4, what="both uploads finished")
         assert uploads == ["sent", "finished", "sent", "finished"], uploads  # one at a time
         for sent in headers:  # the page's token, and the browser's own multipart boundary
             assert sent["authorization"] == "Bearer secret"

@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from .helpers import eventually, running_command
 from .real_daemon import HOMING, run_cli, web_home  # noqa: F401 - used by other tests
 from .real_daemon import home_env as _env
 from .real_daemon import listening_url as _listening_url
@@ -157,7 +158,8 @@ async def test_sigterm_exits_0_when_a_turn_outlasts_the_drain_timeout(tmp_path: 
         async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
             await ws.receive_json(timeout=5)
             await ws.send_json({"type": "message", "text": "/run sleep 60"})
-            await asyncio.sleep(0.5)  # the turn is in flight
+            await eventually(lambda: running_command("sleep 60", proc.pid),
+                             what="the turn running its command")
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 30) == 0  # not held for 60 s
     finally:

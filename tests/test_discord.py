@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from gateway.platforms.discord import DiscordAdapter
 
 from .conftest import make_config
 from .fakes.discord_server import FakeDiscord, SentRecord
-from .helpers import eventually, eventually_async
+from .helpers import eventually, eventually_async, running_command, settled
 
 CHANNEL, THREAD_A, THREAD_B, DM = 500, 601, 602, 700
 ALICE = 1
@@ -90,7 +90,7 @@ async def test_a_notice_due_while_disconnected_is_delivered_after_the_resume_onc
     fake.set_gateway_down(False)
     await eventually(lambda: fake.resume_count > resumes, timeout=20, what="the resume")
     await eventually(lambda: notices(fake), timeout=20, what="the notice after the resume")
-    await asyncio.sleep(0.5)
+    await settled(gateway)
     assert len([n for n in notices(fake) if "resumed-marker" in n.content]) == 1
 
 
@@ -98,7 +98,7 @@ async def test_a_long_output_arrives_in_parts_with_code_blocks_intact(gateway, f
     await fake.user_message(channel_id=CHANNEL, content="/run for i in $(seq 1 25); do "
                             "printf 'row %02d %0190d\\n' $i 0; done")
     await eventually(lambda: len(fake.sent) >= 3, timeout=15, what="the parts")
-    await asyncio.sleep(0.3)
+    await settled(gateway)  # the turn is over: every part is out
     parts = [s.content for s in fake.sent]
     assert sum(len(p) for p in parts) > 5000
     assert all(len(p) <= 2000 for p in parts)
@@ -126,7 +126,9 @@ async def test_unknown_users_and_other_bots_get_nothing(gateway, fake) -> None:
     await fake.user_message(channel_id=CHANNEL, content="beep", author_id=79, bot=True)
     await fake.user_message(channel_id=CHANNEL, content="and me?")  # alice, allowed
     (reply,) = await fake.wait_for_sent(1)
-    await asyncio.sleep(0.5)
+    # the others came first, and each is the gateway's (a conversation's work) from the
+    # moment the adapter hands it over: once nothing is left, nothing more is sent
+    await settled(gateway)
     assert len(fake.sent) == 1 and reply.content.startswith("Received: and me?")
 
 
@@ -144,7 +146,7 @@ async def test_rate_limits_lose_and_reorder_nothing_in_a_channel(gateway, fake) 
     for i in range(5):
         await fake.user_message(channel_id=CHANNEL, content=f"msg {i}")
     await eventually(lambda: len(fake.sent) >= 5, timeout=15, what="five replies")
-    await asyncio.sleep(0.3)
+    await settled(gateway)
     assert [s.content.split("\n")[0] for s in fake.sent] == [
         f"Received: msg {i}" for i in range(5)]
 
@@ -180,7 +182,8 @@ async def test_a_notice_for_a_deleted_channel_is_parked_route_gone(gateway, fake
 
 async def test_a_reply_still_goes_out_while_the_gateway_reconnects(gateway, fake) -> None:
     await fake.user_message(channel_id=CHANNEL, content="/run sleep 1; echo blip-reply")
-    await asyncio.sleep(0.3)
+    await eventually(lambda: running_command("sleep 1; echo blip-reply", os.getpid()),
+                     what="the turn running its command")
     fake.set_gateway_down(True)
     await fake.drop_connection(reconnect_op=True, close_code=4000)
     (reply,) = await fake.wait_for_sent(1, timeout=15)

@@ -169,12 +169,15 @@ async def test_wrong_token_is_invalid(fake: FakeTelegram) -> None:
 
 async def test_long_poll_holds_and_wakes(fake: FakeTelegram, bot: Bot) -> None:
     assert await bot.get_updates(timeout=1) == ()  # held, then empty
+    polls = sum(m == "getUpdates" for m, _ in fake.calls)
 
-    async def queue_later() -> None:
-        await asyncio.sleep(0.2)
+    async def queue_while_held() -> None:
+        # the fake holds a poll from the moment it has the call
+        await eventually(lambda: sum(m == "getUpdates" for m, _ in fake.calls) > polls,
+                         what="the next poll held")
         fake.user_message(chat_id=3, text="late")
 
-    waker = asyncio.create_task(queue_later())
+    waker = asyncio.create_task(queue_while_held())
     async with asyncio.timeout(10):  # a 30 s hold that ends only if the update wakes it
         updates = await bot.get_updates(timeout=30)
     await waker
@@ -204,8 +207,10 @@ async def test_a_held_send_whose_bot_is_gone_is_never_posted(fake: FakeTelegram)
         abandoned.cancel()
         with pytest.raises(asyncio.CancelledError):
             await abandoned
+        connections = fake.open_connections
         await gone.shutdown()  # its connection closes, as a killed process's would
-        await asyncio.sleep(0.2)
+        await eventually(lambda: fake.open_connections < connections,
+                         what="the fake seeing the connection close")
         fake.release_sends()
         assert (await kept).text == "arrives"
     assert [m.text for m in fake.sent] == ["arrives"]

@@ -373,7 +373,7 @@ async def test_two_saves_of_one_name_at_once_keep_both(tmp_path: Path) -> None:
 
     async def chunks(data: bytes):  # noqa: ANN202
         for _ in range(50):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a chunk at a time, so the two saves interleave
             yield data
 
     file = IncomingFile("upload", "same.txt", None, None, "")

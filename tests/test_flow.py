@@ -18,7 +18,7 @@ class Clock:
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the fake clock's sleep: time jumps, the loop still turns
 
 
 async def test_each_part_counts_against_a_groups_minute() -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import structlog
 
 from gateway.daemon import running_gateway
 from gateway.events import MessageEvent, SendResult
@@ -20,8 +21,8 @@ from gateway.route import Route
 
 from .conftest import make_config
 from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, eventually_async
-from .real_daemon import start_daemon, web_home
+from .helpers import eventually, eventually_async, running_command, settled
+from .real_daemon import daemon_settled, start_daemon, web_home
 from .test_telegram import ALICE, daemon_env
 from .test_web import open_tab
 
@@ -85,7 +86,7 @@ async def test_after_a_crash_what_was_taken_in_is_handled_once_in_order(tmp_path
     second = MemoryAdapter("memory")
     async with running_gateway(config, [second]) as gw:
         await eventually(lambda: len(second.sent) >= 3, what="the replay")
-        await asyncio.sleep(0.2)
+        await settled(gw)
         texts = [m.text for m in second.sent]
         assert len(texts) == 3
         assert "may not have finished" in texts[0] and "/bg echo begun" in texts[0]
@@ -116,10 +117,14 @@ async def test_too_old_messages_stay_unfinished_until_their_note_is_out(tmp_path
     first = MemoryAdapter("memory")
     first.scripted_failures["1"] = [SendResult.failed("chat gone for a moment")]
     async with running_gateway(config, [first]) as gw:
-        stale = gw.runner.receive(MessageEvent(text="/bg echo stale", route=CHAT),
-                                  sent_at=time.time() - 3600)
-        assert await stale.handled == "skipped"
-        await asyncio.sleep(1.0)  # the note's moment passes; its send fails
+        with structlog.testing.capture_logs() as logs:
+            stale = gw.runner.receive(MessageEvent(text="/bg echo stale", route=CHAT),
+                                      sent_at=time.time() - 3600)
+            assert await stale.handled == "skipped"
+            # the note goes out a moment later (skipped ones are gathered into one)
+            await eventually(lambda: any(e["event"] == "skip_note_failed" for e in logs),
+                             what="the note's send failing")
+        await gw.store.db.flush()
         assert len(await gw.runner.inbound.unfinished()) == 1
     second = MemoryAdapter("memory")
     async with running_gateway(config, [second]) as gw:
@@ -234,7 +239,8 @@ async def test_telegram_updates_handed_out_before_a_kill_9_are_each_answered_onc
             await eventually(lambda: len([s for s in fake.sent if "Received:" in s.text]) >= 8
                              and any("not run:" in s.text for s in fake.sent),
                              timeout=30, what=f"every answer: {[s.text[:40] for s in fake.sent]}")
-            await asyncio.sleep(1.0)
+            await eventually(lambda: not fake.pending_updates, what="every update acknowledged")
+            await daemon_settled(env)
             answered = [s.text.split("\n")[0] for s in fake.sent if "Received:" in s.text]
             assert sorted(answered) == sorted(
                 [f"Received: batch {i}" for i in range(5)]
@@ -277,7 +283,7 @@ async def test_discord_messages_posted_while_stopped_are_handled_after_the_start
             await fake.user_message(content="live right away", channel_id=THREAD_A)
             await gw.runner.adapters["discord"].wait_connected(timeout=15)
             await eventually(lambda: len(fake.sent) == 7, timeout=15, what="the missed ones")
-            await asyncio.sleep(0.5)
+            await settled(gw)
         answered = [s.content.split("\n")[0] for s in fake.sent[2:]]
         assert sorted(answered) == sorted([f"Received: while stopped {i}" for i in range(3)]
                                           + ["Received: while stopped in the channel",
@@ -373,13 +379,14 @@ async def test_a_kill_9_mid_turn_on_discord_neither_loses_nor_repeats_the_messag
             await fake.wait_until_ready(timeout=20)
             await fake.user_message(content="/run sleep 3; echo mid-turn-marker",
                                     channel_id=CHANNEL)
-            await asyncio.sleep(1.0)  # the turn is running its command
+            await eventually(lambda: running_command("sleep 3; echo mid-turn-marker", first.pid),
+                             timeout=20, what="the turn running its command")
             first.send_signal(signal.SIGKILL)
             await first.wait()
             second, _ = await start_daemon(env)
             await eventually(lambda: any("mid-turn-marker" in s.content for s in fake.sent),
                              timeout=30, what="the conversation told")
-            await asyncio.sleep(1.0)
+            await daemon_settled(env)
             # its command had begun: it is not run a second time (it may have had effects),
             # and the conversation hears once that it may not have finished
             (told,) = [s for s in fake.sent if "mid-turn-marker" in s.content]

@@ -25,7 +25,7 @@ from tools import job_process
 from tools.job_output import LINE_LIMIT, LogReader
 
 from .conftest import make_config
-from .helpers import eventually
+from .helpers import eventually, eventually_async
 
 CHAT = Route("memory", "dm", "1", user_id="1")
 
@@ -223,7 +223,14 @@ async def test_a_kill_cut_short_by_a_restart_is_finished_after_it(tmp_path: Path
         await eventually(lambda: job_process.group_members(record.pid) >= 2,
                          what="the job's processes")
         killing = asyncio.ensure_future(gw.jobs.kill(record.id))
-        await asyncio.sleep(0.3)  # SIGTERM sent and ignored; the daemon stops meanwhile
+
+        async def kill_recorded() -> bool:
+            row = await gw.store.db.fetchone("SELECT killed FROM jobs WHERE id = ?",
+                                             (record.id,))
+            return bool(row and row[0])
+
+        # the kill is recorded, then SIGTERM sent (and ignored); the daemon stops meanwhile
+        await eventually_async(kill_recorded, what="the kill recorded")
         await gw.router.stop()
     with pytest.raises(Exception, match="gateway is stopping"):
         await killing

@@ -18,7 +18,7 @@ from gateway.platforms.memory import MemoryAdapter, SentMessage
 from gateway.route import Route
 
 from .conftest import make_config
-from .helpers import eventually, eventually_async
+from .helpers import eventually, eventually_async, settled
 
 FORUM = "-1009999"
 
@@ -166,9 +166,8 @@ async def test_background_setting_chooses_what_is_sent(tmp_path: Path, mode, exp
         await adapter.receive("/bg echo completion-fail; exit 1", chat)
         await adapter.receive("/watch match echo match", chat)
         for job in list(gw.jobs._live):
-            await gw.jobs.wait(job)
-        await asyncio.sleep(0.2)
-        await gw.router.settle()
+            await gw.jobs.wait(job)  # returns once its end (and its notices) are committed
+        await settled(gw)
         got = sorted(m.text.split("```\n")[1].split("\n")[0] for m in notices(adapter))
         assert got == sorted(expected)
 
@@ -220,11 +219,12 @@ async def test_recovery_reports_a_job_that_ended_while_the_daemon_was_down(
         await first.receive("/bg sleep 0.5; echo survived; exit 3", chat)
         await first.receive("/bg sleep 30", chat)
         ids = [job_id_from(m) for m in first.sent_to(chat)]
+        short_job = await gw.jobs.get(ids[0])
         await gw.router.stop()  # the daemon "dies": nothing more is delivered
     for job_id in ids:  # jobs outlive the daemon
         record_dir = config.home_path / "jobs" / job_id
         assert record_dir.exists()
-    await asyncio.sleep(1.0)
+    await eventually(lambda: short_job.exit_path.exists(), what="the short job's end, unseen")
     second = MemoryAdapter("memory")
     async with running_gateway(config, [second]) as gw:
         long_job = await gw.jobs.get(ids[1])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from gateway.platforms.memory import MemoryAdapter, SentMessage
 from gateway.route import Route
 
 from .conftest import make_config
-from .helpers import eventually, eventually_async
+from .helpers import eventually, eventually_async, settled
 
 A = Route("memory", "dm", "100", user_id="100")
 B = Route("memory", "dm", "200", user_id="200")
@@ -110,6 +109,8 @@ async def test_a_fourth_delegation_is_refused_with_a_clear_message(gateway) -> N
     assert "Delegated as" in adapter.sent_to(B)[-1].text
     await adapter.receive("/status", A)
     assert "delegations running here: 3" in adapter.sent_to(A)[-1].text
+    await adapter.receive("/new", A)  # ending the session interrupts all three at once
+    assert gw.delegations.running_in(gw.runner.session_key_for(A)) == []
 
 
 async def test_restored_results_obey_the_same_rule_after_a_restart(tmp_path: Path) -> None:
@@ -141,8 +142,7 @@ async def test_restored_results_obey_the_same_rule_after_a_restart(tmp_path: Pat
                     what="the lost notice")
                 await eventually(lambda sent=sent: any("result for A" in m.text for m in sent),
                                  what="A's restored result")
-            await asyncio.sleep(0.3)
-            await gw.router.settle()
+            await settled(gw)
             texts = [m.text for m in adapter.sent if m.kind == "notification"]
             if attempt == 0:
                 assert sorted(t.split()[0] for t in texts) == ["Delegation", "result"]

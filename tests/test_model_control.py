@@ -4,14 +4,14 @@ signs of life while it runs (typing in the right topic or thread, tool status). 
 
 from __future__ import annotations
 
-import asyncio
+import os
 from pathlib import Path
 
 from agent.loop import INTERRUPTED
 from gateway.daemon import running_gateway
 
 from .fakes.openai_server import CallTools, ChatRequest, Hang, Response, Say
-from .helpers import eventually
+from .helpers import eventually, running_command
 from .model_support import model_config, model_settings, reply_text, user_says, web_base
 from .test_web import open_tab
 
@@ -48,7 +48,8 @@ async def test_stop_ends_a_foreground_command_and_keeps_the_round_in_the_history
         tab = await open_tab(http, web_base(gw))
         await tab.say("run the long one")
         await eventually(lambda: len(model.requests) == 1, what="the tool call")
-        await asyncio.sleep(0.3)  # sleep 30 is running
+        await eventually(lambda: running_command("sleep 30", os.getpid()),
+                         what="sleep 30 running")
         await tab.say("/stop")
         assert (await reply_text(tab, timeout=3))["text"] == "Stopped the turn under way."
         await tab.say("what now?")
@@ -66,7 +67,8 @@ async def test_status_and_help_answer_at_once_while_a_foreground_command_runs(
     async with running_gateway(make_config(tmp_path / "home")) as gw:
         tab = await open_tab(http, web_base(gw))
         await tab.say("/run sleep 20")
-        await asyncio.sleep(0.3)
+        await eventually(lambda: running_command("sleep 20", os.getpid()),
+                         what="sleep 20 running")
         await tab.say("/status")
         status = await tab.frame(timeout=3)  # not after the 20 s command
         assert "session" in status["text"]

@@ -4,7 +4,6 @@ leaves the conversation working. The real ``openai`` client against the local fa
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from .fakes.openai_server import (
     Response,
     Say,
 )
-from .helpers import eventually_async
+from .helpers import eventually, eventually_async
 from .model_support import (
     has_notice,
     is_notice,
@@ -96,7 +95,7 @@ async def test_a_timeout_is_reported_while_other_conversations_go_on(
         base = web_base(gw)
         a, b = await open_tab(http, base), await open_tab(http, base)
         await a.say("a slow one")
-        await asyncio.sleep(0.1)
+        await eventually(lambda: model.requests, what="A's model call under way")
         await b.say("hi")
         assert (await reply_text(b))["text"] == "quick answer"  # while A still waits
         timed_out = await reply_text(a)

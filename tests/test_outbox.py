@@ -15,7 +15,7 @@ from gateway.router import Router
 from gateway.runner import GatewayRunner
 from gateway.store import SessionStore
 
-from .helpers import eventually
+from .helpers import eventually_async
 
 
 def notice(key: str, sid: str, route: Route, n: int) -> NewNotification:
@@ -94,9 +94,13 @@ async def _race_two_routers(home: Path, config: Config) -> list[int]:
             for r in routers:
                 r.wake()
         sent = lambda: [m for a in adapters for m in a.sent]  # noqa: E731
-        await eventually(lambda: len(sent()) >= 400, what="400 deliveries")
-        await asyncio.sleep(0.3)
-        for r in routers:
+
+        async def all_delivered() -> bool:
+            rows = await producer.list()
+            return len(rows) == 400 and {n.state for n in rows} == {"delivered"}
+
+        await eventually_async(all_delivered, what="400 rows delivered")
+        for r in routers:  # nothing is left to claim; what is under way finishes
             await r.stop()
             await r.settle()
         texts = [m.text for m in sent()]

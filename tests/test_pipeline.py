@@ -10,6 +10,8 @@ from gateway.platforms.memory import MemoryAdapter
 from gateway.route import Route
 from gateway.runner import GatewayRunner
 
+from .helpers import eventually
+
 
 def _routes() -> list[Route]:
     """50 chats: a forum group's topics, other groups, DMs, per-user group sessions."""
@@ -102,8 +104,8 @@ async def test_a_message_waits_for_its_sessions_turn(
     adapter.send_delay = 0.05
     chat = Route("memory", "dm", "9", user_id="9")
     first = adapter.receive("first", chat)
-    await asyncio.sleep(0.01)
-    assert runner.is_busy(runner.session_key_for(chat))
+    await eventually(lambda: runner.is_busy(runner.session_key_for(chat)),
+                     what="the first turn under way")
     second = adapter.receive("second", chat)
     assert await first == "handled" and await second == "handled"
     assert [m.text.split("\n")[0] for m in adapter.sent_to(chat)] == [

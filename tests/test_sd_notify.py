@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gateway.sd_notify import Notifier
 
+from .helpers import eventually
 from .test_cli import HOMING, web_home
 
 
@@ -47,13 +48,6 @@ class NotifySocket:
         self.sock.close()
 
 
-async def until(check, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def test_ready_watchdog_and_stopping_from_the_real_daemon(tmp_path: Path) -> None:
     home = tmp_path / "home"
     notify = NotifySocket(tmp_path / "notify.sock")
@@ -61,11 +55,12 @@ async def test_ready_watchdog_and_stopping_from_the_real_daemon(tmp_path: Path) 
     proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
-        await until(lambda: "READY=1" in notify.lines())
+        await eventually(lambda: "READY=1" in notify.lines(), 20, "READY=1")
         log = b""
         while b"web_chat_listening" not in log:  # the web chat listened before READY
             log += await asyncio.wait_for(proc.stderr.readline(), 10)
-        await until(lambda: notify.lines().count("WATCHDOG=1") >= 5)
+        await eventually(lambda: notify.lines().count("WATCHDOG=1") >= 5, 20,
+                         "five watchdog pings")
         pings = [t for t, text in notify.received if text == "WATCHDOG=1"]
         gaps = sorted(b - a for a, b in zip(pings, pings[1:], strict=False))
         assert 0.1 <= gaps[len(gaps) // 2] <= 0.35  # at half of the 0.4 s systemd asked for
@@ -87,11 +82,13 @@ async def test_the_watchdog_stops_pinging_while_the_loop_is_blocked(tmp_path: Pa
                          "WATCHDOG_PID": str(os.getpid())})
     try:
         notifier.start_watchdog()
-        await until(lambda: notify.lines().count("WATCHDOG=1") >= 2)
+        await eventually(lambda: notify.lines().count("WATCHDOG=1") >= 2, 20,
+                         "two watchdog pings")
         blocked_from = time.monotonic()
         time.sleep(1.0)  # noqa: ASYNC251 - blocking the loop on purpose
         blocked_to = time.monotonic()
-        await until(lambda: any(t > blocked_to for t, _ in notify.received))
+        await eventually(lambda: any(t > blocked_to for t, _ in notify.received), 20,
+                         "a ping after the block")
         during = [t for t, text in notify.received if blocked_from + 0.05 < t < blocked_to]
         assert during == []  # a hung loop sends no sign of life
     finally:

@@ -6,7 +6,6 @@ theirs."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -167,7 +166,7 @@ async def test_two_topics_streaming_at_once_each_end_with_one_final_message(
 async def test_a_rate_limited_preview_edit_loses_nothing_and_doubles_nothing(
         tmp_path: Path, model) -> None:
     from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from .test_telegram import FORUM, all_taken_and_settled
 
     model.chunk_delay = 0.05
     model.brain = lambda req: Say(words("flood", 40))
@@ -178,7 +177,7 @@ async def test_a_rate_limited_preview_edit_loses_nothing_and_doubles_nothing(
             _topic_message(telegram, "flood me", 42)
             await eventually(lambda: telegram.visible(FORUM, 42) == [words("flood", 40)],
                              timeout=20, what="the final message")
-            await asyncio.sleep(0.5)  # nothing else arrives after it
+            await all_taken_and_settled(gw, telegram)  # the turn is over: nothing follows
             assert telegram.visible(FORUM, 42) == [words("flood", 40)]
     assert len([s for s in telegram.sent if s.message_thread_id == 42]) == 1
     refused = [p for m, p in telegram.calls if m == "editMessageText"]
@@ -353,7 +352,7 @@ async def test_an_endpoint_that_refuses_stream_options_is_asked_without_them(
 async def test_stop_while_the_final_edit_waits_out_a_429_leaves_no_preview(
         tmp_path: Path, model) -> None:
     from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from .test_telegram import FORUM, all_taken_and_settled
 
     model.chunk_delay = 0.15
     model.brain = lambda req: Say(words("half", 8))
@@ -369,7 +368,7 @@ async def test_stop_while_the_final_edit_waits_out_a_429_leaves_no_preview(
             _topic_message(telegram, "/stop", 42)
             await eventually(lambda: telegram.message_text(FORUM, preview.message_id) is None,
                              timeout=20, what="the preview deleted")
-            await asyncio.sleep(0.3)
+            await all_taken_and_settled(gw, telegram)  # the stopped turn is over
     assert not [t for t in telegram.visible(FORUM, 42) if "half-" in t]
 
 

@@ -14,7 +14,7 @@ from gateway.platforms.telegram import TelegramAdapter
 
 from .conftest import make_config
 from .fakes.telegram_server import FakeTelegram, SentRecord
-from .helpers import eventually, eventually_async
+from .helpers import eventually, eventually_async, running_command, settled
 from .test_cli import _env, run_cli
 
 FORUM, OTHER_FORUM, GROUP = -1001, -1002, -1003
@@ -64,6 +64,14 @@ def notices(fake: FakeTelegram) -> list[SentRecord]:
     return [s for s in fake.sent if s.text.startswith("Job ")]
 
 
+async def all_taken_and_settled(gw: Gateway, fake: FakeTelegram) -> None:
+    """Until every update is acknowledged — so the adapter took it in, or left it out on
+    purpose — and the gateway has nothing left to do: what was sent by then is all
+    that will be."""
+    await eventually(lambda: not fake.pending_updates, what="every update acknowledged")
+    await settled(gw)
+
+
 async def test_notices_reach_their_own_chat_and_topic(gateway, fake) -> None:
     starts = {
         "t42": dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,
@@ -100,7 +108,7 @@ async def test_flood_control_and_bad_gateways_lose_nothing_and_keep_order(gatewa
         fake.user_message(chat_id=ALICE, text=f"dm {i}")
         fake.user_message(chat_id=FORUM, chat_type="supergroup", text=f"group {i}")
     await eventually(lambda: len(fake.sent) >= 12, timeout=20, what="twelve replies")
-    await asyncio.sleep(0.3)
+    await all_taken_and_settled(gateway, fake)
     for chat, label in ((ALICE, "dm"), (FORUM, "group")):
         firsts = [s.text.split("\n")[0] for s in to(fake, chat)]
         assert firsts == [f"Received: {label} {i}" for i in range(6)]  # once each, in order
@@ -110,7 +118,7 @@ async def test_a_long_output_arrives_in_parts_with_code_blocks_intact(gateway, f
     fake.user_message(chat_id=ALICE, text="/run for i in $(seq 1 30); do "
                                           "printf 'line %03d %0330d\\n' $i 0; done")
     await eventually(lambda: len(to(fake, ALICE)) >= 3, timeout=15, what="the parts")
-    await asyncio.sleep(0.3)
+    await all_taken_and_settled(gateway, fake)  # the turn is over: every part is out
     parts = [s.text for s in to(fake, ALICE)]
     assert sum(len(p) for p in parts) > 10_000
     assert all(len(p.encode("utf-16-le")) // 2 <= 4096 for p in parts)
@@ -129,7 +137,7 @@ async def test_unknown_users_pair_in_a_dm_and_are_ignored_in_groups(
     assert offer.chat_id == stranger and "homing pairing approve telegram" in offer.text
     code = offer.text.split("homing pairing approve telegram ")[1].split()[0]
     fake.user_message(chat_id=stranger, user_id=stranger, username="bob", text="still there?")
-    await asyncio.sleep(0.5)
+    await all_taken_and_settled(gateway, fake)
     assert len(fake.sent) == 1  # one code, not one per message; nothing in the group
 
     exit_code, out, err = await run_cli("pairing", "approve", "telegram", code,
@@ -169,7 +177,7 @@ async def test_commands_for_us_work_in_groups_and_others_bots_are_ignored(gatewa
     fake.user_message(text="/new@some_other_bot", **group)
     fake.user_message(text="beep", is_bot=True, user_id=555, **group)
     await fake.wait_for_sent(1)
-    await asyncio.sleep(0.5)
+    await all_taken_and_settled(gateway, fake)
     assert len(fake.sent) == 1 and "session key" in fake.sent[0].text
 
 
@@ -182,7 +190,7 @@ async def test_a_malformed_update_is_skipped_and_the_next_one_served(gateway, fa
 
 async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
         fake: FakeTelegram, tmp_path: Path) -> None:
-    from .real_daemon import start_daemon
+    from .real_daemon import daemon_settled, start_daemon
 
     env = daemon_env(tmp_path / "home", fake)
     first, _ = await start_daemon(env)
@@ -198,7 +206,8 @@ async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
         await first.wait()
         second, _ = await start_daemon(env)
         await eventually(lambda: notices(fake), timeout=30, what="the completion")
-        await asyncio.sleep(1.0)
+        await eventually(lambda: not fake.pending_updates, what="every update acknowledged")
+        await daemon_settled(env)
         (notice,) = notices(fake)
         assert (notice.chat_id, notice.message_thread_id) == (FORUM, 42)
         assert "exit code 3" in notice.text and "topic-marker" in notice.text
@@ -247,13 +256,14 @@ async def test_require_mention_and_allowed_chats_in_groups(tmp_path: Path, fake)
         fake.user_message(text="@homing_bot are you there?", **group)
         fake.user_message(chat_id=FORUM, chat_type="supergroup", text="@homing_bot elsewhere")
         (reply,) = await fake.wait_for_sent(1)
-        await asyncio.sleep(0.5)
+        await all_taken_and_settled(gw, fake)
         assert len(fake.sent) == 1 and "are you there" in reply.text
 
 
 async def test_messages_arriving_during_shutdown_are_left_for_the_next_start(
         tmp_path: Path, fake) -> None:
     config = telegram_config(tmp_path / "home", fake)
+    running: list[Gateway] = []
     stop = asyncio.Event()
 
     async def run_until_stopped() -> None:
@@ -261,13 +271,14 @@ async def test_messages_arriving_during_shutdown_are_left_for_the_next_start(
             await gw.runner.adapters["telegram"].wait_connected()
             fake.user_message(chat_id=ALICE, text="/run sleep 1.5; echo slow")
             await eventually(lambda: gw.runner.busy_session_keys, what="the slow turn")
+            running.append(gw)
             await stop.wait()
 
     runner = asyncio.create_task(run_until_stopped())
-    await eventually(lambda: any(c[0] == "getUpdates" for c in fake.calls), what="polling")
-    await asyncio.sleep(0.5)
+    (stopping,) = await eventually(lambda: running, what="the slow turn under way")
     stop.set()  # shutdown begins; the slow turn is still running
-    await asyncio.sleep(0.3)
+    await eventually(lambda: not stopping.runner.accepting,
+                     what="the gateway no longer taking in")
     fake.user_message(chat_id=ALICE, text="sent during shutdown")
     await runner
     assert any("slow" in s.text for s in fake.sent)  # the turn in flight finished
@@ -284,7 +295,7 @@ async def test_a_graceful_restart_is_announced_where_work_is_going_on(
 
     from gateway.restart_notices import BACK_ONLINE, RESTARTING
 
-    from .real_daemon import start_daemon
+    from .real_daemon import daemon_settled, start_daemon
 
     env = daemon_env(tmp_path / "home", fake)
     topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,
@@ -296,7 +307,8 @@ async def test_a_graceful_restart_is_announced_where_work_is_going_on(
         await fake.wait_for_sent(1, timeout=20)
         fake.user_message(chat_id=ALICE, text="/run sleep 2; echo turn-done")
         await eventually(lambda: not fake.pending_updates, timeout=20, what="the ack")
-        await asyncio.sleep(0.5)  # the /run turn is in flight
+        await eventually(lambda: running_command("sleep 2; echo turn-done", first.pid),
+                         timeout=20, what="the /run turn running its command")
         first.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(first.wait(), 30) == 0
         told = [(s.chat_id, s.message_thread_id) for s in fake.sent if s.text == RESTARTING]
@@ -309,7 +321,8 @@ async def test_a_graceful_restart_is_announced_where_work_is_going_on(
         back = [(s.chat_id, s.message_thread_id) for s in fake.sent if s.text == BACK_ONLINE]
         assert sorted(back, key=str) == sorted(told, key=str)
         await eventually(lambda: notices(fake), timeout=30, what="the job's completion")
-        await asyncio.sleep(1.0)
+        await eventually(lambda: not fake.pending_updates, what="every update acknowledged")
+        await daemon_settled(env)
         (done,) = notices(fake)
         assert (done.chat_id, done.message_thread_id) == (FORUM, 42)
         assert "topic-done" in done.text

@@ -32,6 +32,15 @@ class LocalServer:
             await self._runner.cleanup()
             self._runner = None
 
+    @property
+    def open_connections(self) -> int:
+        """How many client connections are open now (a test waits for one to close, as
+        a killed process's would). A closed one whose request is still held counts as
+        closed: that request sees its client gone."""
+        server = self._runner.server if self._runner is not None else None
+        handlers = server.connections if server is not None else []
+        return sum(1 for handler in handlers if handler.transport is not None)
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self
