@@ -33,10 +33,9 @@ from tools.scheduler import Scheduler
 from tools.send_message import MessageSender, UnknownTarget
 from tools.terminal import Terminal
 
-from .model_client import ToolCall
-
 if TYPE_CHECKING:
     from .approval_gate import ApprovalGate
+    from .model_client import ToolCall
 
 log = structlog.get_logger(__name__)
 

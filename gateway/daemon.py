@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
-from agent.approval_gate import ApprovalGate
 from agent.command import CommandAgent, command_subagent
-from agent.history import History
-from agent.model import ModelAgent, model_subagent
-from agent.model_client import ModelClient
 from agent.toolbox import ToolBox
-from tools.delegation import DelegationManager
+from tools.delegation import DelegationManager, SubAgent
 from tools.jobs import JobManager
 from tools.scheduler import Scheduler
 from tools.send_message import MessageSender
@@ -30,8 +28,6 @@ from .lifecycle import Lifecycle
 from .outbox import Outbox
 from .pairing import Pairing
 from .platforms.base import Adapter
-from .platforms.discord import DiscordAdapter
-from .platforms.telegram import TelegramAdapter
 from .platforms.web import WebAdapter
 from .private_files import private_dir, tighten_home
 from .processes import raise_open_file_limit
@@ -42,12 +38,17 @@ from .sd_notify import Notifier
 from .status_file import keep_status, write_status
 from .store import SessionStore
 
+if TYPE_CHECKING:
+    from agent.model_client import ModelClient
+
 log = structlog.get_logger(__name__)
 
 #: handled messages are remembered this long, to know a redelivery when it comes
 INBOUND_KEEP_SECONDS = 7 * 86400
 READY_WAIT = 60.0  # READY=1 waits this long for every platform to connect
 STORE_CHECK_SECONDS = 60.0
+#: the cycle collector's thresholds once started (CPython's default is 700, 10, 10)
+GC_THRESHOLD = (50_000, 20, 20)
 
 
 class StartupError(RuntimeError):
@@ -69,12 +70,18 @@ class Gateway:
 
 
 def build_adapters(config: Config) -> list[Adapter]:
+    """The configured platforms' adapters; a platform's library is imported only when it
+    is enabled (python-telegram-bot and discord.py are 8 MB each in a web-only daemon)."""
     adapters: list[Adapter] = []
     if config.platforms.web.enabled:
         adapters.append(WebAdapter(config.platforms.web))
     if config.platforms.telegram.enabled:
+        from .platforms.telegram import TelegramAdapter
+
         adapters.append(TelegramAdapter(config.platforms.telegram))
     if config.platforms.discord.enabled:
+        from .platforms.discord import DiscordAdapter
+
         adapters.append(DiscordAdapter(config.platforms.discord))
     return adapters
 
@@ -99,9 +106,10 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         outbox = Outbox(store.db)
         jobs = JobManager(store.db, outbox, config)
         terminal = Terminal(jobs, foreground_timeout=config.jobs.foreground_timeout_seconds)
-        model = ModelClient(config.agent) if config.agent.backend == "openai" else None
+        # the model client (openai: 26 MB) only for the model agent
+        model = _model_client(config) if config.agent.backend == "openai" else None
         subagent_tools = ToolBox.foreground_only(terminal)
-        subagent = (model_subagent(config.agent, model, subagent_tools)
+        subagent = (_model_subagent(config, model, subagent_tools)
                     if model is not None else command_subagent(terminal))
         delegations = DelegationManager(
             store.db, outbox, store, subagent,
@@ -113,7 +121,12 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         approvals = runner.approvals = Approvals(store.db, runner, config.approvals,
                                                       clock=clock)
         runner.session_end_listeners.append(approvals.end_session)
+        model_agent = None
         if model is not None:
+            from agent.approval_gate import ApprovalGate
+            from agent.history import History
+            from agent.model import ModelAgent
+
             # what the model decides to run waits for a human where approvals.mode says
             gate = ApprovalGate(approvals, terminal, delegations=delegations,
                                 scheduler=scheduler)
@@ -121,8 +134,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             toolbox = ToolBox(terminal, delegations=delegations,
                               sender=MessageSender(runner, config.agent.home_channels),
                               scheduler=scheduler, gate=gate)
-            runner.agent = ModelAgent(config.agent, model, History(store.db), toolbox,
-                                      command_agent)
+            runner.agent = model_agent = ModelAgent(config.agent, model, History(store.db),
+                                                    toolbox, command_agent)
         runner.session_end_listeners.append(delegations.interrupt_session)
         runner.jobs_running = lambda: jobs.running
         runner.scheduler = scheduler
@@ -131,8 +144,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         async with Lifecycle() as life:
             if model is not None:
                 life.add("model", shutdown=model.close)
-            if isinstance(runner.agent, ModelAgent):
-                life.add("agent", shutdown=runner.agent.close)
+            if model_agent is not None:
+                life.add("agent", shutdown=model_agent.close)
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it
             await outbox.reconcile_claimed()
@@ -169,6 +182,27 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                      model=config.agent.model if model is not None else None)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler)
         log.info("gateway_stopped")
+
+
+def _model_client(config: Config) -> ModelClient:
+    from agent.model_client import ModelClient
+
+    return ModelClient(config.agent)
+
+
+def _model_subagent(config: Config, model: ModelClient, tools: ToolBox) -> SubAgent:
+    from agent.model import model_subagent
+
+    return model_subagent(config.agent, model, tools)
+
+
+def settle_memory() -> None:
+    """Once started: what start-up built lives as long as the process, so the cycle
+    collector need not walk it again (gc.freeze), and young objects are collected less
+    often — a busy router makes thousands a second (bench/route_throughput.py)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 def _async(step: Callable[[], object]) -> Callable[[], Awaitable[None]]:
@@ -231,6 +265,7 @@ async def run_daemon(config: Config) -> None:
             if missing:
                 log.warning("platforms_not_connected_yet", platforms=missing)
             platforms = ", ".join(gw.runner.adapters)
+            settle_memory()
             notifier.ready(f"serving {platforms}" + (
                 f" ({', '.join(missing)} still connecting)" if missing else ""))
             notifier.start_watchdog()

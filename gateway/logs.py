@@ -10,10 +10,15 @@ line, ours and the libraries'.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import logging
 import logging.handlers
+import os
+import queue
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +31,8 @@ from .private_files import PrivateRotatingFileHandler, private_dir
 LOG_FILE_BYTES = 10 * 1024 * 1024
 LOG_FILE_COUNT = 5
 _MASK = "***"
+#: lines the writer thread takes in one go (one write and one flush for all of them)
+_BATCH_LINES = 512
 
 
 def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
@@ -56,10 +63,12 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
         renderer,
         masker.line,
     ]
+    writer = LineWriter(stream, file_handler)
+    sink = _Sink(writer)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=lambda *args: _Sink(stream, file_handler),
+        logger_factory=lambda *args: sink,
         cache_logger_on_first_use=False,
     )
     # libraries that log through the standard library (aiohttp, httpx, discord.py)
@@ -67,11 +76,8 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    for target in (logging.StreamHandler(stream), file_handler):
-        if target is None:
-            continue
-        target.setFormatter(_LibraryFormatter(masker, as_json=use_json))
-        root.addHandler(target)
+    root.addHandler(_ToWriter(writer, _LibraryFormatter(masker, as_json=use_json)))
+    _replace_writer(writer)
     root.setLevel(logging.WARNING)
     # discord.py warns at every start that voice support is not installed; we use no voice
     logging.getLogger("discord.client").setLevel(logging.ERROR)
@@ -144,30 +150,158 @@ class _LibraryFormatter(logging.Formatter):
         return self.masker.text(super().format(record))
 
 
-class _Sink:
-    """Writes each rendered line to the stream and, if there is one, the rotating file."""
+class LineWriter:
+    """Writes rendered lines from a thread of its own.
+
+    The event loop only hands a line over: a slow disk, a full pipe or a stalled
+    journald never holds up a turn or a notice. The thread writes what has
+    queued up in one go, flushes once per batch, and rotates the file by the
+    bytes it has counted — no seek per line.
+    """
 
     def __init__(self, stream: TextIO,
                  file_handler: logging.handlers.RotatingFileHandler | None) -> None:
         self.stream = stream
         self.file_handler = file_handler
+        self._file_bytes = _size_of(file_handler)
+        self._queue: queue.SimpleQueue[str | threading.Event | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="homing-log", daemon=True)
+        self._thread.start()
 
-    def msg(self, message: str) -> None:
-        self.stream.write(message + "\n")
-        self.stream.flush()
+    def write(self, line: str) -> None:
+        self._queue.put(line)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until every line handed over before this call is written."""
+        if not self._thread.is_alive():
+            return
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait(timeout)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(5.0)
+        if self.file_handler is not None:
+            self.file_handler.close()
+
+    def _run(self) -> None:
+        while True:
+            batch: list[str] = []
+            waiting: list[threading.Event] = []
+            item = self._queue.get()
+            while True:
+                if item is None:
+                    self._write(batch)
+                    for done in waiting:
+                        done.set()
+                    return
+                if isinstance(item, threading.Event):
+                    waiting.append(item)
+                else:
+                    batch.append(item)
+                if len(batch) >= _BATCH_LINES:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._write(batch)
+            for done in waiting:
+                done.set()
+
+    def _write(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        text = "".join(line + "\n" for line in lines)
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # stderr went away (a closed pipe): the file still gets the lines
         handler = self.file_handler
         if handler is None:
             return
-        # the line is rendered already: write it as it is, rotating when due
-        handler.acquire()
         try:
-            if handler.stream is None:  # closed by a rollover that failed: open again
-                handler.stream = handler._open()
-            if handler.shouldRollover(logging.makeLogRecord({"msg": message})):
-                handler.doRollover()
-            handler.stream.write(message + "\n")
-            handler.stream.flush()
-        finally:
-            handler.release()
+            chunk: list[str] = []
+            size = 0
+            for line in lines:
+                length = len(line.encode("utf-8", "replace")) + 1
+                full = self._file_bytes + size + length > handler.maxBytes > 0
+                if full and (chunk or self._file_bytes):  # (a lone huge line still goes)
+                    self._to_file(handler, chunk, size)
+                    handler.doRollover()
+                    self._file_bytes, chunk, size = 0, [], 0
+                chunk.append(line)
+                size += length
+            self._to_file(handler, chunk, size)
+        except OSError as exc:  # a full disk must not end the daemon: say it on stderr
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.write(f"homing: the log file could not be written: {exc}\n")
+
+
+    def _to_file(self, handler: logging.handlers.RotatingFileHandler, chunk: list[str],
+                 size: int) -> None:
+        if not chunk:
+            return
+        if handler.stream is None:  # closed by a rollover that failed: open again
+            handler.stream = handler._open()
+        handler.stream.write("".join(line + "\n" for line in chunk))
+        handler.stream.flush()
+        self._file_bytes += size
+
+
+class _Sink:
+    """What structlog logs to: the rendered line goes to the writer thread."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        self.writer = writer
+
+    def msg(self, message: str) -> None:
+        self.writer.write(message)
 
     debug = info = warning = warn = error = critical = exception = fatal = log = msg
+
+
+class _ToWriter(logging.Handler):
+    """The libraries' standard-library records, formatted, to the same writer thread."""
+
+    def __init__(self, writer: LineWriter, formatter: logging.Formatter) -> None:
+        super().__init__()
+        self.writer = writer
+        self.setFormatter(formatter)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.writer.write(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+_writer: LineWriter | None = None
+
+
+def flush_logs() -> None:
+    """Wait until every line logged so far is written (tests; before the process exits)."""
+    if _writer is not None:
+        _writer.flush()
+
+
+def _replace_writer(writer: LineWriter) -> None:
+    global _writer
+    previous, _writer = _writer, writer
+    if previous is not None:
+        previous.close()
+
+
+def _size_of(handler: logging.handlers.RotatingFileHandler | None) -> int:
+    if handler is None:
+        return 0
+    try:
+        return os.path.getsize(handler.baseFilename)
+    except OSError:
+        return 0
+
+
+atexit.register(flush_logs)

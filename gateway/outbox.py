@@ -80,7 +80,7 @@ class Outbox:
         """Commit notices (with ``with_ops`` in the same transaction), then wake routers."""
         await self.db.write([*with_ops, *(self.insert_op(n) for n in notices)])
         for n in notices:
-            log.info("notification_produced", kind=n.kind, job_id=n.job_id,
+            log.debug("notification_produced", kind=n.kind, job_id=n.job_id,
                      session_key=n.address.session_key, idempotency_key=n.idempotency_key)
         self.wake()
 

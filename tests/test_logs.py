@@ -10,7 +10,7 @@ from pathlib import Path
 import structlog
 
 from gateway.config import LoggingConfig
-from gateway.logs import configure_logging
+from gateway.logs import configure_logging, flush_logs
 
 
 def test_secrets_are_masked_in_our_lines_and_the_libraries(tmp_path: Path) -> None:
@@ -26,6 +26,7 @@ def test_secrets_are_masked_in_our_lines_and_the_libraries(tmp_path: Path) -> No
             raise RuntimeError("GET https://api.example/bot123456:ABCDEF-token/getMe")
         except RuntimeError:
             logging.getLogger("telegram.ext").exception("polling failed")
+        flush_logs()  # lines are written by the log thread
         out = stream.getvalue()
         on_disk = (tmp_path / "logs" / "homing.log").read_text()
         for text in (out, on_disk):
@@ -77,6 +78,7 @@ def test_secrets_with_quotes_backslashes_and_accents_are_masked_everywhere(
                     raise OSError(f"library traceback {secret}")
                 except OSError:
                     logging.getLogger("aiohttp").exception("library failed")
+            flush_logs()
             written = stream.getvalue() + (tmp_path / fmt / "homing.log").read_text()
         finally:
             configure_logging(LoggingConfig(level="info"))
@@ -85,3 +87,27 @@ def test_secrets_with_quotes_backslashes_and_accents_are_masked_everywhere(
                      json.dumps(secret, ensure_ascii=False)[1:-1]}
             assert not [f for f in forms if f in written], (fmt, secret)
         assert written.count("***") >= 6 * len(AWKWARD)
+
+
+def test_the_log_file_rotates_by_the_bytes_written_and_keeps_every_line(
+        tmp_path: Path) -> None:
+    from gateway import logs
+
+    stream = io.StringIO()
+    configure_logging(LoggingConfig(level="info", format="json"), stream,
+                      log_dir=tmp_path / "logs")
+    try:
+        assert logs._writer is not None and logs._writer.file_handler is not None
+        logs._writer.file_handler.maxBytes = 4096  # small, to rotate within a test
+        log = structlog.get_logger("t")
+        for n in range(300):
+            log.info("line", n=n, padding="x" * 40)
+        flush_logs()
+    finally:
+        configure_logging(LoggingConfig(level="info"))
+    files = sorted((tmp_path / "logs").glob("homing.log*"))
+    assert len(files) >= 2  # rotated (5 kept, oldest first dropped)
+    assert all(f.stat().st_size <= 4096 for f in files)
+    kept = [json.loads(line)["n"] for f in files for line in f.read_text().splitlines()]
+    newest = sorted(kept)[-1]
+    assert newest == 299 and len(stream.getvalue().splitlines()) == 300  # stderr has all

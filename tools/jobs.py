@@ -170,7 +170,7 @@ class JobManager:
         live = self._track(record, compiled)
         live.task = asyncio.create_task(self._follow(live, self._await_end(live, pid)),
                                         name=f"job:{job_id}")
-        log.info("job_started", job_id=job_id, pid=pid, session_key=record.session_key,
+        log.debug("job_started", job_id=job_id, pid=pid, session_key=record.session_key,
                  command=command)
         return record
 
@@ -300,7 +300,7 @@ class JobManager:
             self._live.pop(record.id, None)
         if self.observer is not None:
             self.observer.job_ended(record)
-        log.info("job_ended", job_id=record.id, exit_code=record.exit_code, state=record.state,
+        log.debug("job_ended", job_id=record.id, exit_code=record.exit_code, state=record.state,
                  left_running=record.left_running, session_key=record.session_key)
 
     async def _commit_end(self, record: JobRecord, notices: list[NewNotification],
