@@ -13,20 +13,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import resource
 import tempfile
 import time
 
 from bench.common import TimedAdapter, bench_config, forum_topic_addresses, quiet
-from gateway.daemon import running_gateway
+from gateway.daemon import running_gateway, settle_memory
 from gateway.notifications import NewNotification
 
+DEFAULT_GC = gc.get_threshold()
 
-async def measure(total: int, sessions: int) -> dict[str, float]:
+
+async def measure(total: int, sessions: int, settled: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as home:
         adapter = TimedAdapter()
         async with running_gateway(bench_config(home), [adapter]) as gw:
             addresses = await forum_topic_addresses(gw, sessions)
+            if settled:  # as `homing run` does once started
+                settle_memory()
             notices = [NewNotification(f"b{i}:completion:0", "completion",
                                        addresses[i % sessions], f"notice {i} for {i % sessions}",
                                        job_id=f"b{i}") for i in range(total)]
@@ -40,6 +45,9 @@ async def measure(total: int, sessions: int) -> dict[str, float]:
             delivered = len(await gw.outbox.list("delivered", limit=total + 1))
             misroutes = sum(1 for route, text, _ in adapter.sent_ns
                             if route.thread_id != text.split()[3])
+    if settled:
+        gc.unfreeze()
+        gc.set_threshold(*DEFAULT_GC)
     return {"per_second": total / elapsed, "produce_per_second": total / (produced - begin),
             "misroutes": misroutes, "delivered": delivered, "sent": len(adapter.sent_ns)}
 
@@ -48,12 +56,14 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--notifications", type=int, default=10_000)
     parser.add_argument("--sessions", default="10,1000,10000")
+    parser.add_argument("--plain-gc", action="store_true",
+                        help="without the daemon's gc.freeze and threshold (to compare)")
     args = parser.parse_args()
     quiet()
     print(f"{'sessions':>8}  {'notices':>7}  {'routed/s':>8}  {'committed/s':>11}  "
           f"{'delivered':>9}  misroutes")
     for sessions in (int(x) for x in args.sessions.split(",")):
-        r = await measure(args.notifications, sessions)
+        r = await measure(args.notifications, sessions, settled=not args.plain_gc)
         print(f"{sessions:>8}  {r['sent']:>7}  {r['per_second']:>8.0f}  "
               f"{r['produce_per_second']:>11.0f}  {r['delivered']:>9}  {r['misroutes']}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
