@@ -46,8 +46,7 @@ from .watch import GlobalBreaker, JobWatch, Pattern, WatchLimits, compile_patter
 
 log = structlog.get_logger(__name__)
 
-#: recording a job's end: the job is over, so its end must be told; past these tries
-#: the row stays running, and the next start's recovery reports it
+#: recording a job's end (past these tries the next start's recovery reports it)
 END_RECORD = RetryPolicy.exponential(0.5, 5)
 
 
@@ -313,7 +312,6 @@ class JobManager:
                 log.exception("job_end_not_recorded", job_id=record.id, attempt=attempt)
                 if not END_RECORD.is_last(attempt):
                     await END_RECORD.pause(attempt)
-        # still running in the store: the next start's recovery reports it
 
     async def _ending_note(self, record: JobRecord, notified: bool) -> EndNote:
         if self.observer is None:
