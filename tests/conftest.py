@@ -98,3 +98,14 @@ def discord_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
     monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY",
                         discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+
+
+@pytest.fixture
+def marker(tmp_path: Path, model: FakeOpenAI) -> Path:
+    """The file the approval tests' dangerous command appends to; the model runs it on
+    "clean up" (tests/approval_support.py)."""
+    from .approval_support import runner_brain
+
+    path = tmp_path / "marker"
+    model.brain = runner_brain(path)
+    return path

@@ -9,39 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gateway.daemon import running_gateway
 
+from .approval_support import dangerous, runner_brain, runs
 from .fakes.openai_server import CallTools, ChatRequest, FakeOpenAI, Response, Say
 from .helpers import eventually_async
-from .model_support import is_notice, is_subagent, model_config, user_says, web_base
+from .model_support import is_notice, is_subagent, model_config, web_base
 from .test_web import Tab, open_tab
-
-
-def dangerous(marker: Path) -> str:
-    """A command the built-in list asks about ("DROP TABLE"), harmless to run: it appends
-    a line to ``marker``, so a test can count how often it ran."""
-    return f"echo ran >> {marker}; echo 'DROP TABLE demo'"
-
-
-def runner_brain(marker: Path, **calls: Any):
-    """The model: "clean up" runs the dangerous command; a tool result is reported."""
-    def brain(req: ChatRequest) -> Response:
-        if req.last["role"] == "tool":
-            return Say("tool said: " + req.last["content"])
-        if user_says(req, "clean up"):
-            return CallTools([("terminal", {"command": dangerous(marker), **calls})])
-        return Say("ok")
-    return brain
-
-
-@pytest.fixture
-def marker(tmp_path: Path, model: FakeOpenAI) -> Path:
-    """The file the dangerous command appends to; the model runs it on "clean up"."""
-    path = tmp_path / "marker"
-    model.brain = runner_brain(path)
-    return path
 
 
 async def next_of(tab: Tab, kind: str, timeout: float = 10) -> dict[str, Any]:
@@ -49,10 +23,6 @@ async def next_of(tab: Tab, kind: str, timeout: float = 10) -> dict[str, Any]:
         frame = await tab.frame(timeout)
         if frame["type"] == kind:
             return frame
-
-
-def runs(marker: Path) -> int:
-    return marker.read_text().count("ran") if marker.exists() else 0
 
 
 async def choose(tab: Tab, approval_id: str, decision: str) -> None:

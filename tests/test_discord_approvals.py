@@ -22,12 +22,12 @@ from gateway.daemon import Gateway, running_gateway
 from gateway.platforms.discord import DiscordAdapter
 
 from . import test_discord as discord_tests
+from .approval_support import dangerous, runs
 from .conftest import make_config
 from .fakes.discord_server import FakeDiscord, InteractionResponseRecord, SentRecord
 from .fakes.openai_server import CallTools, FakeOpenAI, Say
 from .helpers import eventually
 from .model_support import model_settings
-from .test_approvals import dangerous, runner_brain, runs
 from .test_discord import ALICE, CHANNEL, THREAD_A
 
 fake = discord_tests.fake  # the fixture: the fake Discord with its channel and threads
@@ -59,14 +59,6 @@ async def gateway(tmp_path: Path, fake: FakeDiscord, model: FakeOpenAI
                   ) -> AsyncIterator[Gateway]:
     async with discord_gateway(approvals_config(tmp_path / "home", fake, model)) as gw:
         yield gw
-
-
-@pytest.fixture
-def marker(tmp_path: Path, model: FakeOpenAI) -> Path:
-    """The file the dangerous command appends to; the model runs it on "clean up"."""
-    path = tmp_path / "marker"
-    model.brain = runner_brain(path)
-    return path
 
 
 async def asked(fake: FakeDiscord, where: int = THREAD_A) -> tuple[SentRecord, str]:

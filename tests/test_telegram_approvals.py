@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 from gateway.approval_records import CHOICES, button_data
 from gateway.daemon import Gateway, running_gateway
 
+from .approval_support import dangerous, runner_brain, runs
 from .fakes.openai_server import FakeOpenAI
 from .fakes.telegram_server import CallbackAnswer, FakeTelegram, SentRecord
 from .helpers import eventually_async
 from .model_support import model_settings
-from .test_approvals import dangerous, runner_brain, runs
 from .test_telegram import ALICE, FORUM, telegram_config
 
 T = TypeVar("T")
