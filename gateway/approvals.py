@@ -46,6 +46,8 @@ LateRun = Callable[[ApprovalRecord, Decide], Awaitable[None]]
 
 #: how long a decision waits for its outcome to be shown before the turn goes on
 DISPLAY_WAIT = 2.0
+#: how long a stop waits for outcomes still being shown
+STOP_WAIT = 5.0
 
 
 class AlreadyDecided(Exception):
@@ -103,7 +105,11 @@ class Approvals:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:  # outcomes still being shown: a while, then let go
+            _, late = await asyncio.wait(set(self._tasks), timeout=STOP_WAIT)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     # asking ------------------------------------------------------------------
 

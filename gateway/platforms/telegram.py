@@ -201,7 +201,6 @@ class TelegramAdapter(Adapter):
         app = self._app
         if app is None:
             return
-        await self._approval_buttons.close()
         self._connected = False
         if app.running:
             await _quietly("stop", app.stop())
@@ -340,9 +339,7 @@ class TelegramAdapter(Adapter):
         return await self._approval_buttons.ask(route, record)
 
     async def settle_approval(self, route: Route, record: ApprovalRecord) -> None:
-        """Edited in the background: a tap's poll serves every chat, and must not wait
-        out one chat's flood control."""
-        self._approval_buttons.settle(route, record)
+        await self._approval_buttons.settle(route, record)
 
     async def send_file(self, route: Route, path: Path, caption: str | None = None, *,
                         session_id: str | None = None) -> SendResult:

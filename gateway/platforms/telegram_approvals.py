@@ -5,16 +5,14 @@ and the outcome edited into the request, taking its keyboard away.
 A tap is decided while the poll still holds its update, so a crash before the
 decision is recorded lets Telegram hand the tap out again; the core decides an
 approval only once, so a tap handed out twice is answered "already settled".
-The outcome's edit runs on its own: a flood wait in one chat must not hold up
-the poll, which serves every chat.
+The core shows an outcome in a task of its own and waits for it only briefly,
+so a flood wait in one chat does not hold up the poll, which serves every chat.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from telegram import Bot, CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup
@@ -37,15 +35,12 @@ __all__ = ["ApprovalButtons", "Presses"]
 
 log = structlog.get_logger(__name__)
 
-T = TypeVar("T")
 
 #: room kept in the request's last message for the outcome line edited in later
 _OUTCOME_ROOM = 400
 #: Telegram shows at most this much of a callback answer
 _ANSWER_LIMIT = 200
 EDIT = RetryPolicy((1.0, 2.0, 5.0), attempts=4)
-#: how long a stop waits for outcomes still being shown
-_CLOSE_TIMEOUT = 5.0
 
 
 class Presses(Protocol):
@@ -61,7 +56,6 @@ class ApprovalButtons:
 
     def __init__(self, adapter: TelegramAdapter) -> None:
         self.adapter = adapter
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     # asking ------------------------------------------------------------------
 
@@ -81,14 +75,15 @@ class ApprovalButtons:
 
     # showing the outcome -----------------------------------------------------
 
-    def settle(self, route: Route, record: ApprovalRecord) -> None:
-        """Edit the outcome into the request, in the background (see the module)."""
-        message_id = record.message_id  # the core shows an outcome once the request is out
-        if message_id is None:
+    async def settle(self, route: Route, record: ApprovalRecord) -> None:
+        """The request's last part plus the outcome line, with no keyboard (an edit
+        without ``reply_markup`` takes it away). The core waits only briefly for this
+        (a flood wait in one chat must not hold up a tap's poll) and lets it finish."""
+        if record.message_id is None:
             log.info("telegram_approval_outcome_not_shown", approval_id=record.id,
                      reason="the request was never posted")
             return
-        self._spawn(self._show_outcome(route, record, message_id))
+        await self._show_outcome(route, record, record.message_id)
 
     async def _show_outcome(self, route: Route, record: ApprovalRecord,
                             message_id: str) -> None:
@@ -146,8 +141,7 @@ class ApprovalButtons:
         if approvals is None:
             await self._answer(query, "Nothing here asks for approval.")
             return True
-        # shielded: a stop in the middle of a decision lets it finish and be answered
-        return await asyncio.shield(self._spawn(self._decide(query, approvals, *chosen)))
+        return await self._decide(query, approvals, *chosen)
 
     async def _decide(self, query: CallbackQuery, approvals: Presses, approval_id: str,
                       decision: Decision) -> bool:
@@ -186,29 +180,9 @@ class ApprovalButtons:
 
     # lifecycle -----------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Let outcomes being shown finish (for a while), before the bot goes."""
-        if not self._tasks:
-            return
-        _, late = await asyncio.wait(set(self._tasks), timeout=_CLOSE_TIMEOUT)
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
-
     def _bot(self) -> Bot | None:
         app = self.adapter.app
         return app.bot if app is not None and self.adapter.connected else None
-
-    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._forget)
-        return task
-
-    def _forget(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("telegram_approval_task_failed", exc_info=task.exception())
 
 
 def _keyboard(record: ApprovalRecord) -> InlineKeyboardMarkup:
