@@ -158,6 +158,14 @@ async def test_unknown_interactions_and_stale_clicks(fake: FakeDiscord) -> None:
         with pytest.raises(KeyError):
             await fake.press(CHANNEL, 1, "go")
 
+        # an answer after Discord's window (3 s; none here) is for an interaction it gave up on
+        fake.answer_window = 0.0
+        late = await fake.press(CHANNEL, int(posted["id"]), "go")
+        token = fake._interactions[late].token
+        status, body = await rest(fake, "POST", f"/interactions/{late}/{token}/callback",
+                                  {"type": 6})
+        assert (status, body["code"]) == (404, 10062)
+
 
 def _row(*buttons: dict[str, Any]) -> dict[str, Any]:
     return {"type": 1, "components": list(buttons)}

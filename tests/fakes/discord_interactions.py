@@ -22,7 +22,8 @@ replaced; not recorded in ``edits``, which are PATCHes). discord.py asks
 was made or updated, ``resource``); without it the answer is 204. An unknown id or a
 wrong token is 404/10062 "Unknown interaction", a second answer 400/40060 "Interaction
 has already been acknowledged". Other types (modals, autocomplete) are not spoken: 400.
-Tokens do not expire here (on Discord the first answer is due within 3 s).
+The first answer is due within ``answer_window`` seconds (3, as on Discord); a later
+one is 404/10062, as Discord answers an interaction it has given up on.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class _Pressed:
     message_id: int
     user: JSON
     answered: bool = False
+    #: when the click was dispatched (the event loop's clock)
+    at: float = 0.0
 
 
 class DiscordInteractions:
@@ -96,6 +99,8 @@ class DiscordInteractions:
     def _init_interactions(self) -> None:
         self.interaction_responses: list[InteractionResponseRecord] = []
         self._interactions: dict[int, _Pressed] = {}
+        #: seconds a bot has to answer a click (Discord: 3)
+        self.answer_window = 3.0
         self._interaction_responses_changed = asyncio.Event()
 
     # ------------------------------------------------------------------ tests drive
@@ -137,8 +142,9 @@ class DiscordInteractions:
                 "mute": False, "flags": 0, "pending": False, "permissions": _PERMISSIONS}
         else:
             interaction["user"] = user
-        self._interactions[interaction_id] = _Pressed(interaction_id, token, channel_id,
-                                                   message_id, user)
+        self._interactions[interaction_id] = _Pressed(
+            interaction_id, token, channel_id, message_id, user,
+            at=asyncio.get_running_loop().time())
         await self._dispatch("INTERACTION_CREATE", interaction)
         return interaction_id
 
@@ -165,6 +171,8 @@ class DiscordInteractions:
             raise ApiError(404, 10062, "Unknown interaction")
         if pressed.answered:
             raise ApiError(400, 40060, "Interaction has already been acknowledged")
+        if asyncio.get_running_loop().time() - pressed.at > self.answer_window:
+            raise ApiError(404, 10062, "Unknown interaction")
         payload, _files = await self._read_payload(request)
         kind, data = payload.get("type"), payload.get("data") or {}
         if kind not in _ANSWER_TYPES:
