@@ -11,6 +11,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -35,6 +36,37 @@ def claimer_alive(claimer: str | None) -> bool:
         return False
     identity = f"{parts[1]}-{parts[2]}"
     return identity != process_identity() and identity_alive(identity)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryOutcome:
+    """What became of one claimed notification."""
+
+    state: str  # delivered | retry | parked | consumed
+    message_id: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+    retry_in: float = 0.0
+
+
+def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
+                 now: float) -> list[Op]:
+    """The write that records ``outcome``; a consumed row was recorded by its taker."""
+    if outcome.state == "delivered":
+        return [("UPDATE notifications SET state = 'delivered', delivered_at = ?, "
+                 "sent_message_id = ?, attempts = attempts + 1, last_error = NULL "
+                 "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+                 (now, outcome.message_id, notification_id, claimer))]
+    if outcome.state == "parked":
+        return [("UPDATE notifications SET state = 'parked', reason = ?, last_error = ? "
+                 "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+                 (outcome.reason or "parked", outcome.detail, notification_id, claimer))]
+    if outcome.state == "retry":
+        return [("UPDATE notifications SET state = 'pending', claimed_by = NULL, "
+                 "claimed_at = NULL, attempts = attempts + 1, last_error = ?, not_before = ? "
+                 "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+                 (outcome.reason or "retry", now + outcome.retry_in, notification_id, claimer))]
+    return []
 
 
 #: told of a notification's settled state: (notification, state, reason, detail)
@@ -124,36 +156,39 @@ class Outbox:
         """:meth:`sent_op` on its own, written behind (lands in the next group commit)."""
         self.db.write_behind([self.sent_op(notification_id, claimer, message_id)])
 
+    async def record_outcomes(self, claimer: str,
+                              outcomes: Sequence[tuple[Notification, DeliveryOutcome]]) -> None:
+        """Record what became of claimed notifications, all in one write.
+
+        A router settles a whole batch at once: one transaction (and one wait for
+        it) instead of one per notice. Rows another claimer holds are untouched.
+        """
+        now = time.time()
+        ops = [op for n, outcome in outcomes for op in _outcome_ops(n.id, claimer, outcome, now)]
+        if ops:
+            await self.db.write(ops)
+        for n, outcome in outcomes:
+            if outcome.state == "parked":
+                log.warning("notification_parked", notification_id=n.id,
+                            reason=outcome.reason, detail=outcome.detail,
+                            session_key=n.session_key)
+            if outcome.state in ("delivered", "parked"):
+                self._settled(n, outcome.state, outcome.reason, outcome.detail)
+
     async def mark_delivered(self, n: Notification, claimer: str,
                              message_id: str | None) -> None:
-        await self.db.write([(
-            "UPDATE notifications SET state = 'delivered', delivered_at = ?, "
-            "sent_message_id = ?, attempts = attempts + 1, last_error = NULL "
-            "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
-            (time.time(), message_id, n.id, claimer),
-        )])
-        self._settled(n, "delivered", None, None)
+        await self.record_outcomes(claimer, [(n, DeliveryOutcome("delivered", message_id))])
 
     async def release(self, notification_id: int, claimer: str, error: str,
                       retry_in: float) -> None:
         """Give a claimed notification back to be tried again after ``retry_in`` seconds."""
-        await self.db.write([(
-            "UPDATE notifications SET state = 'pending', claimed_by = NULL, claimed_at = NULL, "
-            "attempts = attempts + 1, last_error = ?, not_before = ? "
-            "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
-            (error, time.time() + retry_in, notification_id, claimer),
-        )])
+        retry = DeliveryOutcome("retry", reason=error, retry_in=retry_in)
+        await self.db.write(_outcome_ops(notification_id, claimer, retry, time.time()))
 
     async def park(self, n: Notification, claimer: str, reason: str,
                    detail: str | None = None) -> None:
-        await self.db.write([(
-            "UPDATE notifications SET state = 'parked', reason = ?, last_error = ? "
-            "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
-            (reason, detail, n.id, claimer),
-        )])
-        log.warning("notification_parked", notification_id=n.id, reason=reason, detail=detail,
-                    session_key=n.session_key)
-        self._settled(n, "parked", reason, detail)
+        await self.record_outcomes(
+            claimer, [(n, DeliveryOutcome("parked", reason=reason, detail=detail))])
 
     def _settled(self, n: Notification, state: str, reason: str | None,
                  detail: str | None) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 import structlog
@@ -20,6 +19,7 @@ import structlog
 from .database import Op
 from .events import SendResult
 from .notifications import Notification
+from .outbox import DeliveryOutcome as _Outcome
 from .outbox import Outbox, claimer_name
 from .ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from .retry import RetryPolicy
@@ -40,15 +40,6 @@ MAX_TURN_FAILURES = 5
 REDELIVERY = RetryPolicy((1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0))
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    state: str  # delivered | retry | parked | consumed
-    message_id: str | None = None
-    reason: str | None = None
-    detail: str | None = None
-    retry_in: float = 0.0
-
-
 class Router:
     def __init__(self, outbox: Outbox, store: SessionStore, runner: GatewayRunner,
                  *, name: str | None = None) -> None:
@@ -58,7 +49,12 @@ class Router:
         self.name = name or claimer_name()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
-        self._deliveries: set[asyncio.Task[None]] = set()
+        #: claimed notifications whose outcome is not recorded yet
+        self._open = 0
+        #: outcomes waiting for the next write, and the one task that writes them
+        self._outcomes: list[tuple[Notification, _Outcome]] = []
+        self._recorder: asyncio.Task[None] | None = None
+        self._recorded = asyncio.Event()
         #: "a platform is back" wake-ups under way (kept: a task nobody holds can vanish)
         self._releases: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -105,15 +101,21 @@ class Router:
 
     async def settle(self) -> None:
         """Wait until every claimed notification has an outcome (tests, shutdown)."""
-        while self._deliveries:
-            await asyncio.gather(*list(self._deliveries), return_exceptions=True)
+        while self._open:
+            self._recorded.clear()
+            await self._recorded.wait()
+
+    @property
+    def unsettled(self) -> int:
+        """Claimed notifications whose outcome is not recorded yet."""
+        return self._open
 
     @property
     def idle(self) -> bool:
         """Nothing to do until woken: the loop waits, no wake-up is pending, and every
         notification it claimed has an outcome (one released for a retry later counts
         as settled until the retry is due)."""
-        return self._waiting and not self._wake.is_set() and not self._deliveries
+        return self._waiting and not self._wake.is_set() and not self._open
 
     async def wait_idle(self) -> None:
         """Wait until a running router is :attr:`idle`.
@@ -171,7 +173,8 @@ class Router:
         """Decide every row of a batch, then queue deliveries in outbox order.
 
         If deciding fails, the rows go back to pending rather than staying
-        claimed with nobody to deliver them.
+        claimed with nobody to deliver them. No task per row: each delivery runs
+        in its owner's lane, and its outcome joins the batch's one write.
         """
         try:
             decisions = await self._decide(batch)
@@ -181,33 +184,72 @@ class Router:
                 await self.outbox.release(n.id, self.name, f"routing failed: {exc!r}",
                                           DISCONNECTED_RETRY_SECONDS)
             return
+        self._open += len(batch)
         for n, decision in zip(batch, decisions, strict=True):
             if isinstance(decision, Park):
-                self._track(n, _parked(decision))
+                self._record(n, _parked(decision))
                 continue
             # turns and labelled notices alike go through the conversation's
             # lane, so its notices keep their order
             pending = self.runner.run_in_lane(
                 n.session_key, partial(self._deliver_in_lane, n, decision))
-            self._track(n, self._await_lane(pending))
+            pending.add_done_callback(partial(self._lane_done, n))
 
-    def _track(self, n: Notification, outcome: object) -> None:
-        task = asyncio.create_task(self._finish(n, outcome))
-        self._deliveries.add(task)
-        task.add_done_callback(self._delivery_done)
+    def _lane_done(self, n: Notification, pending: asyncio.Future[object]) -> None:
+        if pending.cancelled():
+            outcome = _STOPPING
+        elif (exc := pending.exception()) is not None:
+            log.error("notification_delivery_crashed", notification_id=n.id,
+                      session_key=n.session_key, exc_info=exc)
+            outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}",
+                               retry_in=_backoff(n))
+        else:
+            result = pending.result()
+            # not an outcome: the lane was shut down before this delivery ran
+            outcome = result if isinstance(result, _Outcome) else _STOPPING
+        self._record(n, outcome)
 
-    def _delivery_done(self, task: asyncio.Task[None]) -> None:
-        self._deliveries.discard(task)
-        self._note_idle()
+    def _record(self, n: Notification, outcome: _Outcome) -> None:
+        self._outcomes.append((n, outcome))
+        if self._recorder is None or self._recorder.done():
+            self._recorder = asyncio.get_running_loop().create_task(self._record_outcomes())
+
+    async def _record_outcomes(self) -> None:
+        """Write the outcomes gathered meanwhile, together, until none are left."""
+        while self._outcomes:
+            batch, self._outcomes = self._outcomes, []
+            try:
+                await self.outbox.record_outcomes(self.name, batch)
+            except Exception:
+                # the rows stay claimed; the next start settles them as after a crash
+                # (a recorded send counts as delivered, anything else is sent again)
+                log.exception("notification_outcomes_not_recorded", rows=len(batch))
+            else:
+                self._after_recorded(batch)
+            finally:
+                self._open -= len(batch)
+                if not self._open:
+                    self._recorded.set()
+                self._note_idle()
+
+    def _after_recorded(self, batch: list[tuple[Notification, _Outcome]]) -> None:
+        now = time.time()
+        for n, outcome in batch:
+            if outcome.state == "delivered":
+                self.runner.metrics.delivery_latency.observe(max(0.0, now - n.created_at))
+                log.info("notification_delivered", notification_id=n.id, kind=n.kind,
+                         session_key=n.session_key, job_id=n.job_id,
+                         message_id=outcome.message_id)
+            elif outcome.state == "consumed":
+                log.info("notification_consumed_before_delivery", notification_id=n.id,
+                         job_id=n.job_id)
+            elif outcome.state == "retry":
+                log.warning("notification_retry", notification_id=n.id, kind=n.kind,
+                            session_key=n.session_key, job_id=n.job_id,
+                            error=outcome.reason, retry_in=outcome.retry_in)
+                self._schedule_wake(outcome.retry_in)
 
     # delivering ------------------------------------------------------------
-
-    async def _await_lane(self, pending: asyncio.Future[object]) -> _Outcome:
-        result = await pending
-        if isinstance(result, _Outcome):
-            return result
-        # the lane was shut down before this delivery ran
-        return _Outcome("retry", reason="gateway stopping", retry_in=0.0)
 
     async def _deliver_in_lane(self, n: Notification, decision: Decision) -> _Outcome:
         """Runs in the owner's lane: check ownership again, then give the owner its turn.
@@ -228,7 +270,7 @@ class Router:
         if not still_live:
             (decision,) = await self._decide([n])
         if isinstance(decision, Park):
-            return await _parked(decision)
+            return _parked(decision)
         if isinstance(decision, DeliverNotice):
             return await self._deliver_notice(n, decision)
         if not self._connected(decision.route.platform):
@@ -259,27 +301,6 @@ class Router:
             return [self.outbox.sent_op(n.id, self.name, result.message_id)]
         return ops
 
-    async def _finish(self, n: Notification, outcome_source: object) -> None:
-        bound = log.bind(notification_id=n.id, kind=n.kind, session_key=n.session_key,
-                         job_id=n.job_id)
-        try:
-            outcome = await outcome_source  # type: ignore[misc]
-        except Exception as exc:
-            bound.exception("notification_delivery_crashed")
-            outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}", retry_in=_backoff(n))
-        if outcome.state == "delivered":
-            await self.outbox.mark_delivered(n, self.name, outcome.message_id)
-            self.runner.metrics.delivery_latency.observe(max(0.0, time.time() - n.created_at))
-            bound.info("notification_delivered", message_id=outcome.message_id)
-        elif outcome.state == "consumed":
-            bound.info("notification_consumed_before_delivery")
-        elif outcome.state == "parked":
-            await self.outbox.park(n, self.name, outcome.reason or "parked", outcome.detail)
-        else:
-            await self.outbox.release(n.id, self.name, outcome.reason or "retry", outcome.retry_in)
-            bound.warning("notification_retry", error=outcome.reason, retry_in=outcome.retry_in)
-            self._schedule_wake(outcome.retry_in)
-
     def _connected(self, platform: str) -> bool:
         adapter = self.runner.adapters.get(platform)
         return adapter is not None and adapter.connected
@@ -292,7 +313,10 @@ _DISCONNECTED = _Outcome("retry", reason="platform disconnected",
                          retry_in=DISCONNECTED_RETRY_SECONDS)
 
 
-async def _parked(decision: Park) -> _Outcome:
+_STOPPING = _Outcome("retry", reason="gateway stopping", retry_in=0.0)
+
+
+def _parked(decision: Park) -> _Outcome:
     return _Outcome("parked", reason=decision.reason, detail=decision.detail)
 
 

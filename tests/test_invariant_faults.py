@@ -123,12 +123,11 @@ async def test_a_crash_between_a_recorded_send_and_its_completion_sends_nothing_
     async with gateway(memory_config, adapter) as gw:
         crash = CrashPoint()
 
-        async def crash_before_completion(n: Notification, claimer: str,
-                                          message_id: str | None) -> None:
+        async def crash_before_completion(claimer: str, outcomes: object) -> None:
             await gw.store.db.flush()  # the send's record has committed: crash right after
             crash.crash("between the send's record and the row's completion")
 
-        monkeypatch.setattr(gw.outbox, "mark_delivered", crash_before_completion)
+        monkeypatch.setattr(gw.outbox, "record_outcomes", crash_before_completion)
         job_id = await start_job(adapter, "/bg echo sent-once")
         await crash.wait()
         assert len(notices_of(adapter, job_id)) == 1  # it went out before the crash

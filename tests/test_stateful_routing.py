@@ -471,7 +471,7 @@ class RoutingMachine(RuleBasedStateMachine):
             await self.router.settle()
             open_rows = await self.store.db.fetchone(
                 "SELECT COUNT(*) FROM notifications WHERE state IN ('pending', 'claimed')")
-            if open_rows[0] == 0 and not self.router._deliveries:
+            if open_rows[0] == 0 and not self.router.unsettled:
                 return
             assert time.monotonic() < deadline, "notifications left undelivered"
             await asyncio.sleep(0.005)
