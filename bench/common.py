@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -64,3 +65,13 @@ def percentiles(values_ms: list[float]) -> tuple[float, float]:
     ordered = sorted(values_ms)
     p99 = ordered[max(0, int(len(ordered) * 0.99) - 1)]
     return statistics.median(ordered), p99
+
+
+def spread(values: list[float], fmt: str = ",.0f") -> str:
+    """``median (lowest–highest)``: how the issue tables quote a figure of several runs."""
+    return (f"{format(statistics.median(values), fmt)} "
+            f"({format(min(values), fmt)}–{format(max(values), fmt)})")
+
+
+def load_average() -> str:
+    return "load average: " + " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -8,7 +8,9 @@ completion notice — it
 includes the shell's exit, the daemon noticing it, the durable outbox commit,
 the router, the owner's turn and the send.
 
-    python -m bench.notify_latency [--levels 1,100,1000]
+Each figure is the median of ``--runs`` runs with the lowest and highest.
+
+    python -m bench.notify_latency [--levels 1,100,1000] [--spreads 0,10] [--runs 3]
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ import resource
 import tempfile
 import time
 
-from bench.common import TimedAdapter, bench_config, forum_topic_addresses, percentiles, quiet
+from bench.common import (
+    TimedAdapter,
+    bench_config,
+    forum_topic_addresses,
+    load_average,
+    percentiles,
+    quiet,
+    spread,
+)
 from gateway.daemon import running_gateway
 
 
@@ -61,18 +71,23 @@ async def _wait_for(check, timeout: float) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", default="1,100,1000")
-    parser.add_argument("--spreads", default="0,2",
+    parser.add_argument("--spreads", default="0,10",
                         help="seconds over which the jobs' ends are spread (0: all at once)")
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     quiet()
-    print(f"{'jobs':>6}  {'ends over':>9}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  misrouted")
+    print(f"{'jobs':>6}  {'ends over':>9}  {'p50 ms':>22}  {'p99 ms':>22}  {'max ms':>22}  "
+          f"misrouted")
     for level in (int(x) for x in args.levels.split(",")):
-        for spread in (float(x) for x in args.spreads.split(",")):
-            if level == 1 and spread:
+        for over in (float(x) for x in args.spreads.split(",")):
+            if level == 1 and over:
                 continue
-            r = await measure(level, spread)
-            print(f"{r['jobs']:>6}  {spread:>7.1f} s  {r['p50']:>7.2f}  {r['p99']:>7.2f}  "
-                  f"{r['max']:>7.2f}  {r['misrouted']}")
+            runs = [await measure(level, over) for _ in range(args.runs)]
+            p50, p99, top = ([r[key] for r in runs] for key in ("p50", "p99", "max"))
+            print(f"{level:>6}  {over:>7.1f} s  {spread(p50, ',.1f'):>22}  "
+                  f"{spread(p99, ',.1f'):>22}  {spread(top, ',.1f'):>22}  "
+                  f"{sum(int(r['misrouted']) for r in runs)}")
+            print(f"        {load_average()}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of the daemon process: {peak:.0f} MiB")
 

@@ -6,7 +6,10 @@ routed through the real router, lanes, command agent and a memory adapter.
 The clock runs from the first produce to the last row marked delivered.
 A misroute is a notice sent anywhere but its own topic.
 
+Each figure is the median of ``--runs`` runs with the lowest and highest.
+
     python -m bench.route_throughput [--notifications 10000] [--sessions 10,1000,10000]
+                                     [--runs 3]
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ import resource
 import tempfile
 import time
 
-from bench.common import TimedAdapter, bench_config, forum_topic_addresses, quiet
+from bench.common import (
+    TimedAdapter,
+    bench_config,
+    forum_topic_addresses,
+    load_average,
+    quiet,
+    spread,
+)
 from gateway.daemon import running_gateway, settle_memory
 from gateway.notifications import NewNotification
 
@@ -58,20 +68,25 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--notifications", type=int, default=10_000)
     parser.add_argument("--sessions", default="10,1000,10000")
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--plain-gc", action="store_true",
                         help="without the daemon's gc.freeze and threshold (to compare)")
     args = parser.parse_args()
     quiet()
-    print(f"{'sessions':>8}  {'notices':>7}  {'routed/s':>8}  {'per CPU-s':>9}  "
-          f"{'committed/s':>11}  "
-          f"{'delivered':>9}  misroutes")
+    print(f"{'sessions':>8}  {'routed/s':>22}  {'per CPU-s':>22}  {'committed/s':>22}  "
+          f"misroutes  undelivered")
     for sessions in (int(x) for x in args.sessions.split(",")):
-        r = await measure(args.notifications, sessions, settled=not args.plain_gc)
-        print(f"{sessions:>8}  {r['sent']:>7}  {r['per_second']:>8.0f}  "
-              f"{r['per_cpu_second']:>9.0f}  "
-              f"{r['produce_per_second']:>11.0f}  {r['delivered']:>9}  {r['misroutes']}")
+        runs = [await measure(args.notifications, sessions, settled=not args.plain_gc)
+                for _ in range(args.runs)]
+        figures = {key: [r[key] for r in runs]
+                   for key in ("per_second", "per_cpu_second", "produce_per_second")}
+        misroutes = sum(int(r["misroutes"]) for r in runs)
+        undelivered = sum(args.notifications - int(r["delivered"]) for r in runs)
+        print(f"{sessions:>8}  {spread(figures['per_second']):>22}  "
+              f"{spread(figures['per_cpu_second']):>22}  "
+              f"{spread(figures['produce_per_second']):>22}  {misroutes:>9}  {undelivered:>11}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS: {peak:.0f} MiB")
+    print(f"peak RSS: {peak:.0f} MiB; {load_average()}")
 
 
 if __name__ == "__main__":
