@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,8 +25,12 @@ T = TypeVar("T")
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from .config import find_config_file
+    from .env_file import with_env_file
+
+    environ = with_env_file(os.environ, find_config_file(args.config, dict(os.environ)))
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, environ)
     except ConfigError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -101,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="do not run systemctl; print the commands instead")
         if action == "install":
             cmd.add_argument("--dry-run", action="store_true", help="print the unit and exit")
+            cmd.add_argument("--yes", action="store_true",
+                             help="copy the variables the config needs from this shell into "
+                                  "$HOMING_HOME/homing.env without asking")
         cmd.set_defaults(func=_service, action=action, scope="user")
 
     pairing = sub.add_parser("pairing", parents=[common],
@@ -368,14 +376,32 @@ def _service(config: Config, args: argparse.Namespace) -> int:
         return 0
     try:
         if args.action == "install":
-            lines = service.install(plan, start=not args.no_start)
+            lines = service.prepare_env_file(config, config_file, os.environ,
+                                             partial(_may_copy, args.yes))
+            lines += service.install(plan, start=not args.no_start)
         else:
             lines = service.uninstall(plan, stop=not args.no_start)
+    except service.MissingVariables as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return 1
     print("\n".join(lines))
     return 0
+
+
+def _may_copy(yes: bool, names: list[str]) -> bool:
+    """Asked before secrets from the shell go into the environment file."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        print(f"homing: the service needs {', '.join(names)} in its environment file; run "
+              f"again with --yes to copy them from this shell", file=sys.stderr)
+        return False
+    answer = input(f"copy {', '.join(names)} from this shell into the service's environment "
+                   f"file (mode 0600)? [Y/n] ")
+    return answer.strip().lower() in ("", "y", "yes")
 
 
 def _pairing_approve(config: Config, args: argparse.Namespace) -> int:

@@ -4,6 +4,8 @@ The unit is ``Type=notify`` with a watchdog (see ``gateway/sd_notify.py``),
 stops with more time than the daemon's drain, restarts on failure but not on a
 bad config (exit 2), and kills only the daemon on stop (``KillMode=process``)
 so background jobs keep running across a restart, as the jobs issue promises.
+Its secrets come from ``$HOMING_HOME/homing.env`` (``EnvironmentFile=``): a
+service has no shell environment to take ``${TELEGRAM_BOT_TOKEN}`` from.
 """
 
 from __future__ import annotations
@@ -11,13 +13,32 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Config
+from .env_file import (
+    env_file_path,
+    missing_variables,
+    read_env_file,
+    required_variables,
+    write_env_file,
+)
 
 UNIT_NAME = "homing.service"
 WATCHDOG_SECONDS = 30
+
+
+class MissingVariables(Exception):
+    """The config names variables that neither the environment file nor this shell has."""
+
+    def __init__(self, names: list[str], env_file: Path) -> None:
+        self.names = names
+        super().__init__(
+            f"the config references {', '.join(names)}, which neither {env_file} nor this "
+            f"shell's environment holds; export them (or add NAME=value lines to {env_file}) "
+            f"and install again")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +74,7 @@ def render_unit(config: Config, config_path: Path | None, *, user: bool) -> str:
         "NotifyAccess=main",
         f"ExecStart={' '.join(_quote(_exec_escape(part)) for part in run)}",
         f"Environment=\"HOMING_HOME={_escape(str(config.home_path))}\"",
+        f"EnvironmentFile={_quote(_escape(str(env_file_path(config.home_path))))}",
         "Restart=on-failure",
         "RestartSec=5",
         "RestartPreventExitStatus=2",
@@ -67,6 +89,32 @@ def render_unit(config: Config, config_path: Path | None, *, user: bool) -> str:
         f"WantedBy={'default.target' if user else 'multi-user.target'}",
         "",
     ])
+
+
+def prepare_env_file(config: Config, config_file: Path | None, environ: Mapping[str, str],
+                     confirm: Callable[[list[str]], bool]) -> list[str]:
+    """Make sure the unit's environment file holds every variable the config needs.
+
+    Those this shell has and the file lacks are copied into it once ``confirm``
+    agrees; any that neither holds stop the install (raises MissingVariables),
+    since the service would only exit with status 2 at its first start. Returns
+    what to print.
+    """
+    path = env_file_path(config.home_path)
+    text = config_file.read_text(encoding="utf-8") if config_file is not None else ""
+    needed = required_variables(text)
+    in_file = read_env_file(path)
+    missing = missing_variables(needed, in_file, environ)
+    if missing:
+        raise MissingVariables(missing, path)
+    to_copy = [name for name in needed if name not in in_file]
+    if to_copy and not confirm(to_copy):
+        raise PermissionError(f"not written: {path} would lack {', '.join(to_copy)}")
+    if to_copy or not path.exists():
+        write_env_file(path, {name: environ[name] for name in to_copy})
+        copied = f" with {', '.join(to_copy)} from this shell" if to_copy else ""
+        return [f"wrote {path} (mode 0600){copied}"]
+    return [f"{path} holds {', '.join(needed) or 'no variables'} (mode 0600)"]
 
 
 def install(service: ServicePlan, *, start: bool = True) -> list[str]:

@@ -85,3 +85,86 @@ async def test_percent_signs_in_paths_are_not_read_as_specifiers(tmp_path: Path)
                                                 stderr=asyncio.subprocess.PIPE)
     _, err_bytes = await proc.communicate()
     assert proc.returncode == 0, err_bytes.decode()
+
+
+# the environment file: what a service has instead of a shell's exports --------------
+
+TOKEN_CONFIG = ("platforms:\n  web: {port: 8765}\n  telegram:\n    enabled: true\n"
+                "    token: ${TELEGRAM_BOT_TOKEN}\n    allowed_users: ['1']\n"
+                "# old: ${NOT_NEEDED}\n")
+
+
+def token_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(TOKEN_CONFIG)
+    return home
+
+
+async def test_the_unit_reads_the_environment_file_in_the_home(tmp_path: Path) -> None:
+    unit = await dry_run(tmp_path, "--user")
+    assert f"EnvironmentFile={tmp_path / 'home' / 'homing.env'}" in unit.splitlines()
+
+
+async def test_install_copies_the_tokens_the_config_needs_into_a_0600_file(
+        tmp_path: Path) -> None:
+    home = token_home(tmp_path)
+    env = {**_env(home), "TELEGRAM_BOT_TOKEN": "123456:secret with 'quote\""}
+    code, out, err = await run_cli("service", "install", "--unit-dir", str(tmp_path / "u"),
+                                   "--no-start", "--yes", env=env)
+    assert code == 0, err
+    env_file = home / "homing.env"
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    assert "TELEGRAM_BOT_TOKEN" in out and "NOT_NEEDED" not in env_file.read_text()
+    # read back the way a shell reads it (systemd's quoting rules are the same subset)
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", f'set -a; . "{env_file}"; printf %s "$TELEGRAM_BOT_TOKEN"',
+        stdout=asyncio.subprocess.PIPE)
+    value, _ = await proc.communicate()
+    assert value.decode() == "123456:secret with 'quote\""
+    # the token is in the env file, never in the unit
+    assert "secret" not in (tmp_path / "u" / "homing.service").read_text()
+
+
+async def test_install_without_a_terminal_asks_for_yes_and_writes_nothing(
+        tmp_path: Path) -> None:
+    home = token_home(tmp_path)
+    env = {**_env(home), "TELEGRAM_BOT_TOKEN": "123456:secret"}
+    code, _, err = await run_cli("service", "install", "--unit-dir", str(tmp_path / "u"),
+                                 "--no-start", env=env)
+    assert code != 0 and "--yes" in err and "TELEGRAM_BOT_TOKEN" in err
+    assert not (home / "homing.env").exists()
+    assert not (tmp_path / "u" / "homing.service").exists()
+
+
+async def test_install_refuses_when_neither_the_file_nor_the_shell_has_a_variable(
+        tmp_path: Path) -> None:
+    home = token_home(tmp_path)
+    code, _, err = await run_cli("service", "install", "--unit-dir", str(tmp_path / "u"),
+                                 "--no-start", "--yes", env=_env(home))
+    assert code == 2 and "TELEGRAM_BOT_TOKEN" in err
+    assert not (tmp_path / "u" / "homing.service").exists()
+
+
+async def test_a_token_already_in_the_environment_file_is_enough(tmp_path: Path) -> None:
+    home = token_home(tmp_path)
+    (home / "homing.env").write_text("TELEGRAM_BOT_TOKEN=123456:from-file\n")
+    code, out, err = await run_cli("service", "install", "--unit-dir", str(tmp_path / "u"),
+                                   "--no-start", env=_env(home))
+    assert code == 0, err
+    assert (home / "homing.env").read_text() == "TELEGRAM_BOT_TOKEN=123456:from-file\n"
+    assert "holds TELEGRAM_BOT_TOKEN" in out
+
+
+async def test_commands_in_a_shell_read_the_environment_file_too(tmp_path: Path) -> None:
+    """What `homing setup` wrote works for `homing run` in a shell, not only under systemd;
+    a variable the shell exports wins over the file's."""
+    home = token_home(tmp_path)
+    (home / "homing.env").write_text("TELEGRAM_BOT_TOKEN=123456:from-file\n")
+    code, out, err = await run_cli("check-config", env=_env(home))
+    assert code == 0, err
+    code, _, err = await run_cli("check-config", env={**_env(home), "TELEGRAM_BOT_TOKEN": ""})
+    assert code == 2 and "platforms.telegram.token" in err  # empty in the shell: it wins …
+    (home / "homing.env").unlink()
+    code, _, err = await run_cli("check-config", env=_env(home))
+    assert code == 2 and "TELEGRAM_BOT_TOKEN is not set" in err  # … and without either
