@@ -4,23 +4,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from .cli_listings import (
+    StoreUnreadable,
+    approvals_command,
+    existing_store,
+    jobs_command,
+    notifications_command,
+    schedules_command,
+    sessions_command,
+    status_command,
+    when,
+    with_store,
+)
 from .config import Config, ConfigError, load_config
 from .notifications import STATES
 from .store import ARCHIVED_FILTERS, SessionStore
 
 EXIT_CONFIG = 2
-T = TypeVar("T")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,10 +44,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        return int(args.func(config, args) or 0)
+        code = int(args.func(config, args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
     except StoreUnreadable as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # the reader went away (`homing sessions | head -1`): that is not an error,
+        # and the exit-time flush must not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,9 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="homing",
                                      description="Chat gateway whose background work reports back.")
     parser.add_argument("--config", metavar="PATH", default=None, help=config_help)
+    parser.add_argument("--version", action="version", version=f"homing {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
+    run.add_argument("--host", help="the web chat's address (overrides platforms.web.host)")
+    run.add_argument("--port", type=_port, help="the web chat's port (overrides "
+                                                "platforms.web.port; 0 picks a free one)")
     run.set_defaults(func=_run)
 
     check = sub.add_parser("check-config", parents=[common], help="validate the config and exit")
@@ -61,22 +81,22 @@ def _parser() -> argparse.ArgumentParser:
     sessions = sub.add_parser("sessions", parents=[common], help="list sessions from the store")
     sessions.add_argument("--archived", choices=ARCHIVED_FILTERS, default="exclude")
     sessions.add_argument("--json", action="store_true", help="one JSON array on stdout")
-    sessions.set_defaults(func=_sessions)
+    sessions.set_defaults(func=sessions_command)
 
     jobs = sub.add_parser("jobs", parents=[common], help="list background jobs from the store")
     jobs.add_argument("--json", action="store_true", help="one JSON array on stdout")
-    jobs.set_defaults(func=_jobs)
+    jobs.set_defaults(func=jobs_command)
 
     notes = sub.add_parser("notifications", parents=[common],
                            help="list notifications in the outbox")
     notes.add_argument("--state", choices=STATES, help="only notifications in this state")
     notes.add_argument("--json", action="store_true", help="one JSON array on stdout")
-    notes.set_defaults(func=_notifications)
+    notes.set_defaults(func=notifications_command)
 
     approvals = sub.add_parser("approvals", parents=[common],
                                help="commands waiting for approval, and recent decisions")
     approvals.add_argument("--json", action="store_true", help="one JSON array on stdout")
-    approvals.set_defaults(func=_approvals)
+    approvals.set_defaults(func=approvals_command)
 
     schedules = sub.add_parser("schedules", parents=[common],
                                help="list schedules, or pause, resume or remove one")
@@ -84,12 +104,12 @@ def _parser() -> argparse.ArgumentParser:
                            help="what to do with the schedule ID (default: list them all)")
     schedules.add_argument("schedule_id", nargs="?", metavar="ID")
     schedules.add_argument("--json", action="store_true", help="JSON on stdout")
-    schedules.set_defaults(func=_schedules)
+    schedules.set_defaults(func=schedules_command)
 
     status = sub.add_parser("status", parents=[common],
                             help="whether the daemon runs, its platforms, sessions, jobs, notices")
     status.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    status.set_defaults(func=_status)
+    status.set_defaults(func=status_command)
 
     service = sub.add_parser("service", parents=[common], help="run homing under systemd")
     service_sub = service.add_subparsers(dest="service_command", required=True, metavar="ACTION")
@@ -131,10 +151,57 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("homing")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        from . import __version__
+        return __version__
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return int(text)
+
+
+def _with_web_overrides(config: Config, args: argparse.Namespace) -> Config:
+    """``run --host/--port``, checked by the same rules as the config file's values."""
+    from .config import parse_config
+
+    web = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    if not web:
+        return config
+    raw = config.model_dump(mode="python")
+    raw["platforms"]["web"].update(web)
+    _unwrap_secrets(raw)
+    return parse_config(raw, {}, "the command line")
+
+
+def _unwrap_secrets(value: Any) -> None:
+    """A dump keeps SecretStr objects; a new config is parsed from their values."""
+    from pydantic import SecretStr
+
+    items = value.items() if isinstance(value, dict) else enumerate(value) \
+        if isinstance(value, list) else ()
+    for key, item in list(items):
+        if isinstance(item, SecretStr):
+            value[key] = item.get_secret_value()
+        else:
+            _unwrap_secrets(item)
+
+
 def _run(config: Config, args: argparse.Namespace) -> int:
     from .daemon import StartupError, run_daemon
     from .logs import configure_logging, secrets_of
 
+    try:
+        config = _with_web_overrides(config, args)
+    except ConfigError as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     configure_logging(config.logging, log_dir=config.home_path / "logs",
                       secrets=secrets_of(config))
     try:
@@ -180,191 +247,6 @@ def config_warnings(config: Config) -> list[str]:
     return warnings
 
 
-def _existing_store(config: Config) -> bool:
-    """Read-only commands look at an existing state database and never make one."""
-    if config.state_db.exists():
-        return True
-    print(f"homing: no state database at {config.state_db} (is HOMING_HOME or the config's "
-          f"'home' set as for the daemon?)", file=sys.stderr)
-    return False
-
-
-class StoreUnreadable(Exception):
-    """The state database cannot be used; the message says why, in one line."""
-
-
-def _with_store(config: Config, use: Callable[[SessionStore], Awaitable[T]]) -> T:
-    async def run() -> T:
-        async with SessionStore(config.state_db) as store:
-            return await use(store)
-    try:
-        return asyncio.run(run())
-    except (sqlite3.DatabaseError, RuntimeError) as exc:  # damaged, foreign, or too new
-        raise StoreUnreadable(f"the state database at {config.state_db} cannot be read: "
-                              f"{exc}") from None
-
-
-def _listing(config: Config, args: argparse.Namespace, what: str,
-             fetch: Callable[[SessionStore], Awaitable[list[dict[str, Any]]]],
-             header: str, line: Callable[[dict[str, Any]], str]) -> int:
-    """The shape every listing command shares: JSON, or a table, or "no ..."."""
-    if not _existing_store(config):
-        return 1
-    rows = _with_store(config, fetch)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    elif not rows:
-        print(f"no {what}")
-    else:
-        print(header)
-        for row in rows:
-            print(line(row))
-    return 0
-
-
-def _sessions(config: Config, args: argparse.Namespace) -> int:
-    async def fetch(store: SessionStore) -> list[dict[str, Any]]:
-        return [s.to_dict() for s in await store.list_sessions(args.archived)]
-
-    def line(row: dict[str, Any]) -> str:
-        state = "archived" if row["archived"] else ("ended" if row["ended_at"] else "live")
-        title = (row["title"] or "-")[:20]
-        return (f"{row['id']:32}  {state:9}  {_when(row['last_active_at']):19}  {title:20}  "
-                f"{row['session_key']}")
-
-    return _listing(config, args, "sessions", fetch,
-                    f"{'SESSION ID':32}  {'STATE':9}  {'LAST ACTIVE':19}  {'TITLE':20}  "
-                    "SESSION KEY", line)
-
-
-def _jobs(config: Config, args: argparse.Namespace) -> int:
-    from tools.job_record import JOB_COLUMNS, JobRecord
-
-    async def fetch(store: SessionStore) -> list[dict[str, Any]]:
-        rows = await store.db.fetchall(
-            f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY started_at DESC LIMIT 500")
-        return [JobRecord.from_row(r).to_dict() for r in rows]
-
-    def line(r: dict[str, Any]) -> str:
-        code = "" if r["exit_code"] is None else str(r["exit_code"])
-        return (f"{r['id']:11}  {r['state']:8}  {code:>5}  {_when(r['started_at']):19}  "
-                f"{r['session_key'][:40]:40}  {' '.join(r['command'].split())[:60]}")
-
-    return _listing(config, args, "jobs", fetch,
-                    f"{'JOB':11}  {'STATE':8}  {'EXIT':>5}  {'STARTED':19}  "
-                    f"{'SESSION KEY':40}  COMMAND", line)
-
-
-def _notifications(config: Config, args: argparse.Namespace) -> int:
-    from .outbox import Outbox
-
-    async def fetch(store: SessionStore) -> list[dict[str, Any]]:
-        return [n.to_dict() for n in await Outbox(store.db).list(args.state)]
-
-    def line(r: dict[str, Any]) -> str:
-        why = r["reason"] or r["last_error"] or ""
-        return (f"{r['id']:>6}  {r['kind']:16}  {r['state']:9}  {why[:24]:24}  "
-                f"{_when(r['created_at']):19}  {r['session_key']}")
-
-    return _listing(config, args, "notifications", fetch,
-                    f"{'ID':>6}  {'KIND':16}  {'STATE':9}  {'REASON / ERROR':24}  "
-                    f"{'CREATED':19}  SESSION KEY", line)
-
-
-def _approvals(config: Config, args: argparse.Namespace) -> int:
-    from .approvals import recent_approvals
-
-    async def fetch(store: SessionStore) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in await recent_approvals(store.db)]
-
-    def line(r: dict[str, Any]) -> str:
-        decided = f"{r['decision'] or ''} {r['decided_by'] or ''}".strip()
-        return (f"{r['id']:9}  {r['state']:9}  {decided[:20]:20}  {_when(r['created_at']):19}  "
-                f"{r['platform']:8}  {' '.join(r['command'].split())[:60]}")
-
-    return _listing(config, args, "approvals", fetch,
-                    f"{'ID':9}  {'STATE':9}  {'DECIDED':20}  {'ASKED':19}  {'PLATFORM':8}  "
-                    f"COMMAND", line)
-
-
-def _schedules(config: Config, args: argparse.Namespace) -> int:
-    from tools import schedules
-    from tools.schedule_spec import ScheduleError
-
-    if args.action is None:
-        async def fetch(store: SessionStore) -> list[dict[str, Any]]:
-            return [r.to_dict() | {"line": r.line()}
-                    for r in await schedules.list_schedules(store.db)]
-
-        return _listing(config, args, "schedules", fetch,
-                        "ID  WHEN  NEXT OR STATE  LAST  TASK  (session key below)",
-                        lambda r: f"{r['line']}\n    {r['session_key']}")
-    if not args.schedule_id:
-        print(f"homing: schedules {args.action} needs a schedule id", file=sys.stderr)
-        return EXIT_CONFIG
-    if not _existing_store(config):
-        return 1
-
-    async def change(store: SessionStore) -> schedules.ScheduleRecord:
-        if args.action == "remove":
-            return await schedules.remove(store.db, args.schedule_id)
-        return await schedules.set_paused(store.db, args.schedule_id, args.action == "pause")
-
-    try:
-        record = _with_store(config, change)
-    except ScheduleError as exc:
-        print(f"homing: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(record.to_dict(), indent=2))
-    else:
-        done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[args.action]
-        print(f"schedule {record.id} {done}" + (
-            f"; next run {record.when(record.next_run_at)}" if args.action == "resume" else ""))
-    return 0
-
-
-def _status(config: Config, args: argparse.Namespace) -> int:
-    from .status_file import read_status
-
-    daemon = read_status(config.home_path) or {"running": False}
-    report: dict[str, Any] = {"daemon": daemon, "state_db": str(config.state_db)}
-    if config.state_db.exists():
-        async def counts(store: SessionStore) -> dict[str, Any]:
-            db = store.db
-            (live,) = await db.fetchone("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
-            (jobs,) = await db.fetchone("SELECT COUNT(*) FROM jobs WHERE state = 'running'")
-            states = dict(await db.fetchall(
-                "SELECT state, COUNT(*) FROM notifications GROUP BY state"))
-            parked = dict(await db.fetchall(
-                "SELECT reason, COUNT(*) FROM notifications WHERE state = 'parked' "
-                "GROUP BY reason"))
-            return {"live_sessions": live, "running_jobs": jobs,
-                    "pending_notifications": states.get("pending", 0) + states.get("claimed", 0),
-                    "parked_notifications": parked}
-        report.update(_with_store(config, counts))
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    if daemon["running"]:
-        print(f"daemon: running (pid {daemon['pid']}, up since {_when(daemon['started_at'])})")
-        for name, up in daemon.get("platforms", {}).items():
-            print(f"  {name}: {'connected' if up else 'not connected'}")
-    else:
-        last = daemon.get("updated_at")
-        print("daemon: not running" + (f" (last seen {_when(last)})" if last else ""))
-    if "live_sessions" not in report:
-        print(f"no state database at {config.state_db}")
-        return 0
-    parked = report["parked_notifications"]
-    print(f"live sessions: {report['live_sessions']}")
-    print(f"running jobs: {report['running_jobs']}")
-    print(f"pending notifications: {report['pending_notifications']}")
-    print(f"parked notifications: {sum(parked.values())}" + (
-        " (" + ", ".join(f"{r}: {n}" for r, n in sorted(parked.items())) + ")" if parked else ""))
-    return 0
-
-
 def _service(config: Config, args: argparse.Namespace) -> int:
     from . import service
     from .config import find_config_file
@@ -407,14 +289,14 @@ def _may_copy(yes: bool, names: list[str]) -> bool:
 def _pairing_approve(config: Config, args: argparse.Namespace) -> int:
     from .pairing import Pairing, PairingError, PairingRequest, tell_approved
 
-    if not _existing_store(config):
+    if not existing_store(config):
         return 1
     async def approve(store: SessionStore) -> tuple[PairingRequest, bool]:
         request = await Pairing(store.db).approve(args.platform, args.code)
         return request, await tell_approved(store, config, request)
 
     try:
-        request, told = _with_store(config, approve)
+        request, told = with_store(config, approve)
     except PairingError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return 1
@@ -427,41 +309,35 @@ def _pairing_approve(config: Config, args: argparse.Namespace) -> int:
 def _pairing_list(config: Config, args: argparse.Namespace) -> int:
     from .pairing import Pairing
 
-    if not _existing_store(config):
+    if not existing_store(config):
         return 1
     if args.approved:
-        users = _with_store(config, lambda store: Pairing(store.db).approved())
+        users = with_store(config, lambda store: Pairing(store.db).approved())
         if not users:
             print("no users paired")
         for platform, user_id, name, at in users:
-            print(f"{platform:9}  {user_id:>14}  @{name or '-':20}  approved {_when(at)}")
+            print(f"{platform:9}  {user_id:>14}  @{name or '-':20}  approved {when(at)}")
         return 0
-    rows = _with_store(config, lambda store: Pairing(store.db).pending())
+    rows = with_store(config, lambda store: Pairing(store.db).pending())
     if not rows:
         print("no pending pairing codes")
     for r in rows:
         print(f"{r.code}  {r.platform:9}  {r.user_id:>14}  @{r.user_name or '-':20}  "
-              f"expires {_when(r.expires_at)}")
+              f"expires {when(r.expires_at)}")
     return 0
 
 
 def _pairing_revoke(config: Config, args: argparse.Namespace) -> int:
     from .pairing import Pairing
 
-    if not _existing_store(config):
+    if not existing_store(config):
         return 1
-    if not _with_store(config, lambda store: Pairing(store.db).revoke(args.platform,
+    if not with_store(config, lambda store: Pairing(store.db).revoke(args.platform,
                                                                        args.user)):
         print(f"homing: {args.user} was not paired on {args.platform}", file=sys.stderr)
         return 1
     print(f"revoked {args.user} on {args.platform}: their next message gets a pairing code")
     return 0
-
-
-def _when(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,92 @@
+"""What the ``homing`` command prints: its version, the listings, a closed pipe."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from gateway.daemon import running_gateway
+from gateway.notifications import ReturnAddress
+from gateway.route import Route
+
+from .conftest import make_config
+from .helpers import eventually_async
+from .real_daemon import HOMING, home_env, listening_url, run_cli, web_home
+
+
+async def test_version_is_printed(tmp_path: Path) -> None:
+    code, out, _ = await run_cli("--version", env=home_env(tmp_path))
+    assert code == 0 and out.startswith("homing ") and out.split()[1][0].isdigit()
+
+
+async def test_run_host_and_port_override_the_config(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = web_home(home)
+    (home / "config.yaml").write_text("platforms: {web: {port: 8765}}\n")
+    proc = await asyncio.create_subprocess_exec(*HOMING, "run", "--port", "0", "--host",
+                                                "127.0.0.1", env=env,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        url = await listening_url(proc.stderr)
+        assert url.startswith("http://127.0.0.1:") and ":8765/" not in url
+    finally:
+        proc.terminate()
+        await proc.wait()
+    # the override meets the config's rules: a public address needs a token
+    code, _, err = await run_cli("run", "--host", "0.0.0.0", env=env)
+    assert code == 2 and "platforms.web.token" in err
+    code, _, err = await run_cli("run", "--port", "70000", env=env)
+    assert code == 2 and "not a port number" in err
+
+
+async def test_a_listing_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    async with running_gateway(make_config(home)) as gw:
+        for n in range(3):
+            route = Route("memory", "dm", str(n), user_id=str(n))
+            await gw.store.get_or_create(gw.runner.session_key_for(route), route)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `homing sessions | head -1` once head has its line
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *HOMING, "sessions", env=home_env(home), stdout=write_end,
+            stderr=asyncio.subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    _, err = await proc.communicate()
+    assert proc.returncode == 0
+    assert err.decode() == ""  # no BrokenPipeError traceback
+
+
+async def test_jobs_show_their_kind_and_pattern_and_notifications_their_first_line(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    route = Route("memory", "dm", "7", user_id="7")
+    async with running_gateway(make_config(home)) as gw:
+        key = gw.runner.session_key_for(route)
+        session = await gw.store.get_or_create(key, route)
+        address = ReturnAddress(key, session.id, route)
+        plain = await gw.jobs.start("echo first line; echo second line", address)
+        watch = await gw.jobs.start("echo READY", address, notify_on_complete=False,
+                                    watch_patterns=["READY"])
+
+        async def ended() -> bool:
+            rows = [await gw.jobs.get(j.id) for j in (plain, watch)]
+            return all(r is not None and r.state != "running" for r in rows)
+
+        await eventually_async(ended, what="both jobs ended")
+        await gw.router.settle()
+    env = home_env(home)
+    rows = json.loads((await run_cli("jobs", "--json", env=env))[1])
+    kinds = {r["id"]: r["kind"] for r in rows}
+    assert kinds == {plain.id: "bg", watch.id: "watch"}
+    code, out, _ = await run_cli("jobs", env=env)
+    assert code == 0
+    watch_line = next(line for line in out.splitlines() if line.startswith(watch.id))
+    assert " watch " in watch_line and watch_line.rstrip().endswith("READY")
+    code, out, _ = await run_cli("notifications", env=env)
+    completion = next(line for line in out.splitlines() if plain.id in line)
+    assert "second line" not in completion  # the first line only, on one line
