@@ -60,6 +60,20 @@ class DelegationRecord:
                    created, started, finished, owner)
 
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields ``homing jobs`` shows beside a job's (the result stays out: long)."""
+        return {"id": self.id, "kind": "delegation", "command": self.task, "state": self.state,
+                "started_at": self.started_at or self.created_at, "ended_at": self.finished_at,
+                "exit_code": None, "watch_patterns": [], "session_key": self.session_key,
+                "session_id": self.session_id, "thread_id": self.address.route.thread_id}
+
+
+async def recent_delegations(db: Database, limit: int) -> list[DelegationRecord]:
+    rows = await db.fetchall(
+        f"SELECT {_COLUMNS} FROM delegations ORDER BY created_at DESC LIMIT ?", (limit,))
+    return [DelegationRecord.from_row(r) for r in rows]
+
+
 class DelegationRefused(Exception):
     """The conversation has as many delegations running as it may."""
 

@@ -62,6 +62,13 @@ class JobRecord:
                    offset or 0, left or 0, json.loads(origin) if origin else None)
 
     @property
+    def kind(self) -> str:
+        """``scheduled`` (a schedule started it), ``watch`` (it has patterns) or ``bg``."""
+        if self.origin and "schedule_id" in self.origin:
+            return "scheduled"
+        return "watch" if self.watch_patterns else "bg"
+
+    @property
     def files(self) -> JobFiles:
         return JobFiles(self.log_path.parent)
 
@@ -72,7 +79,8 @@ class JobRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "command": self.command, "cwd": self.cwd, "state": self.state,
+            "id": self.id, "kind": self.kind, "command": self.command, "cwd": self.cwd,
+            "state": self.state,
             "pid": self.pid, "started_at": self.started_at, "ended_at": self.ended_at,
             "exit_code": self.exit_code, "killed": self.killed,
             "notify_on_complete": self.notify_on_complete,
