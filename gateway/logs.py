@@ -33,6 +33,8 @@ LOG_FILE_COUNT = 5
 _MASK = "***"
 #: lines the writer thread takes in one go (one write and one flush for all of them)
 _BATCH_LINES = 512
+#: a rendered line: the same for the terminal and the file, or (terminal, file)
+Line = str | tuple[str, str]
 
 
 def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
@@ -42,10 +44,6 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
     level = getattr(logging, settings.level.upper())
     use_json = settings.format == "json" or (
         settings.format == "auto" and not stream.isatty())
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if use_json
-        else structlog.dev.ConsoleRenderer(colors=stream.isatty())
-    )
     file_handler = None
     if log_dir is not None:
         private_dir(log_dir)
@@ -60,8 +58,7 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
         structlog.processors.StackInfoRenderer(),
         structlog.processors.format_exc_info,
         masker.fields,  # before rendering: a JSON or repr escape cannot hide a secret
-        renderer,
-        masker.line,
+        *_renderers(use_json, stream.isatty(), file_handler is not None, masker),
     ]
     writer = LineWriter(stream, file_handler)
     sink = _Sink(writer)
@@ -76,11 +73,33 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    root.addHandler(_ToWriter(writer, _LibraryFormatter(masker, as_json=use_json)))
+    file_json = _LibraryFormatter(masker, as_json=True) \
+        if file_handler is not None and not use_json else None
+    root.addHandler(_ToWriter(writer, _LibraryFormatter(masker, as_json=use_json), file_json))
     _replace_writer(writer)
     root.setLevel(logging.WARNING)
     # discord.py warns at every start that voice support is not installed; we use no voice
     logging.getLogger("discord.client").setLevel(logging.ERROR)
+
+
+def _renderers(use_json: bool, colors: bool, to_file: bool, masker: Masker) -> list[Any]:
+    """The last steps: one JSON line for everything, or — on a terminal — readable text
+    for the terminal and still a JSON line for the file, which is documented as JSON."""
+    as_json = structlog.processors.JSONRenderer()
+    if use_json:
+        return [as_json, masker.line]
+    console = structlog.dev.ConsoleRenderer(colors=colors)
+    if not to_file:
+        return [console, masker.line]
+
+    def both(logger: Any, name: str, event: dict[str, Any]
+             ) -> tuple[tuple[str], dict[str, str]]:
+        shown = console(logger, name, dict(event))  # the console renderer takes keys out
+        # structlog reads a tuple as the logger call's (args, kwargs)
+        return ((masker.text(str(shown)),),
+                {"file_line": masker.text(str(as_json(logger, name, event)))})
+
+    return [both]
 
 
 def secrets_of(config: Config) -> list[str]:
@@ -164,11 +183,11 @@ class LineWriter:
         self.stream = stream
         self.file_handler = file_handler
         self._file_bytes = _size_of(file_handler)
-        self._queue: queue.SimpleQueue[str | threading.Event | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Line | threading.Event | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="homing-log", daemon=True)
         self._thread.start()
 
-    def write(self, line: str) -> None:
+    def write(self, line: Line) -> None:
         self._queue.put(line)
 
     def flush(self, timeout: float = 5.0) -> None:
@@ -188,7 +207,7 @@ class LineWriter:
 
     def _run(self) -> None:
         while True:
-            batch: list[str] = []
+            batch: list[Line] = []
             waiting: list[threading.Event] = []
             item = self._queue.get()
             while True:
@@ -211,10 +230,10 @@ class LineWriter:
             for done in waiting:
                 done.set()
 
-    def _write(self, lines: list[str]) -> None:
-        if not lines:
+    def _write(self, rendered: list[Line]) -> None:
+        if not rendered:
             return
-        text = "".join(line + "\n" for line in lines)
+        text = "".join((line if isinstance(line, str) else line[0]) + "\n" for line in rendered)
         try:
             self.stream.write(text)
             self.stream.flush()
@@ -223,6 +242,7 @@ class LineWriter:
         handler = self.file_handler
         if handler is None:
             return
+        lines = [line if isinstance(line, str) else line[1] for line in rendered]
         try:
             chunk: list[str] = []
             size = 0
@@ -258,8 +278,8 @@ class _Sink:
     def __init__(self, writer: LineWriter) -> None:
         self.writer = writer
 
-    def msg(self, message: str) -> None:
-        self.writer.write(message)
+    def msg(self, message: str, file_line: str | None = None) -> None:
+        self.writer.write(message if file_line is None else (message, file_line))
 
     debug = info = warning = warn = error = critical = exception = fatal = log = msg
 
@@ -267,14 +287,20 @@ class _Sink:
 class _ToWriter(logging.Handler):
     """The libraries' standard-library records, formatted, to the same writer thread."""
 
-    def __init__(self, writer: LineWriter, formatter: logging.Formatter) -> None:
+    def __init__(self, writer: LineWriter, formatter: logging.Formatter,
+                 file_formatter: logging.Formatter | None = None) -> None:
         super().__init__()
         self.writer = writer
         self.setFormatter(formatter)
+        self.file_formatter = file_formatter
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.writer.write(self.format(record))
+            shown = self.format(record)
+            if self.file_formatter is None:
+                self.writer.write(shown)
+            else:
+                self.writer.write((shown, self.file_formatter.format(record)))
         except Exception:
             self.handleError(record)
 

@@ -111,3 +111,31 @@ def test_the_log_file_rotates_by_the_bytes_written_and_keeps_every_line(
     kept = [json.loads(line)["n"] for f in files for line in f.read_text().splitlines()]
     newest = sorted(kept)[-1]
     assert newest == 299 and len(stream.getvalue().splitlines()) == 300  # stderr has all
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_file_still_gets_json_lines_only(tmp_path: Path) -> None:
+    """Readable (coloured) text on the terminal; homing.log stays JSON lines, as the
+    README says, for whoever greps or ships it — and masked the same way."""
+    terminal = _Terminal()
+    configure_logging(LoggingConfig(level="info"), terminal, log_dir=tmp_path / "logs",
+                      secrets=["123456:ABCDEF-token"])
+    try:
+        structlog.get_logger("t").info("job_started", job_id="j1",
+                                       url="https://x/bot123456:ABCDEF-token/getMe")
+        logging.getLogger("httpx").warning("GET /bot123456:ABCDEF-token/getMe failed")
+        flush_logs()
+        shown = terminal.getvalue()
+        assert "\x1b[" in shown and "job_started" in shown  # colours: a person reads it
+        on_disk = (tmp_path / "logs" / "homing.log").read_text().splitlines()
+        records = [json.loads(line) for line in on_disk]  # no colour codes: each parses
+        assert [r["event"] for r in records][:1] == ["job_started"]
+        assert records[0]["job_id"] == "j1" and "\x1b[" not in "".join(on_disk)
+        assert "GET /bot***/getMe failed" in records[1]["event"]
+        assert "ABCDEF-token" not in shown + "".join(on_disk)
+    finally:
+        configure_logging(LoggingConfig(level="info"))
