@@ -1,10 +1,14 @@
 """The config file: where it is found, how it is read, and ``${VAR}`` substitution.
 
-What comes out is plain data for the models in ``gateway/config.py``.
+What comes out is plain data for the models in ``gateway/config.py``. Everything a
+file can get wrong before the models see it is refused here with the line or the
+field it is at: a file that is too big or not UTF-8, a key given twice (YAML itself
+keeps the last one silently), aliases that would expand a small file into gigabytes.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +16,12 @@ from typing import Any
 import yaml
 
 DEFAULT_HOME = "~/.homing"
+#: a config is a few kilobytes; anything this big is a wrong file
+MAX_CONFIG_BYTES = 1024 * 1024
+#: a config uses an alias or two to share a list; more is a document built to expand
+MAX_ALIASES = 100
+#: the nodes all alias uses together may add (a "billion laughs" document adds 10^9)
+MAX_ALIAS_EXPANSION = 10_000
 
 
 class ConfigError(Exception):
@@ -39,20 +49,131 @@ def read_config_file(file: Path) -> Any:
     """The file's YAML document as plain data; ConfigError for anything in the way."""
     source = str(file)
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as stream:
+            data = stream.read(MAX_CONFIG_BYTES + 1)
+            size = max(len(data), os.fstat(stream.fileno()).st_size)
     except OSError as exc:
         raise ConfigError(source, [("<file>", f"cannot read: {exc.strerror or exc}")]) from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(source, [("<file>", f"the file is {size} bytes, over the limit of "
+                                              f"{MAX_CONFIG_BYTES} bytes (1 MB) for a config; "
+                                              f"is it the right file?")])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        hint = " (it looks like UTF-16)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise ConfigError(source, [("<file>", f"not UTF-8: byte 0x{data[exc.start]:02x} at "
+                                              f"offset {exc.start} (line {line}) cannot be "
+                                              f"decoded{hint}; save the file as UTF-8")]) from None
     return _parse_yaml(text, source)
 
 
 def _parse_yaml(text: str, source: str) -> Any:
+    loader = _ConfigLoader(text)
     try:
-        return yaml.safe_load(text)
+        return loader.get_single_data()
+    except _Refused as exc:
+        raise ConfigError(source, [(f"<yaml line {exc.line}>", exc.message)]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<file>"
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(source, [(f"<yaml {where}>", f"invalid YAML: {problem}")]) from None
+    except RecursionError:  # PyYAML parses nested collections by recursion
+        raise ConfigError(source, [("<file>", "nested too deeply to be a config")]) from None
+    finally:
+        loader.dispose()
+
+
+class _Refused(Exception):
+    """YAML that parses but is refused in a config, at a line."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+class _ConfigLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no type hints
+    """``yaml.safe_load`` that refuses duplicate keys and bounds aliases.
+
+    Aliases are counted while the document is composed, where an alias is one shared
+    node; the expansion a "billion laughs" document is built for happens only later
+    (substitution and validation copy every use), so it is stopped before it starts.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._expansion = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> nodes in it, aliases expanded
+        self._open_anchors: list[str] = []
+        self._checked: set[int] = set()
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            line = event.start_mark.line + 1
+            if event.anchor in self._open_anchors:
+                raise _Refused(line, f"alias *{event.anchor} refers to the node it is in "
+                                     f"(a document that contains itself)")
+            node: yaml.Node = super().compose_node(parent, index)
+            self._aliases += 1
+            self._expansion += self._size(node)
+            if self._aliases > MAX_ALIASES:
+                raise _Refused(line, f"more than {MAX_ALIASES} aliases (*name); write the "
+                                     f"values out instead")
+            if self._expansion > MAX_ALIAS_EXPANSION:
+                raise _Refused(line, f"aliases (*name) expand to more than "
+                                     f"{MAX_ALIAS_EXPANSION} values; write them out instead")
+            return node
+        anchor = getattr(event, "anchor", None)
+        if anchor is None:
+            return super().compose_node(parent, index)
+        self._open_anchors.append(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._open_anchors.pop()
+
+    def _size(self, node: yaml.Node) -> int:
+        """The values ``node`` stands for with every alias in it expanded (memoized:
+        the same node is shared by every alias of it)."""
+        known = self._sizes.get(id(node))
+        if known is not None:
+            return known
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            size += sum(self._size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size += sum(self._size(k) + self._size(v) for k, v in node.value)
+        self._sizes[id(node)] = size
+        return size
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # checked here, before merge keys (``<<: *defaults``) are folded in: a key a
+        # merge brings and the mapping overrides is meant, not duplicated; and a merged
+        # node is flattened before its own turn to be constructed
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            self._refuse_duplicate_keys(node)
+        super().flatten_mapping(node)
+
+    def _refuse_duplicate_keys(self, node: yaml.MappingNode) -> None:
+        first_lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = first_lines.get(key)
+            except TypeError:
+                continue  # an unhashable key: the constructor refuses it with its own error
+            if first is not None:
+                raise _Refused(line, f"duplicate key {key!r} (first at line {first})")
+            first_lines[key] = line
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

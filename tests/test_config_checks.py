@@ -1,0 +1,120 @@
+"""What ``homing check-config`` (and ``homing run``) refuse, through the real command
+line: every refusal exits 2 and names the field or the line, never with a traceback;
+a good config says which file it checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.config import ConfigError, load_config
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def check(config: Path | None, capsys: pytest.CaptureFixture[str],
+          command: str = "check-config") -> tuple[int, str, str]:
+    code = main([command, *(["--config", str(config)] if config else [])])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+# -- duplicate keys ------------------------------------------------------------------------
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write(tmp_path / "c.yaml", "platforms:\n  web: {port: 0}\n"
+                                     "sessions: {}\n\n# the second, forgotten one\n\n"
+                                     "platforms:\n  web: {port: 9000}\n")
+    code, _, err = check(cfg, capsys)
+    assert code == 2
+    assert "  <yaml line 7>: duplicate key 'platforms' (first at line 1)" in err
+
+
+def test_a_nested_duplicate_is_refused_too(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write(tmp_path / "c.yaml", "platforms:\n  web:\n    port: 0\n    host: ::1\n"
+                                     "    port: 80\n")
+    code, _, err = check(cfg, capsys)
+    assert code == 2 and "<yaml line 5>: duplicate key 'port' (first at line 3)" in err
+
+
+def test_a_merged_key_the_mapping_overrides_is_not_a_duplicate(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml",
+                "platforms:\n"
+                "  telegram: &chat {require_mention: true, stream_edit_interval_seconds: 2}\n"
+                "  discord: {<<: *chat, stream_edit_interval_seconds: 3}\n")
+    discord = load_config(cfg, {}).platforms.discord
+    assert (discord.require_mention, discord.stream_edit_interval_seconds) == (True, 3)
+
+
+# -- the file itself -----------------------------------------------------------------------
+
+def test_a_file_that_is_not_utf8_is_refused_with_the_byte_offset(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = "platforms: {web: {port: 0}}\nagent: {system_prompt: 'café'}\n".encode("latin-1")
+    offset = data.index("é".encode("latin-1"))
+    code, _, err = check(write(tmp_path / "c.yaml", data), capsys)
+    assert code == 2
+    assert f"  <file>: not UTF-8: byte 0xe9 at offset {offset} (line 2) cannot be decoded" in err
+
+
+def test_a_file_over_1_mb_is_refused_before_it_is_parsed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    size = 1024 * 1024 + 1
+    cfg = write(tmp_path / "c.yaml", b"#" * (size - 1) + b"\n")
+    code, _, err = check(cfg, capsys)
+    assert code == 2
+    assert f"<file>: the file is {size} bytes, over the limit of 1048576 bytes (1 MB)" in err
+
+
+def test_a_file_at_the_limit_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway import config_file
+
+    text = "platforms: {web: {port: 7}}\n"
+    monkeypatch.setattr(config_file, "MAX_CONFIG_BYTES", len(text))
+    assert load_config(write(tmp_path / "c.yaml", text), {}).platforms.web.port == 7
+    with pytest.raises(ConfigError, match="over the limit"):
+        load_config(write(tmp_path / "d.yaml", text + " "), {})
+
+
+def _billion_laughs() -> str:
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    previous = "a"
+    for name in "bcdefghi":
+        lines.append(f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]")
+        previous = name
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (_billion_laughs(), "<yaml line 5>: aliases (*name) expand to more than 10000 values"),
+    ("one: &one 1\nmany: [" + ", ".join(["*one"] * 101) + "]\n",
+     "<yaml line 2>: more than 100 aliases (*name)"),
+    ("platforms: &p {web: *p}\n",
+     "<yaml line 1>: alias *p refers to the node it is in"),
+])
+def test_aliases_that_expand_without_bound_are_refused(
+        tmp_path: Path, text: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = check(write(tmp_path / "c.yaml", text), capsys)
+    assert code == 2 and message in err
+
+
+def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml",
+                "platforms:\n"
+                "  telegram: {allowed_users: &admins [11, 12]}\n"
+                "approvals: {approvers: {telegram: *admins}}\n")
+    assert load_config(cfg, {}).approvals.approvers == {"telegram": ["11", "12"]}
+
+
