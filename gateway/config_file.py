@@ -3,7 +3,8 @@
 What comes out is plain data for the models in ``gateway/config.py``. Everything a
 file can get wrong before the models see it is refused here with the line or the
 field it is at: a file that is too big or not UTF-8, a key given twice (YAML itself
-keeps the last one silently), aliases that would expand a small file into gigabytes.
+keeps the last one silently), aliases that would expand a small file into gigabytes,
+a ``${`` that is not a variable reference.
 """
 
 from __future__ import annotations
@@ -198,7 +199,26 @@ def substitute(value: Any, env: dict[str, str], path: tuple[str | int, ...],
         problems.append((dotted(path), f"environment variable {name} is not set"))
         return ""
 
+    stray = _stray_reference(value)
+    if stray is not None:
+        problems.append((dotted(path), stray))
+        return value
     return _VAR.sub(replace, value)
+
+
+def _stray_reference(value: str) -> str | None:
+    """What is wrong with a ``${`` that starts no ``${VAR}``: used literally it would
+    become, say, the bot token. The text itself is not shown (it may be a secret)."""
+    covered = [m.span() for m in _VAR.finditer(value)]
+    for start in (m.start() for m in re.finditer(r"\$\{", value)):
+        if any(begin <= start < end for begin, end in covered):
+            continue
+        at = f"at character {start + 1}"
+        if "}" not in value[start:]:
+            return f"unterminated ${{ {at}: no closing }}; write ${{VAR}} or ${{VAR:-default}}"
+        return (f"${{ {at} is not ${{VAR}} or ${{VAR:-default}} (a name is letters, digits "
+                f"and _, not starting with a digit)")
+    return None
 
 
 def dotted(path: tuple[Any, ...]) -> str:

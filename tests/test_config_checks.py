@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.config import ConfigError, load_config
+from gateway.config import ConfigError, load_config, secret
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -56,6 +56,33 @@ def test_a_merged_key_the_mapping_overrides_is_not_a_duplicate(tmp_path: Path) -
                 "  discord: {<<: *chat, stream_edit_interval_seconds: 3}\n")
     discord = load_config(cfg, {}).platforms.discord
     assert (discord.require_mention, discord.stream_edit_interval_seconds) == (True, 3)
+
+
+# -- ${ that is not a reference ------------------------------------------------------------
+
+def test_an_unterminated_reference_is_refused_by_field(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write(tmp_path / "c.yaml", 'platforms: {telegram: {token: "${OOPS"}}\n')
+    code, _, err = check(cfg, capsys)
+    assert code == 2
+    assert "  platforms.telegram.token: unterminated ${ at character 1: no closing }" in err
+
+
+def test_a_reference_without_a_valid_name_is_refused(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "agent: {api_key: 'sk-${API-KEY}'}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg, {"API": "x"})
+    ((path, message),) = err.value.problems
+    assert path == "agent.api_key" and message.startswith("${ at character 4 is not ${VAR}")
+
+
+def test_references_and_a_plain_dollar_still_work(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml",
+                "platforms: {web: {token: 'pa$$word-${SUFFIX}-${MISSING:-x}-$5'}}\n"
+                "agent: {system_prompt: 'prices in $, ${A}${B}'}\n")
+    config = load_config(cfg, {"SUFFIX": "s", "A": "1", "B": "2"})
+    assert secret(config.platforms.web.token) == "pa$$word-s-x-$5"
+    assert config.agent.system_prompt == "prices in $, 12"
 
 
 # -- the file itself -----------------------------------------------------------------------
