@@ -10,11 +10,22 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import types
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 # ConfigError and find_config_file are imported from here by the rest of the code
 from .config_file import DEFAULT_HOME as DEFAULT_HOME
@@ -26,6 +37,27 @@ from .timezones import check_zone
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads ``true`` as 1 (``port: true`` would listen on port 1); numbers
+        given as text stay accepted, since ``${PORT}`` substitutes text."""
+        if isinstance(value, bool) and info.field_name in _number_fields(cls):
+            raise PydanticCustomError("bool_not_number", "expected a number, not a boolean")
+        return value
+
+
+@cache
+def _number_fields(model: type[BaseModel]) -> frozenset[str]:
+    def is_number(annotation: Any) -> bool:
+        if annotation in (int, float):
+            return True
+        return (get_origin(annotation) in (Union, types.UnionType)
+                and any(arg in (int, float) for arg in get_args(annotation)))
+
+    return frozenset(name for name, field in model.model_fields.items()
+                     if is_number(field.annotation))
 
 
 class WebConfig(_Strict):

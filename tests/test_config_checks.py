@@ -4,12 +4,15 @@ a good config says which file it checked."""
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
+from typing import Any, Union, get_args, get_origin
 
 import pytest
+from pydantic import BaseModel
 
 from gateway.cli import main
-from gateway.config import ConfigError, load_config, secret
+from gateway.config import Config, ConfigError, load_config, parse_config, secret
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -27,6 +30,60 @@ def check(config: Path | None, capsys: pytest.CaptureFixture[str],
     out, err = capsys.readouterr()
     assert "Traceback" not in err
     return code, out, err
+
+
+# -- booleans where numbers belong ---------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("platforms: {web: {port: true}}", "platforms.web.port"),
+    ("platforms: {telegram: {messages_per_second: true}}",
+     "platforms.telegram.messages_per_second"),
+    ("agent: {temperature: false}", "agent.temperature"),
+    ("agent: {max_retries: true}", "agent.max_retries"),
+    ("jobs: {watch: {max_lines: yes}}", "jobs.watch.max_lines"),
+])
+def test_a_boolean_where_a_number_belongs_is_refused(tmp_path: Path, text: str, field: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = check(write(tmp_path / "c.yaml", text), capsys)
+    assert code == 2
+    assert f"  {field}: expected a number, not a boolean" in err
+
+
+def _number_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        options = get_args(annotation) if get_origin(annotation) in (
+            Union, types.UnionType) else (annotation,)
+        for option in options:
+            if isinstance(option, type) and issubclass(option, BaseModel):
+                paths.extend(_number_fields(option, f"{prefix}{name}."))
+            elif option in (int, float):
+                paths.append(prefix + name)
+                break
+    return paths
+
+
+def test_no_number_in_the_whole_config_takes_a_boolean() -> None:
+    fields = _number_fields(Config)
+    assert "platforms.web.port" in fields and len(fields) > 30
+    for path in fields:
+        raw: dict[str, Any] = {}
+        node = raw
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = True
+        with pytest.raises(ConfigError) as err:
+            parse_config(raw, {})
+        assert (path, "expected a number, not a boolean") in err.value.problems
+
+
+def test_numbers_given_as_text_still_count(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "platforms: {web: {port: '${PORT}'}}\n"
+                                     "agent: {temperature: '0.5'}\n")
+    config = load_config(cfg, {"PORT": "8080"})
+    assert (config.platforms.web.port, config.agent.temperature) == (8080, 0.5)
 
 
 # -- duplicate keys ------------------------------------------------------------------------
