@@ -33,6 +33,7 @@ from .config_file import ConfigError as ConfigError
 from .config_file import dotted, read_config_file, substitute
 from .config_file import find_config_file as find_config_file
 from .timezones import check_zone
+from .token_shapes import token_problem
 
 
 class _Strict(BaseModel):
@@ -374,6 +375,10 @@ def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
         platform = getattr(config.platforms, name)
         if platform.enabled and not platform.token:
             problems.append((f"platforms.{name}.token", f"required when {name} is enabled"))
+        elif platform.enabled:
+            shape = token_problem(name, platform.token.get_secret_value())
+            if shape is not None:
+                problems.append((f"platforms.{name}.token", shape))
     agent = config.agent
     if agent.backend == "openai" and not agent.model:
         problems.append(("agent.model", "required when agent.backend is openai"))

@@ -14,6 +14,9 @@ from pydantic import BaseModel
 from gateway.cli import main
 from gateway.config import Config, ConfigError, load_config, parse_config, secret
 
+from .fakes.discord_server import TOKEN as DISCORD_TOKEN
+from .fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
+
 
 def write(path: Path, text: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,3 +205,48 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
     assert load_config(cfg, {}).approvals.approvers == {"telegram": ["11", "12"]}
 
 
+# -- token shapes --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("platform", "token", "hint"), [
+    ("telegram", "123:TEST", "the part after ':' has 4 characters, not about 35"),
+    ("telegram", DISCORD_TOKEN, "it looks like a Discord token"),
+    ("telegram", TELEGRAM_TOKEN + "\n", "it has whitespace in it — check the quotes"),
+    ("telegram", f"'{TELEGRAM_TOKEN}'", "it has quote marks in it"),
+    ("telegram", f"bot{TELEGRAM_TOKEN}", "leave out the 'bot' in front"),
+    ("telegram", "AAHfakeTelegramBotTokenForTests0123", "it has no ':' after the bot id"),
+    ("discord", TELEGRAM_TOKEN, "it looks like a Telegram token"),
+    ("discord", f"Bot {DISCORD_TOKEN}", "leave out the 'bot' in front"),
+    ("discord", "fake-bot-token", "it has 1 part, not 3"),
+    ("discord", f" {DISCORD_TOKEN}", "it has whitespace in it"),
+])
+def test_a_token_of_the_wrong_shape_is_refused_without_showing_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        platform: str, token: str, hint: str) -> None:
+    monkeypatch.setenv("BOT_TOKEN", token)
+    cfg = write(tmp_path / "c.yaml", f"platforms: {{{platform}: {{enabled: true, "
+                                     f"token: '${{BOT_TOKEN}}', allowed_users: ['1']}}}}\n")
+    code, _, err = check(cfg, capsys)
+    assert code == 2
+    (line,) = [x for x in err.splitlines() if x.startswith(f"  platforms.{platform}.token: ")]
+    assert f"does not look like a {platform.title()} bot token" in line and hint in line
+    assert token.strip().strip("'") not in err
+
+
+@pytest.mark.parametrize("platform", ["telegram", "discord"])
+def test_a_real_shaped_token_passes_even_with_a_local_server(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], platform: str) -> None:
+    token = TELEGRAM_TOKEN if platform == "telegram" else DISCORD_TOKEN
+    local = ("base_url: 'http://127.0.0.1:8081/bot', "
+             "base_file_url: 'http://127.0.0.1:8081/file/bot'" if platform == "telegram"
+             else "api_base: 'http://127.0.0.1:8082/api/v10'")
+    cfg = write(tmp_path / "c.yaml",
+                f"home: {tmp_path / 'state'}\n"
+                f"platforms: {{{platform}: {{enabled: true, token: '{token}', {local}}}}}\n")
+    code, out, err = check(cfg, capsys)
+    assert code == 0, err
+    assert "config OK" in out
+
+
+def test_a_disabled_platform_s_token_is_not_looked_at(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "platforms: {telegram: {enabled: false, token: 'x y'}}\n")
+    assert secret(load_config(cfg, {}).platforms.telegram.token) == "x y"
