@@ -14,7 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, find_config_file, load_config
+from .config_file import ignored_config_files
+from .home_check import home_problem
 from .notifications import STATES
 from .store import ARCHIVED_FILTERS, SessionStore
 
@@ -124,11 +126,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(config: Config, args: argparse.Namespace) -> int:
+    import structlog
+
     from .daemon import StartupError, run_daemon
     from .logs import configure_logging, secrets_of
 
+    if _unusable_home(config, args):
+        return EXIT_CONFIG
     configure_logging(config.logging, log_dir=config.home_path / "logs",
                       secrets=secrets_of(config))
+    for warning in ignored_config_files(args.config, dict(os.environ)):
+        structlog.get_logger(__name__).warning("config_file_ignored", detail=warning)
     try:
         asyncio.run(run_daemon(config))
     except asyncio.CancelledError:
@@ -152,10 +160,29 @@ def _check_config(config: Config, args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    for warning in config_warnings(config):
+    if _unusable_home(config, args):
+        return EXIT_CONFIG
+    environ = dict(os.environ)
+    for warning in [*ignored_config_files(args.config, environ), *config_warnings(config)]:
         print(f"homing: warning: {warning}", file=sys.stderr)
-    print(f"config OK (state directory {config.home_path})")
+    file = find_config_file(args.config, environ)
+    checked = str(file) if file is not None else "no config file, so the defaults"
+    print(f"config OK: {checked} (state directory {config.home_path})")
     return 0
+
+
+def _unusable_home(config: Config, args: argparse.Namespace) -> bool:
+    """The state directory cannot be made or written: said as a config error naming
+    ``home``, since that is where it is set (or $HOMING_HOME)."""
+    problem = home_problem(config.home_path)
+    if problem is None:
+        return False
+    environ = dict(os.environ)
+    file = find_config_file(args.config, environ)
+    field = "home ($HOMING_HOME)" if environ.get("HOMING_HOME") else "home"
+    error = ConfigError(str(file) if file else "<defaults>", [(field, problem)])
+    print(f"homing: {error}", file=sys.stderr)
+    return True
 
 
 def config_warnings(config: Config) -> list[str]:

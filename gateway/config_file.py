@@ -17,6 +17,9 @@ from typing import Any
 import yaml
 
 DEFAULT_HOME = "~/.homing"
+CONFIG_NAME = "config.yaml"
+#: names a config is easily saved under in a home; none of them is read
+LOOKALIKE_NAMES = ("config.yml", "config.json")
 #: a config is a few kilobytes; anything this big is a wrong file
 MAX_CONFIG_BYTES = 1024 * 1024
 #: a config uses an alias or two to share a list; more is a document built to expand
@@ -41,9 +44,29 @@ def find_config_file(explicit: str | Path | None, environ: dict[str, str]) -> Pa
         return Path(explicit).expanduser()
     if environ.get("HOMING_CONFIG"):
         return Path(environ["HOMING_CONFIG"]).expanduser()
-    home = Path(environ.get("HOMING_HOME") or DEFAULT_HOME).expanduser()
-    candidate = home / "config.yaml"
+    candidate = _home_dir(environ) / CONFIG_NAME
     return candidate if candidate.is_file() else None
+
+
+def ignored_config_files(explicit: str | Path | None, environ: dict[str, str]) -> list[str]:
+    """Warnings about files in the home that look like its config but are not read:
+    a ``config.yml`` holding a typo otherwise gives "config OK" for the defaults."""
+    if explicit or environ.get("HOMING_CONFIG"):
+        return []  # the home's config.yaml is not looked for, so neither are look-alikes
+    home = _home_dir(environ)
+    expected = home / CONFIG_NAME
+    reading = (f"{expected} is read instead" if expected.is_file()
+               else "no config.yaml is there, so the defaults are used")
+    warnings = [f"{home / name} is ignored: only {CONFIG_NAME} is read from {home} "
+                f"({reading}); rename it or pass --config"
+                for name in LOOKALIKE_NAMES if (home / name).exists()]
+    if expected.exists() and not expected.is_file():
+        warnings.append(f"{expected} is not a file, so the defaults are used")
+    return warnings
+
+
+def _home_dir(environ: dict[str, str]) -> Path:
+    return Path(environ.get("HOMING_HOME") or DEFAULT_HOME).expanduser()
 
 
 def read_config_file(file: Path) -> Any:

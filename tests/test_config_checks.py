@@ -4,6 +4,11 @@ a good config says which file it checked."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import signal
+import stat
 import types
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
@@ -11,11 +16,19 @@ from typing import Any, Union, get_args, get_origin
 import pytest
 from pydantic import BaseModel
 
+from gateway import home_check
 from gateway.cli import main
 from gateway.config import Config, ConfigError, load_config, parse_config, secret
 
 from .fakes.discord_server import TOKEN as DISCORD_TOKEN
 from .fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
+from .real_daemon import HOMING, web_home
+
+
+@pytest.fixture(autouse=True)
+def _no_homing_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HOMING_HOME", "HOMING_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -33,6 +46,87 @@ def check(config: Path | None, capsys: pytest.CaptureFixture[str],
     out, err = capsys.readouterr()
     assert "Traceback" not in err
     return code, out, err
+
+
+# -- which file ---------------------------------------------------------------------------
+
+def test_a_good_config_says_which_file_it_checked(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write(tmp_path / "c.yaml",
+                f"home: {tmp_path / 'state'}\nplatforms: {{web: {{port: 0}}}}\n")
+    code, out, err = check(cfg, capsys)
+    assert code == 0, err
+    assert out == f"config OK: {cfg} (state directory {tmp_path / 'state'})\n"
+
+
+def test_without_a_file_it_says_the_defaults_were_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HOMING_HOME", str(tmp_path / "home"))
+    code, out, _ = check(None, capsys)
+    assert code == 0
+    assert out.startswith("config OK: no config file, so the defaults (state directory")
+
+
+@pytest.mark.parametrize("with_config_yaml", [False, True])
+@pytest.mark.parametrize("lookalike", ["config.yml", "config.json"])
+def test_a_lookalike_beside_config_yaml_is_warned_about_not_silently_ignored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        lookalike: str, with_config_yaml: bool) -> None:
+    home = tmp_path / "home"
+    write(home / lookalike, "platforms: {web: {port: eighty}}\n")
+    if with_config_yaml:
+        write(home / "config.yaml", "platforms: {web: {port: 0}}\n")
+    monkeypatch.setenv("HOMING_HOME", str(home))
+    code, out, err = check(None, capsys)
+    assert code == 0 and "config OK" in out
+    assert f"homing: warning: {home / lookalike} is ignored: only config.yaml is read" in err
+    assert ("is read instead" if with_config_yaml else "the defaults are used") in err
+
+
+def test_a_config_yaml_that_is_not_a_file_is_warned_about(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "home" / "config.yaml").mkdir(parents=True)
+    monkeypatch.setenv("HOMING_HOME", str(tmp_path / "home"))
+    code, _, err = check(None, capsys)
+    assert code == 0
+    assert (f"homing: warning: {tmp_path / 'home' / 'config.yaml'} is not a file, so the "
+            f"defaults are used") in err
+
+
+def test_an_explicit_config_is_not_second_guessed_by_lookalikes_in_the_home(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "home"
+    write(home / "config.yml", "platforms: {web: {port: eighty}}\n")
+    monkeypatch.setenv("HOMING_HOME", str(home))
+    code, _, err = check(write(tmp_path / "elsewhere.yaml", "{}"), capsys)
+    assert code == 0 and "warning" not in err
+
+
+async def test_run_logs_the_lookalike_warning_too(tmp_path: Path) -> None:
+    env = web_home(tmp_path / "home")
+    write(tmp_path / "home" / "config.yml", "platforms: {web: {port: eighty}}\n")
+    proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
+                                                stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    events = []
+    try:
+        while not events or events[-1]["event"] != "web_chat_listening":
+            line = await asyncio.wait_for(proc.stderr.readline(), 20)
+            assert line, "the daemon exited before listening"
+            events.append(json.loads(line))
+        proc.send_signal(signal.SIGTERM)
+        await proc.stderr.read()
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    (ignored,) = [e for e in events if e["event"] == "config_file_ignored"]
+    assert ignored["level"] == "warning"
+    assert ignored["detail"].startswith(f"{tmp_path / 'home' / 'config.yml'} is ignored")
 
 
 # -- booleans where numbers belong ---------------------------------------------------------
@@ -205,6 +299,78 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
     assert load_config(cfg, {}).approvals.approvers == {"telegram": ["11", "12"]}
 
 
+# -- the state directory -------------------------------------------------------------------
+
+def _as_a_non_root_owner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root may write anywhere, so a read-only folder proves nothing when the tests run
+    as root: os.access then answers by the mode bits, as it does for the folder's owner."""
+    if os.geteuid() != 0:
+        return
+
+    def access(path: Any, mode: int) -> bool:
+        bits = os.stat(path).st_mode
+        wanted = [(os.R_OK, stat.S_IRUSR), (os.W_OK, stat.S_IWUSR), (os.X_OK, stat.S_IXUSR)]
+        return all(bits & bit for flag, bit in wanted if mode & flag)
+
+    monkeypatch.setattr(home_check.os, "access", access)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    directory = tmp_path / "read-only"
+    directory.mkdir()
+    directory.chmod(0o555)
+    _as_a_non_root_owner(monkeypatch)
+    yield directory
+    directory.chmod(0o755)
+
+
+@pytest.mark.parametrize("command", ["check-config", "run"])
+@pytest.mark.parametrize(("home", "message"), [
+    ("file", "  home: {home} is a file; the state directory must be a directory"),
+    ("file/state", "  home: {home} cannot be created: {tmp}/file is a file"),
+    ("read-only", "  home: {home} is not writable"),
+    ("read-only/state", "  home: {home} cannot be created: {tmp}/read-only is not writable"),
+])
+def test_a_home_that_cannot_be_made_or_written_is_refused(
+        tmp_path: Path, read_only: Path, capsys: pytest.CaptureFixture[str],
+        command: str, home: str, message: str) -> None:
+    write(tmp_path / "file", "not a folder\n")
+    cfg = write(tmp_path / "c.yaml", f"home: {tmp_path / home}\nplatforms: {{web: {{port: 0}}}}\n")
+    code, _, err = check(cfg, capsys, command)
+    assert code == 2
+    assert message.format(home=tmp_path / home, tmp=tmp_path) in err
+    assert not (tmp_path / "read-only" / "state").exists()
+
+
+def test_a_homing_home_that_is_a_file_is_refused_by_its_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HOMING_HOME", str(write(tmp_path / "home", "a file\n")))
+    code, _, err = check(None, capsys)
+    assert code == 2
+    assert f"  home ($HOMING_HOME): {tmp_path / 'home'} is a file" in err
+
+
+def test_home_problem_asks_os_access_for_writing_and_entering(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, int]] = []
+
+    def refuse(path: Any, mode: int) -> bool:
+        asked.append((str(path), mode))
+        return False
+
+    monkeypatch.setattr(home_check.os, "access", refuse)
+    assert home_check.home_problem(tmp_path) == (
+        f"{tmp_path} is not writable (the state database and logs are kept there)")
+    assert home_check.home_problem(tmp_path / "a" / "b") == (
+        f"{tmp_path / 'a' / 'b'} cannot be created: {tmp_path} is not writable")
+    assert asked == [(str(tmp_path), os.W_OK | os.X_OK)] * 2
+    monkeypatch.undo()
+    assert home_check.home_problem(tmp_path / "a" / "b") is None
+    assert not (tmp_path / "a").exists()  # checking makes nothing
+
+
 # -- token shapes --------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("platform", "token", "hint"), [
@@ -244,7 +410,7 @@ def test_a_real_shaped_token_passes_even_with_a_local_server(
                 f"platforms: {{{platform}: {{enabled: true, token: '{token}', {local}}}}}\n")
     code, out, err = check(cfg, capsys)
     assert code == 0, err
-    assert "config OK" in out
+    assert out.startswith(f"config OK: {cfg}")
 
 
 def test_a_disabled_platform_s_token_is_not_looked_at(tmp_path: Path) -> None:
