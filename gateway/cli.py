@@ -25,7 +25,9 @@ from .cli_listings import (
     when,
     with_store,
 )
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, find_config_file, load_config
+from .config_file import ignored_config_files
+from .home_check import home_problem
 from .notifications import STATES
 from .store import ARCHIVED_FILTERS, SessionStore
 
@@ -34,7 +36,6 @@ EXIT_CONFIG = 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from .config import find_config_file
     from .env_file import with_env_file
 
     environ = with_env_file(os.environ, find_config_file(args.config, dict(os.environ)))
@@ -194,6 +195,8 @@ def _unwrap_secrets(value: Any) -> None:
 
 
 def _run(config: Config, args: argparse.Namespace) -> int:
+    import structlog
+
     from .daemon import StartupError, run_daemon
     from .logs import configure_logging, secrets_of
 
@@ -202,8 +205,12 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if _unusable_home(config, args):
+        return EXIT_CONFIG
     configure_logging(config.logging, log_dir=config.home_path / "logs",
                       secrets=secrets_of(config))
+    for warning in ignored_config_files(args.config, dict(os.environ)):
+        structlog.get_logger(__name__).warning("config_file_ignored", detail=warning)
     try:
         asyncio.run(run_daemon(config))
     except asyncio.CancelledError:
@@ -227,10 +234,29 @@ def _check_config(config: Config, args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    for warning in config_warnings(config):
+    if _unusable_home(config, args):
+        return EXIT_CONFIG
+    environ = dict(os.environ)
+    for warning in [*ignored_config_files(args.config, environ), *config_warnings(config)]:
         print(f"homing: warning: {warning}", file=sys.stderr)
-    print(f"config OK (state directory {config.home_path})")
+    file = find_config_file(args.config, environ)
+    checked = str(file) if file is not None else "no config file, so the defaults"
+    print(f"config OK: {checked} (state directory {config.home_path})")
     return 0
+
+
+def _unusable_home(config: Config, args: argparse.Namespace) -> bool:
+    """The state directory cannot be made or written: said as a config error naming
+    ``home``, since that is where it is set (or $HOMING_HOME)."""
+    problem = home_problem(config.home_path)
+    if problem is None:
+        return False
+    environ = dict(os.environ)
+    file = find_config_file(args.config, environ)
+    field = "home ($HOMING_HOME)" if environ.get("HOMING_HOME") else "home"
+    error = ConfigError(str(file) if file else "<defaults>", [(field, problem)])
+    print(f"homing: {error}", file=sys.stderr)
+    return True
 
 
 def config_warnings(config: Config) -> list[str]:
@@ -249,7 +275,6 @@ def config_warnings(config: Config) -> list[str]:
 
 def _service(config: Config, args: argparse.Namespace) -> int:
     from . import service
-    from .config import find_config_file
 
     config_file = find_config_file(args.config, dict(os.environ))
     plan = service.plan(config, config_file, user=args.scope == "user", unit_dir=args.unit_dir)

@@ -2,6 +2,7 @@
 
 Unknown keys are errors because a typo in a gateway config (``alowed_users``)
 otherwise silently opens or closes a door. Every error names its dotted path.
+Finding and reading the file is ``gateway/config_file.py``'s.
 """
 
 from __future__ import annotations
@@ -9,20 +10,55 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import types
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
+# ConfigError and find_config_file are imported from here by the rest of the code
+from .config_file import DEFAULT_HOME as DEFAULT_HOME
+from .config_file import ConfigError as ConfigError
+from .config_file import dotted, read_config_file, substitute
+from .config_file import find_config_file as find_config_file
 from .timezones import check_zone
-
-DEFAULT_HOME = "~/.homing"
+from .token_shapes import token_problem
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads ``true`` as 1 (``port: true`` would listen on port 1); numbers
+        given as text stay accepted, since ``${PORT}`` substitutes text."""
+        if isinstance(value, bool) and info.field_name in _number_fields(cls):
+            raise PydanticCustomError("bool_not_number", "expected a number, not a boolean")
+        return value
+
+
+@cache
+def _number_fields(model: type[BaseModel]) -> frozenset[str]:
+    def is_number(annotation: Any) -> bool:
+        if annotation in (int, float):
+            return True
+        return (get_origin(annotation) in (Union, types.UnionType)
+                and any(arg in (int, float) for arg in get_args(annotation)))
+
+    return frozenset(name for name, field in model.model_fields.items()
+                     if is_number(field.annotation))
 
 
 class WebConfig(_Strict):
@@ -291,27 +327,6 @@ def secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
-class ConfigError(Exception):
-    """Invalid configuration; ``problems`` holds (dotted path, message) pairs."""
-
-    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
-        self.source = source
-        self.problems = problems
-        lines = "\n".join(f"  {path}: {message}" for path, message in problems)
-        super().__init__(f"invalid configuration in {source}:\n{lines}")
-
-
-def find_config_file(explicit: str | Path | None, environ: dict[str, str]) -> Path | None:
-    """``--config``, else ``$HOMING_CONFIG``, else ``$HOMING_HOME/config.yaml``."""
-    if explicit:
-        return Path(explicit).expanduser()
-    if environ.get("HOMING_CONFIG"):
-        return Path(environ["HOMING_CONFIG"]).expanduser()
-    home = Path(environ.get("HOMING_HOME") or DEFAULT_HOME).expanduser()
-    candidate = home / "config.yaml"
-    return candidate if candidate.is_file() else None
-
-
 def load_config(
     path: str | Path | None = None, environ: dict[str, str] | None = None
 ) -> Config:
@@ -319,13 +334,7 @@ def load_config(
     env = dict(os.environ if environ is None else environ)
     file = find_config_file(path, env)
     source = str(file) if file else "<defaults>"
-    raw: Any = {}
-    if file is not None:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(source, [("<file>", f"cannot read: {exc.strerror or exc}")]) from exc
-        raw = _parse_yaml(text, source)
+    raw = read_config_file(file) if file is not None else {}
     config = parse_config(raw, env, source)
     if env.get("HOMING_HOME"):
         config = config.model_copy(update={"home": env["HOMING_HOME"]})
@@ -342,7 +351,7 @@ def parse_config(raw: Any, environ: dict[str, str], source: str = "<config>") ->
     if not isinstance(raw, dict):
         raise ConfigError(source, [("<root>", "expected a mapping of settings at the top level")])
     problems: list[tuple[str, str]] = []
-    substituted = _substitute(raw, environ, (), problems)
+    substituted = substitute(raw, environ, (), problems)
     if problems:
         raise ConfigError(source, problems)
     try:
@@ -366,6 +375,10 @@ def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
         platform = getattr(config.platforms, name)
         if platform.enabled and not platform.token:
             problems.append((f"platforms.{name}.token", f"required when {name} is enabled"))
+        elif platform.enabled:
+            shape = token_problem(name, platform.token.get_secret_value())
+            if shape is not None:
+                problems.append((f"platforms.{name}.token", shape))
     agent = config.agent
     if agent.backend == "openai" and not agent.model:
         problems.append(("agent.model", "required when agent.backend is openai"))
@@ -384,47 +397,8 @@ def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
     return problems
 
 
-def _parse_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<file>"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, [(f"<yaml {where}>", f"invalid YAML: {problem}")]) from None
-
-
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def _substitute(value: Any, env: dict[str, str], path: tuple[str | int, ...],
-                problems: list[tuple[str, str]]) -> Any:
-    """Replace ``${VAR}`` (or ``${VAR:-default}``) in every string value."""
-    if isinstance(value, dict):
-        return {k: _substitute(v, env, (*path, k), problems) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_substitute(v, env, (*path, i), problems) for i, v in enumerate(value)]
-    if not isinstance(value, str):
-        return value
-
-    def replace(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        problems.append((_dotted(path), f"environment variable {name} is not set"))
-        return ""
-
-    return _VAR.sub(replace, value)
-
-
-def _dotted(path: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in path) or "<root>"
-
-
 def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
-    path = _dotted(tuple(error.get("loc", ())))
+    path = dotted(tuple(error.get("loc", ())))
     if error.get("type") == "extra_forbidden":
         return path, "unknown setting (check the spelling; see config.example.yaml)"
     return path, error.get("msg", "invalid value")

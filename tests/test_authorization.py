@@ -11,7 +11,7 @@ from gateway.cli import config_warnings
 from gateway.daemon import running_gateway
 
 from .conftest import make_config
-from .fakes.telegram_server import FakeTelegram
+from .fakes.telegram_server import TOKEN, FakeTelegram
 from .test_discord import CHANNEL
 
 DEPLOYERS = 900
@@ -80,7 +80,7 @@ async def test_a_username_entry_is_pinned_to_the_first_user_seen_with_it(
 
 def test_check_config_warns_about_usernames(tmp_path: Path) -> None:
     config = make_config(tmp_path / "home", platforms__telegram__enabled=True,
-                         platforms__telegram__token="1:x",
+                         platforms__telegram__token=TOKEN,
                          platforms__telegram__allowed_users=["42", "@ann"])
     (warning,) = config_warnings(config)
     assert "platforms.telegram.allowed_users: @ann" in warning and "pinned" in warning

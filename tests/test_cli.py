@@ -123,7 +123,7 @@ async def test_status_works_whether_or_not_the_daemon_runs(tmp_path: Path) -> No
 async def test_a_configured_token_appears_nowhere_in_the_logs(tmp_path: Path) -> None:
     from .fakes.telegram_server import FakeTelegram
 
-    async with FakeTelegram(token="424242:SECRET-token-value") as fake:
+    async with FakeTelegram(token="424242:SECRET-token-value-0123456789abcd") as fake:
         home = tmp_path / "home"
         home.mkdir()
         (home / "config.yaml").write_text(

@@ -7,6 +7,8 @@ import pytest
 from gateway.cli import main
 from gateway.config import ConfigError, find_config_file, load_config, secret
 
+from .fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
+
 
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,7 @@ def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
     ("agent: {max_retries: -1}", "agent.max_retries"),
     ("agent: {home_channels: [{name: ops, platform: telegram, chat_id: 1}]}",
      "agent.home_channels.0.platform"),
-    ("platforms: {telegram: {enabled: true, token: t}}\n"
+    (f"platforms: {{telegram: {{enabled: true, token: '{TELEGRAM_TOKEN}'}}}}\n"
      "agent: {home_channels: [{name: ops, platform: telegram, chat_id: 1},"
      " {name: ops, platform: telegram, chat_id: 2}]}", "agent.home_channels.1.name"),
     ("agent: {home_channels: [{name: ops, platform: web, chat_id: a}]}",
@@ -167,10 +169,11 @@ def test_reading_commands_never_create_a_state_database(
 def test_tokens_and_keys_never_show_in_the_config_objects() -> None:
     from gateway.config import parse_config
 
-    config = parse_config({"platforms": {"telegram": {"enabled": True, "token": "123:SECRET"}},
+    token = "123456789:AAH-SECRET-and-thirty-five-charact"
+    config = parse_config({"platforms": {"telegram": {"enabled": True, "token": token}},
                            "agent": {"backend": "openai", "model": "m",
                                      "api_key": "sk-SECRET"}}, {})
     shown = repr(config) + str(config.model_dump())
     assert "SECRET" not in shown
-    assert secret(config.platforms.telegram.token) == "123:SECRET"
+    assert secret(config.platforms.telegram.token) == token
     assert secret(config.agent.api_key) == "sk-SECRET"

@@ -12,6 +12,9 @@ import structlog
 from gateway.config import LoggingConfig
 from gateway.logs import configure_logging, flush_logs
 
+from .fakes.discord_server import TOKEN as DISCORD_TOKEN
+from .fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
+
 
 def test_secrets_are_masked_in_our_lines_and_the_libraries(tmp_path: Path) -> None:
     stream = io.StringIO()
@@ -44,13 +47,14 @@ def test_every_configured_secret_is_masked() -> None:
     from gateway.config import parse_config
     from gateway.logs import secrets_of
 
+    telegram, discord = TELEGRAM_TOKEN, DISCORD_TOKEN
     config = parse_config({
         "platforms": {"web": {"token": "web-secret"},
-                      "telegram": {"enabled": True, "token": "tg-secret"},
-                      "discord": {"enabled": True, "token": "dc-secret"}},
+                      "telegram": {"enabled": True, "token": telegram},
+                      "discord": {"enabled": True, "token": discord}},
         "agent": {"backend": "openai", "model": "m", "api_key": "sk-model-secret"}}, {})
-    assert sorted(secrets_of(config)) == ["dc-secret", "sk-model-secret", "tg-secret",
-                                          "web-secret"]
+    assert sorted(secrets_of(config)) == sorted([discord, "sk-model-secret", telegram,
+                                                 "web-secret"])
 
 
 AWKWARD = ['tok"en\\with-quote', "tökén-ünïcode-ß", "back\\slash\\tok", "it's-a-token"]

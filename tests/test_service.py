@@ -89,9 +89,11 @@ async def test_percent_signs_in_paths_are_not_read_as_specifiers(tmp_path: Path)
 
 # the environment file: what a service has instead of a shell's exports --------------
 
-TOKEN_CONFIG = ("platforms:\n  web: {port: 8765}\n  telegram:\n    enabled: true\n"
+TOKEN_CONFIG = ("platforms:\n  web: {port: 8765, token: '${WEB_CHAT_TOKEN:-}'}\n"
+                "  telegram:\n    enabled: true\n"
                 "    token: ${TELEGRAM_BOT_TOKEN}\n    allowed_users: ['1']\n"
                 "# old: ${NOT_NEEDED}\n")
+BOT_TOKEN = "123456789:AAE" + "b" * 32
 
 
 def token_home(tmp_path: Path) -> Path:
@@ -109,27 +111,43 @@ async def test_the_unit_reads_the_environment_file_in_the_home(tmp_path: Path) -
 async def test_install_copies_the_tokens_the_config_needs_into_a_0600_file(
         tmp_path: Path) -> None:
     home = token_home(tmp_path)
-    env = {**_env(home), "TELEGRAM_BOT_TOKEN": "123456:secret with 'quote\""}
+    env = {**_env(home), "TELEGRAM_BOT_TOKEN": BOT_TOKEN}
     code, out, err = await run_cli("service", "install", "--unit-dir", str(tmp_path / "u"),
                                    "--no-start", "--yes", env=env)
     assert code == 0, err
     env_file = home / "homing.env"
     assert env_file.stat().st_mode & 0o777 == 0o600
     assert "TELEGRAM_BOT_TOKEN" in out and "NOT_NEEDED" not in env_file.read_text()
+    assert "WEB_CHAT_TOKEN" not in env_file.read_text()  # it has a default: not needed
     # read back the way a shell reads it (systemd's quoting rules are the same subset)
     proc = await asyncio.create_subprocess_exec(
         "sh", "-c", f'set -a; . "{env_file}"; printf %s "$TELEGRAM_BOT_TOKEN"',
         stdout=asyncio.subprocess.PIPE)
     value, _ = await proc.communicate()
-    assert value.decode() == "123456:secret with 'quote\""
+    assert value.decode() == BOT_TOKEN
     # the token is in the env file, never in the unit
-    assert "secret" not in (tmp_path / "u" / "homing.service").read_text()
+    assert BOT_TOKEN not in (tmp_path / "u" / "homing.service").read_text()
+
+
+@pytest.mark.parametrize("value", ["plain-value_1", "with space", "it's \"quoted\" $HOME `x`",
+                                   "back\\slash 'single'"])
+def test_env_file_values_read_back_as_written_by_a_shell(tmp_path: Path, value: str) -> None:
+    import subprocess
+
+    from gateway.env_file import read_env_file, write_env_file
+
+    env_file = tmp_path / "homing.env"
+    write_env_file(env_file, {"SECRET": value})
+    assert read_env_file(env_file) == {"SECRET": value}
+    shown = subprocess.run(["sh", "-c", f'set -a; . "{env_file}"; printf %s "$SECRET"'],
+                           capture_output=True, text=True, check=True).stdout
+    assert shown == value
 
 
 async def test_install_without_a_terminal_asks_for_yes_and_writes_nothing(
         tmp_path: Path) -> None:
     home = token_home(tmp_path)
-    env = {**_env(home), "TELEGRAM_BOT_TOKEN": "123456:secret"}
+    env = {**_env(home), "TELEGRAM_BOT_TOKEN": BOT_TOKEN}
     code, _, err = await run_cli("service", "install", "--unit-dir", str(tmp_path / "u"),
                                  "--no-start", env=env)
     assert code != 0 and "--yes" in err and "TELEGRAM_BOT_TOKEN" in err
@@ -148,11 +166,11 @@ async def test_install_refuses_when_neither_the_file_nor_the_shell_has_a_variabl
 
 async def test_a_token_already_in_the_environment_file_is_enough(tmp_path: Path) -> None:
     home = token_home(tmp_path)
-    (home / "homing.env").write_text("TELEGRAM_BOT_TOKEN=123456:from-file\n")
+    (home / "homing.env").write_text(f"TELEGRAM_BOT_TOKEN={BOT_TOKEN}\n")
     code, out, err = await run_cli("service", "install", "--unit-dir", str(tmp_path / "u"),
                                    "--no-start", env=_env(home))
     assert code == 0, err
-    assert (home / "homing.env").read_text() == "TELEGRAM_BOT_TOKEN=123456:from-file\n"
+    assert (home / "homing.env").read_text() == f"TELEGRAM_BOT_TOKEN={BOT_TOKEN}\n"
     assert "holds TELEGRAM_BOT_TOKEN" in out
 
 
@@ -160,7 +178,7 @@ async def test_commands_in_a_shell_read_the_environment_file_too(tmp_path: Path)
     """What `homing setup` wrote works for `homing run` in a shell, not only under systemd;
     a variable the shell exports wins over the file's."""
     home = token_home(tmp_path)
-    (home / "homing.env").write_text("TELEGRAM_BOT_TOKEN=123456:from-file\n")
+    (home / "homing.env").write_text(f"TELEGRAM_BOT_TOKEN={BOT_TOKEN}\n")
     code, out, err = await run_cli("check-config", env=_env(home))
     assert code == 0, err
     code, _, err = await run_cli("check-config", env={**_env(home), "TELEGRAM_BOT_TOKEN": ""})

@@ -89,10 +89,12 @@ from .discord_rest import (  # noqa: F401 (NONCE_WINDOW_SECONDS: re-exported)
 from .local_server import LocalServer
 
 __all__ = ["FakeDiscord", "SentRecord", "SentFile", "EditRecord", "InteractionResponseRecord",
-           "DISCORD_EPOCH_MS",
+           "DISCORD_EPOCH_MS", "TOKEN",
            "DEFAULT_UPLOAD_LIMIT", "MAX_MESSAGE_LENGTH"]
 
 JSON = dict[str, Any]
+#: shaped like a real bot token (three base64url parts): the config checks the shape
+TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMA.GfAkE0.fake-discord-bot-token-for-tests-0123456"
 
 DISCORD_EPOCH_MS = 1_420_070_400_000
 
@@ -102,7 +104,7 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordInteractions, DiscordFiles
 
     heartbeat_interval_ms: int = 1000
 
-    def __init__(self, token: str = "fake-bot-token", bot_id: int = 1000,
+    def __init__(self, token: str = TOKEN, bot_id: int = 1000,
                  bot_name: str = "homing") -> None:
         self.token = token
         self.bot_id = bot_id

@@ -77,10 +77,12 @@ from .telegram_messages import (  # noqa: F401 (the constants: re-exported, as b
     utf16_len,
 )
 
-__all__ = ["CallbackAnswer", "EditRecord", "FakeTelegram", "FileRecord", "SentRecord",
+__all__ = ["TOKEN", "CallbackAnswer", "EditRecord", "FakeTelegram", "FileRecord", "SentRecord",
            "StoredFile", "utf16_len"]
 
 JSON = dict[str, Any]
+#: shaped like a real bot token (``<bot id>:<35 characters>``): the config checks the shape
+TOKEN = "123456789:AAHfakeTelegramBotTokenForTests0123"
 #: what getUpdates hands out when allowed_updates is not given or empty: all but these
 _NOT_BY_DEFAULT = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
 
@@ -91,7 +93,7 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
     max_poll_hold: float = 5.0
     """Upper bound (seconds) for holding a getUpdates call, whatever ``timeout`` asks."""
 
-    def __init__(self, token: str = "123:TEST", bot_username: str = "homing_bot") -> None:
+    def __init__(self, token: str = TOKEN, bot_username: str = "homing_bot") -> None:
         self.token = token
         self.bot_username = bot_username
         self.bot_id = int(token.split(":", 1)[0])
