@@ -24,6 +24,8 @@ T = TypeVar("T")
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.own_config:  # doctor reports a bad config as one of its checks
+        return int(args.func(args) or 0)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -45,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="homing",
                                      description="Chat gateway whose background work reports back.")
     parser.add_argument("--config", metavar="PATH", default=None, help=config_help)
+    parser.set_defaults(own_config=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
@@ -52,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", parents=[common], help="validate the config and exit")
     check.set_defaults(func=_check_config)
+
+    doctor = sub.add_parser("doctor", parents=[common],
+                            help="check the installation live: config, tokens, platforms, "
+                                 "store, service")
+    doctor.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    doctor.set_defaults(func=_doctor, own_config=True)
 
     sessions = sub.add_parser("sessions", parents=[common], help="list sessions from the store")
     sessions.add_argument("--archived", choices=ARCHIVED_FILTERS, default="exclude")
@@ -141,6 +150,12 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         print(f"homing: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor_command
+
+    return doctor_command(args.config, as_json=args.json)
 
 
 def _check_config(config: Config, args: argparse.Namespace) -> int:
