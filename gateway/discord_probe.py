@@ -14,7 +14,7 @@ from typing import Any, Self
 
 import aiohttp
 
-from .probe import TIMEOUT_SECONDS, ProbeError, host_of
+from .probe import TIMEOUT_SECONDS, ProbeError, TokenRefused, host_of
 
 #: application flags: the message content intent is on in the developer portal
 #: (GATEWAY_MESSAGE_CONTENT for a verified app, _LIMITED for one in under 100 servers)
@@ -29,7 +29,7 @@ NEEDED = {VIEW_CHANNEL: "View Channel", SEND_MESSAGES: "Send Messages",
           READ_MESSAGE_HISTORY: "Read Message History"}
 _THREAD_TYPES = frozenset({10, 11, 12})
 _TOKEN_FIX = ("copy the token again from the Developer Portal (your application → Bot → "
-              "Reset Token) into homing.env (DISCORD_BOT_TOKEN)")
+              "Reset Token)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +121,7 @@ class DiscordProbe:
         except (aiohttp.ClientError, ValueError) as exc:
             raise ProbeError(f"cannot reach {self.host}: {exc}", _NETWORK_FIX) from None
         if response.status == 401:
-            raise ProbeError(f"{self.host} refused the token (401 Unauthorized)", _TOKEN_FIX)
+            raise TokenRefused(f"{self.host} refused the token (401 Unauthorized)", _TOKEN_FIX)
         if response.status in (403, 404) and what is not None:
             message = body.get("message") if isinstance(body, dict) else None
             raise ProbeError(f"the bot cannot see {what} ({response.status} {message})",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .config import Config, DiscordConfig, HomeChannel, TelegramConfig, secret
 from .discord_probe import DiscordProbe
 from .doctor import Check, fail, ok, skip, warn
-from .probe import ProbeError
+from .probe import ProbeError, TokenRefused
 
 if TYPE_CHECKING:  # python-telegram-bot is imported only when Telegram is enabled
     from .telegram_probe import BotProfile, TelegramProbe
@@ -59,6 +59,10 @@ async def telegram_checks(settings: TelegramConfig, daemon_pid: int | None) -> l
             checks.append(webhook)
             checks.append(await _polling_check(probe, daemon_pid, webhook.status == "fail"))
             return checks
+    except TokenRefused as exc:
+        return [fail("telegram token", exc.problem,
+                     f"{exc.fix}, into homing.env (TELEGRAM_BOT_TOKEN) or wherever "
+                     f"platforms.telegram.token takes it from")]
     except ProbeError as exc:
         return [fail("telegram token", exc.problem, exc.fix)]
 
@@ -165,6 +169,10 @@ async def discord_checks(settings: DiscordConfig, homes: list[HomeChannel]) -> l
             for home in homes:
                 checks.append(await _channel_check(probe, me.id, home))
             return checks
+    except TokenRefused as exc:
+        return [fail("discord token", exc.problem,
+                     f"{exc.fix}, into homing.env (DISCORD_BOT_TOKEN) or wherever "
+                     f"platforms.discord.token takes it from")]
     except ProbeError as exc:
         return [fail("discord token", exc.problem, exc.fix)]
 

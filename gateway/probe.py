@@ -19,6 +19,10 @@ class ProbeError(Exception):
         self.fix = fix
 
 
+class TokenRefused(ProbeError):
+    """The platform answered, and refused the token (401)."""
+
+
 def host_of(url: str) -> str:
     """The host a URL points at, as an error names it."""
     return urlsplit(url).hostname or url

@@ -28,7 +28,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from .probe import TIMEOUT_SECONDS, ProbeError, host_of
+from .probe import TIMEOUT_SECONDS, ProbeError, TokenRefused, host_of
 
 T = TypeVar("T")
 
@@ -36,10 +36,11 @@ T = TypeVar("T")
 #: the *older* of two polls, so another poller shows up only when it comes back while
 #: ours is held (a polling loop is back within a second or two)
 POLL_HOLD_SECONDS = 2
+#: each poll of :meth:`TelegramProbe.first_private_message` is held at most this long
+_LEARN_POLL_SECONDS = 10
 #: in the 409 getUpdates answers while a webhook is set (the other 409 is a poller)
 _WEBHOOK_ACTIVE = "webhook is active"
-_TOKEN_FIX = ("copy the bot's token again from @BotFather (/mybots → API Token) into "
-              "homing.env (TELEGRAM_BOT_TOKEN)")
+_TOKEN_FIX = "copy the bot's token again from @BotFather (/mybots → API Token)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +114,7 @@ class TelegramProbe:
         Held ``POLL_HOLD_SECONDS`` without an offset, so it acknowledges nothing."""
         try:
             await self._call(self._bot.get_updates(timeout=POLL_HOLD_SECONDS, limit=1),
-                             expected=(Conflict,))
+                             expected=(Conflict,), held=POLL_HOLD_SECONDS)
         except Conflict as exc:
             if _WEBHOOK_ACTIVE in exc.message:
                 return None  # the webhook check says this one
@@ -146,7 +147,7 @@ class TelegramProbe:
         deadline = loop.time() + wait
         offset: int | None = None
         while (remaining := deadline - loop.time()) > 0:
-            updates = await self._poll(offset, int(min(remaining, 30)) or 1)
+            updates = await self._poll(offset, int(min(remaining, _LEARN_POLL_SECONDS)) or 1)
             for update in updates:
                 offset = update.update_id + 1
                 sender = _private_sender(update)
@@ -162,22 +163,22 @@ class TelegramProbe:
         try:
             return await self._call(self._bot.get_updates(
                 offset=offset, timeout=timeout, allowed_updates=["message"]),
-                expected=(Conflict,))
+                expected=(Conflict,), held=timeout)
         except Conflict as exc:
             raise ProbeError(f"Telegram refused to hand out messages: {exc.message}",
                              "stop the other program polling this bot, or delete its "
                              "webhook (deleteWebhook)") from None
 
-    async def _call(self, call: Awaitable[T],
-                    expected: tuple[type[TelegramError], ...] = ()) -> T:
-        """One call, bounded in time; its failures said once, here, but for the
-        ``expected`` ones, which the caller turns into words of its own."""
+    async def _call(self, call: Awaitable[T], expected: tuple[type[TelegramError], ...] = (),
+                    held: float = 0) -> T:
+        """One call, bounded in time (a long poll: ``held`` more); its failures said once,
+        here, but for the ``expected`` ones, which the caller turns into words of its own."""
         try:
-            async with asyncio.timeout(self.timeout * 2 + POLL_HOLD_SECONDS):  # hang guard
+            async with asyncio.timeout(self.timeout * 2 + held):  # a hang guard
                 return await call
         except InvalidToken:
-            raise ProbeError(f"{self.host} refused the token (401 Unauthorized)",
-                             _TOKEN_FIX) from None
+            raise TokenRefused(f"{self.host} refused the token (401 Unauthorized)",
+                               _TOKEN_FIX) from None
         except (TimedOut, TimeoutError):
             raise ProbeError(f"{self.host} did not answer within {self.timeout:g} s",
                              _NETWORK_FIX) from None

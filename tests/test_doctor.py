@@ -120,8 +120,8 @@ async def test_refused_tokens_fail_by_platform(tmp_path: Path, telegram: FakeTel
     assert code == 1
     assert line_of(lines, "telegram token") == (
         "FAIL telegram token: 127.0.0.1 refused the token (401 Unauthorized) — fix: copy the "
-        "bot's token again from @BotFather (/mybots → API Token) into homing.env "
-        "(TELEGRAM_BOT_TOKEN)")
+        "bot's token again from @BotFather (/mybots → API Token), into homing.env "
+        "(TELEGRAM_BOT_TOKEN) or wherever platforms.telegram.token takes it from")
     assert line_of(lines, "discord token").startswith(
         "FAIL discord token: 127.0.0.1 refused the token (401 Unauthorized) — fix: copy the "
         "token again from the Developer Portal")
