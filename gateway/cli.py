@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from .config import Config, ConfigError, load_config
 from .notifications import STATES
+from .setup_options import add_setup_arguments
 from .store import ARCHIVED_FILTERS, SessionStore
 
 EXIT_CONFIG = 2
@@ -24,7 +25,7 @@ T = TypeVar("T")
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.own_config:  # doctor reports a bad config as one of its checks
+    if args.own_config:  # setup writes the config, doctor reports a bad one as a check
         return int(args.func(args) or 0)
     try:
         config = load_config(args.config)
@@ -55,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", parents=[common], help="validate the config and exit")
     check.set_defaults(func=_check_config)
+
+    first_run = sub.add_parser("setup", parents=[common],
+                               help="first run: choose platforms, check tokens, write the "
+                                    "config and homing.env")
+    add_setup_arguments(first_run)
+    first_run.set_defaults(func=_setup, own_config=True)
 
     doctor = sub.add_parser("doctor", parents=[common],
                             help="check the installation live: config, tokens, platforms, "
@@ -150,6 +157,12 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         print(f"homing: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _setup(args: argparse.Namespace) -> int:
+    from .setup import run_setup
+
+    return run_setup(args, dict(os.environ))
 
 
 def _doctor(args: argparse.Namespace) -> int:
