@@ -94,29 +94,32 @@ def diagnose(explicit_config: str | None, environ: Mapping[str, str]) -> list[Ch
 
 @dataclass
 class _Loaded:
+    config_file: Path | None
+    env_file: Path
     checks: list[Check] = field(default_factory=list)
     config: Config | None = None
-    config_file: Path | None = None
     config_text: str = ""
-    env_file: Path = Path(DEFAULT_HOME)
 
 
 def _load_config(explicit: str | None, environ: Mapping[str, str]) -> _Loaded:
     """The config as the service reads it: this environment plus homing.env."""
     env = dict(environ)
-    loaded = _Loaded(config_file=find_config_file(explicit, env))
     home = Path(env.get("HOMING_HOME") or DEFAULT_HOME).expanduser()
+    loaded = _Loaded(find_config_file(explicit, env), env_file_path(home))
     if loaded.config_file is None:
         loaded.checks.append(warn("config file", f"none at {home / 'config.yaml'}; the "
                                                  f"defaults are used",
                                   "`homing setup` writes one"))
+    elif not loaded.config_file.is_file():
+        loaded.checks.append(fail("config file", f"{loaded.config_file} does not exist",
+                                  "check --config and HOMING_CONFIG, or run `homing setup`"))
+        return loaded
     else:
         loaded.checks.append(ok("config file", str(loaded.config_file)))
         try:
             loaded.config_text = loaded.config_file.read_text(encoding="utf-8")
         except OSError:
             pass  # load_config says why, as the config check
-    loaded.env_file = env_file_path(home)
     try:
         config = load_config(explicit, {**env, **_variables(loaded.env_file)})
         if env_file_path(config.home_path) != loaded.env_file:  # the config's own home:

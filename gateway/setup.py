@@ -286,7 +286,7 @@ def _discord(args: argparse.Namespace, environ: Mapping[str, str],
     ask.say(f"  invite the bot to your server with {invite[0]}")
     user_id = args.discord_user_id or ask.text(
         "Your Discord user id (in Discord: Settings → Advanced → Developer Mode on, then "
-        "right-click your name → Copy User ID)", flag="--discord-user-id",
+        "right-click your name → Copy User ID)", flag="--discord-user-id ID",
         problem=lambda a: problem_with(parse_user_id, a))
     return ChatPlatform(token, user_id, endpoints)
 

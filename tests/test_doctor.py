@@ -284,6 +284,14 @@ async def test_an_invalid_config_is_one_failed_check_not_a_traceback(tmp_path: P
         f"then run `homing check-config`"]
 
 
+async def test_a_config_file_that_is_not_there_fails(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "config.yaml"
+    code, lines = await doctor({**home_env(tmp_path / "home"), "HOMING_CONFIG": str(missing)})
+    assert code == 1
+    assert lines == [f"FAIL config file: {missing} does not exist — fix: check --config and "
+                     f"HOMING_CONFIG, or run `homing setup`"]
+
+
 async def test_a_variable_the_config_needs_and_nobody_defines_fails(tmp_path: Path,
                                                                     telegram: FakeTelegram
                                                                     ) -> None:
@@ -327,3 +335,24 @@ async def test_json_gives_the_same_verdicts(tmp_path: Path, telegram: FakeTelegr
         "name": "telegram token", "status": "ok", "fix": None,
         "detail": f"@homing_bot (id {telegram.bot_id}) at 127.0.0.1"}
     assert all(set(c) == {"name", "status", "detail", "fix"} for c in checks)
+
+
+async def test_a_platform_that_cannot_be_reached_fails_naming_the_host(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(yaml.safe_dump({"platforms": {
+        "web": {"port": 0},
+        "telegram": {"enabled": True, "token": "123456789:AAE" + "t" * 32,
+                     "base_url": f"http://127.0.0.1:{port}/bot"},
+        "discord": {"enabled": True, "token": "MTIzNDU2Nzg5MDEyMzQ1Njc4.GabcDe." + "t" * 30,
+                    "api_base": f"http://127.0.0.1:{port}/api/v10"}}}))
+    code, lines = await doctor(home_env(home))
+    assert code == 1
+    assert line_of(lines, "telegram token").startswith(
+        "FAIL telegram token: cannot reach 127.0.0.1: ")
+    assert line_of(lines, "telegram token").endswith(
+        "— fix: check the network and any proxy (HTTPS_PROXY), or platforms.telegram.base_url")
+    assert line_of(lines, "discord token").startswith(
+        "FAIL discord token: cannot reach 127.0.0.1: ")

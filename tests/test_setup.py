@@ -135,7 +135,7 @@ async def test_an_existing_config_is_replaced_only_with_force(
     (["--platforms", "telegram", "--telegram-token-env", "UNSET_TOKEN"],
      "the environment variable UNSET_TOKEN is not set"),
     (["--platforms", "discord", "--discord-token-env", "DC_TOKEN"],
-     "give --discord-user-id: your discord user id is needed"),
+     "give --discord-user-id ID: your discord user id is needed"),
 ])
 async def test_scripted_setup_names_the_flag_an_answer_needs(
         tmp_path: Path, telegram: FakeTelegram, discord: FakeDiscord, flags: list[str],
