@@ -50,14 +50,14 @@ async def telegram_checks(settings: TelegramConfig, daemon_pid: int | None) -> l
             profile = probe.profile
             checks = [ok("telegram token", f"@{profile.username} (id {profile.id}) at "
                                            f"{probe.host}")]
-            webhook = await _webhook_check(probe, settings)
+            webhook, webhook_set = await _webhook_check(probe, settings)
             group_checks = [await _group_check(probe, chat_id) for chat_id in groups]
             admin_in = {chat_id for chat_id, (_, admin) in zip(groups, group_checks,
                                                                 strict=True) if admin}
             checks.append(_privacy_check(profile, groups, admin_in))
             checks += [check for check, _ in group_checks]
             checks.append(webhook)
-            checks.append(await _polling_check(probe, daemon_pid, webhook.status == "fail"))
+            checks.append(await _polling_check(probe, daemon_pid, webhook_set))
             return checks
     except TokenRefused as exc:
         return [fail("telegram token", exc.problem,
@@ -120,18 +120,20 @@ async def _group_check(probe: TelegramProbe, chat_id: int) -> tuple[Check, bool]
                 "add the bot to the group again"), False
 
 
-async def _webhook_check(probe: TelegramProbe, settings: TelegramConfig) -> Check:
+async def _webhook_check(probe: TelegramProbe, settings: TelegramConfig
+                         ) -> tuple[Check, bool]:
+    """The check, and whether a webhook is set."""
     name = "telegram webhook"
     try:
         url = await probe.webhook_url()
     except ProbeError as exc:
-        return fail(name, exc.problem, exc.fix)
+        return fail(name, exc.problem, exc.fix), False
     if not url:
-        return ok(name, "none set, so polling works")
+        return ok(name, "none set, so polling works"), False
     return fail(name, f"a webhook is set ({url}); polling is refused while it is, and "
                       f"homing only polls (it does not delete a webhook itself)",
                 f"if no other tool needs it, run deleteWebhook: "
-                f"curl -s '{settings.base_url}<token>/deleteWebhook'")
+                f"curl -s '{settings.base_url}<token>/deleteWebhook'"), True
 
 
 async def _polling_check(probe: TelegramProbe, daemon_pid: int | None,

@@ -98,7 +98,11 @@ def run_setup(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except SetupFailed as exc:
         print(f"homing setup: {exc}", file=sys.stderr)
         return 1
-    except (EOFError, KeyboardInterrupt):
+    except EOFError:
+        print("\nhoming setup: the input ended before every answer was in; nothing was "
+              "written (for scripted use: --yes and the flags)", file=sys.stderr)
+        return EXIT_MISSING
+    except KeyboardInterrupt:
         print("\nhoming setup: stopped; nothing was written", file=sys.stderr)
         return 130
 
@@ -131,8 +135,10 @@ def _setup(args: argparse.Namespace, environ: Mapping[str, str], ask: Prompter) 
     for line in write_files(answers, config_path, env_path):
         ask.say(line)
     _offer_service(args, environ, ask, config_path, env_path)
-    ask.say("next: `homing doctor` checks it all live; to run it in this terminal: "
-            f"set -a; . {env_path}; set +a; homing run")
+    run = f"homing run --config {config_path}" if explicit else "homing run"
+    if answers.bots:
+        run = f"set -a; . {env_path}; set +a; {run}"
+    ask.say(f"next: `homing doctor` checks it all live; to run it in this terminal: {run}")
     return 0
 
 
