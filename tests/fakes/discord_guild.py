@@ -94,8 +94,8 @@ class DiscordGuild:
     def bot_permissions(self, channel_id: int) -> int:
         """The bot's permissions in a guild channel or thread, as Discord computes them."""
         channel = self._channels[channel_id]
-        if channel["type"] in _THREAD_TYPES:
-            channel = self._channels[int(channel["parent_id"])]
+        if channel["type"] in _THREAD_TYPES:  # its parent's (a parent not known: none)
+            channel = self._channels.get(int(channel["parent_id"]), channel)
         if self.guild_owner_id == self.bot_id:
             return ALL_PERMISSIONS
         roles = [self.guild_id, *self.bot_roles]
@@ -104,7 +104,8 @@ class DiscordGuild:
             base |= int(self._roles[role]["permissions"])
         if base & ADMINISTRATOR:
             return ALL_PERMISSIONS
-        overwrites = {(o["type"], int(o["id"])): o for o in channel["permission_overwrites"]}
+        overwrites = {(o["type"], int(o["id"])): o
+                      for o in channel.get("permission_overwrites") or []}
         everyone = overwrites.get((0, self.guild_id))
         if everyone is not None:
             base = base & ~int(everyone["deny"]) | int(everyone["allow"])
