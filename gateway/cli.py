@@ -25,10 +25,11 @@ from .cli_listings import (
     when,
     with_store,
 )
-from .config import Config, ConfigError, find_config_file, load_config
+from .config import Config, ConfigError, config_warnings, find_config_file, load_config
 from .config_file import ignored_config_files
 from .home_check import home_problem
 from .notifications import STATES
+from .setup_options import add_setup_arguments
 from .store import ARCHIVED_FILTERS, SessionStore
 
 EXIT_CONFIG = 2
@@ -36,6 +37,20 @@ EXIT_CONFIG = 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        code = _dispatch(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # the reader went away (`homing sessions | head -1`): that is not an error,
+        # and the exit-time flush must not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.own_config:  # setup writes the config, doctor reports a bad one as a check
+        return int(args.func(args) or 0)
     from .env_file import with_env_file
 
     environ = with_env_file(os.environ, find_config_file(args.config, dict(os.environ)))
@@ -45,17 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"homing: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        code = int(args.func(config, args) or 0)
-        sys.stdout.flush()  # a closed pipe shows here, not at exit
-        return code
+        return int(args.func(config, args) or 0)
     except StoreUnreadable as exc:
         print(f"homing: {exc}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        # the reader went away (`homing sessions | head -1`): that is not an error,
-        # and the exit-time flush must not raise again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                                      description="Chat gateway whose background work reports back.")
     parser.add_argument("--config", metavar="PATH", default=None, help=config_help)
     parser.add_argument("--version", action="version", version=f"homing {_version()}")
+    parser.set_defaults(own_config=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
@@ -78,6 +87,18 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", parents=[common], help="validate the config and exit")
     check.set_defaults(func=_check_config)
+
+    first_run = sub.add_parser("setup", parents=[common],
+                               help="first run: choose platforms, check tokens, write the "
+                                    "config and homing.env")
+    add_setup_arguments(first_run)
+    first_run.set_defaults(func=_setup, own_config=True)
+
+    doctor = sub.add_parser("doctor", parents=[common],
+                            help="check the installation live: config, tokens, platforms, "
+                                 "store, service")
+    doctor.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    doctor.set_defaults(func=_doctor, own_config=True)
 
     sessions = sub.add_parser("sessions", parents=[common], help="list sessions from the store")
     sessions.add_argument("--archived", choices=ARCHIVED_FILTERS, default="exclude")
@@ -225,6 +246,18 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _setup(args: argparse.Namespace) -> int:
+    from .setup import run_setup
+
+    return run_setup(args, dict(os.environ))
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor_command
+
+    return doctor_command(args.config, as_json=args.json)
+
+
 def _check_config(config: Config, args: argparse.Namespace) -> int:
     from .daemon import StartupError, build_adapters
 
@@ -257,20 +290,6 @@ def _unusable_home(config: Config, args: argparse.Namespace) -> bool:
     error = ConfigError(str(file) if file else "<defaults>", [(field, problem)])
     print(f"homing: {error}", file=sys.stderr)
     return True
-
-
-def config_warnings(config: Config) -> list[str]:
-    """What is valid but deserves a second look."""
-    warnings = []
-    for name in ("telegram", "discord"):
-        platform = getattr(config.platforms, name)
-        names = [u for u in platform.allowed_users if u.startswith("@")]
-        if platform.enabled and names:
-            warnings.append(
-                f"platforms.{name}.allowed_users: {', '.join(names)} — usernames can change "
-                f"hands; each is pinned to the first user id seen with it (give the ids, "
-                f"which /start shows, to be sure)")
-    return warnings
 
 
 def _service(config: Config, args: argparse.Namespace) -> int:

@@ -402,3 +402,17 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     if error.get("type") == "extra_forbidden":
         return path, "unknown setting (check the spelling; see config.example.yaml)"
     return path, error.get("msg", "invalid value")
+
+
+def config_warnings(config: Config) -> list[str]:
+    """What is valid but deserves a second look."""
+    warnings = []
+    for name in ("telegram", "discord"):
+        platform = getattr(config.platforms, name)
+        names = [u for u in platform.allowed_users if u.startswith("@")]
+        if platform.enabled and names:
+            warnings.append(
+                f"platforms.{name}.allowed_users: {', '.join(names)} — usernames can change "
+                f"hands; each is pinned to the first user id seen with it (give the ids, "
+                f"which /start shows, to be sure)")
+    return warnings

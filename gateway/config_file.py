@@ -200,7 +200,8 @@ class _ConfigLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no typ
             first_lines[key] = line
 
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: ``${NAME}`` or ``${NAME:-default}`` in a string value
+VARIABLE = _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def substitute(value: Any, env: dict[str, str], path: tuple[str | int, ...],

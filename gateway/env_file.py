@@ -1,10 +1,13 @@
-"""``$HOMING_HOME/homing.env``: the secrets a config references, for systemd and setup.
+"""``$HOMING_HOME/homing.env``: the secrets a config refers to as ``${VAR}``.
 
-The README keeps tokens out of ``config.yaml`` (``token: ${TELEGRAM_BOT_TOKEN}``).
-A shell has them in its environment; a systemd service does not, so the unit
-reads this file (``EnvironmentFile=``). It is written mode 0600 and holds plain
-``NAME=value`` lines in the subset of the format that systemd and a shell's
-``set -a; . homing.env`` read the same way.
+The README keeps tokens out of ``config.yaml`` (``token: ${TELEGRAM_BOT_TOKEN}``),
+so the config can be shown to anyone. A shell has them in its environment; a
+systemd service does not, so the unit reads this file (``EnvironmentFile=``),
+and every ``homing`` command reads it too (the shell's values win). One
+``NAME=value`` a line, ``#`` comments, mode 0600, in the subset of the format
+that systemd and a shell's ``set -a; . homing.env`` read the same way.
+``homing setup`` and ``homing service install`` write it; ``homing doctor``
+checks it defines what the config needs.
 """
 
 from __future__ import annotations
@@ -14,36 +17,23 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-ENV_FILE_NAME = "homing.env"
+import yaml
 
-#: ``${NAME}`` with no default: a variable the config cannot do without
-_REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+from .config_file import VARIABLE
+from .private_files import FILE_MODE, private_dir, private_file
+
+FILE_NAME = "homing.env"
 _PLAIN = re.compile(r"[A-Za-z0-9_:./@+=,-]*")
 _LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
 def env_file_path(home: Path) -> Path:
-    return home / ENV_FILE_NAME
-
-
-def required_variables(config_text: str) -> list[str]:
-    """The variables a config names without a default, in order of first use.
-
-    Comment lines are left out: a ``# token: ${OLD}`` is not a requirement.
-    """
-    names: list[str] = []
-    for line in config_text.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        for name in _REQUIRED.findall(line):
-            if name not in names:
-                names.append(name)
-    return names
+    return home / FILE_NAME
 
 
 def read_env_file(path: Path) -> dict[str, str]:
-    """The file's variables; an absent file has none. Unreadable lines are skipped
-    (systemd does the same), so a hand edit cannot stop a start."""
+    """The file's variables; an absent file has none. Lines that are not ``NAME=value``
+    are skipped (systemd does the same), so a hand edit cannot stop a start."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -58,22 +48,60 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 
 def write_env_file(path: Path, values: Mapping[str, str]) -> None:
-    """Write ``values`` (merged over what the file holds) readable by its owner only.
+    """Set ``values`` in the file, keeping its other lines.
 
-    The file is created 0600 before anything is written to it, so a secret is
-    never readable by others, not even for a moment.
+    The new file is made 0600 before anything is written to it and then put in
+    place whole, so a secret is never readable by others and no reader sees half
+    a file.
     """
-    merged = {**read_env_file(path), **values}
-    for name, value in merged.items():
-        if "\n" in value or "\r" in value or "\0" in value:
-            raise ValueError(f"{name}: a value in {path.name} cannot span lines")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write("# secrets for homing (read by its systemd unit); keep this file 0600\n")
-        for name, value in merged.items():
-            out.write(f"{name}={_quote(value)}\n")
+    for name, value in values.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or any(
+                c in value for c in "\n\r\0"):
+            raise ValueError(f"{name}: not something an environment file can hold")
+    kept: list[str] = []
+    if path.exists():
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                if (m := _LINE.match(line)) is None or line.lstrip().startswith("#")
+                or m.group(1) not in values]
+    else:
+        kept = ["# secrets for homing (its systemd unit reads them); keep this file 0600"]
+    lines = kept + [f"{name}={_quote(value)}" for name, value in values.items()]
+    private_dir(path.parent)
+    tmp = private_file(path.with_name(f".{path.name}.tmp"))
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.chmod(tmp, FILE_MODE)
+    tmp.replace(path)
+
+
+def referenced_variables(config_text: str) -> dict[str, bool]:
+    """The ``${VAR}`` a config's values refer to, each with whether every use has a
+    default (``${VAR:-default}``); comments and keys do not count."""
+    try:
+        raw = yaml.safe_load(config_text)
+    except yaml.YAMLError:
+        return {}
+    found: dict[str, bool] = {}
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str):
+            for match in VARIABLE.finditer(value):
+                name = match.group(1)
+                found[name] = found.get(name, True) and match.group(2) is not None
+
+    walk(raw)
+    return found
+
+
+def required_variables(config_text: str) -> list[str]:
+    """The variables a config cannot do without: those used without a default."""
+    return [name for name, has_default in referenced_variables(config_text).items()
+            if not has_default]
 
 
 def with_env_file(environ: Mapping[str, str], config_file: Path | None) -> dict[str, str]:

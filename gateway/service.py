@@ -122,7 +122,7 @@ def install(service: ServicePlan, *, start: bool = True) -> list[str]:
     service.unit_path.parent.mkdir(parents=True, exist_ok=True)
     service.unit_path.write_text(service.unit_text)
     out = [f"wrote {service.unit_path}"]
-    if start and _systemd_running() and shutil.which("systemctl"):
+    if start and systemd_running() and shutil.which("systemctl"):
         for command in service.commands:
             subprocess.run(command, check=True)
             out.append("ran: " + " ".join(command))
@@ -135,7 +135,7 @@ def install(service: ServicePlan, *, start: bool = True) -> list[str]:
 def uninstall(service: ServicePlan, *, stop: bool = True) -> list[str]:
     systemctl = service.commands[0][:-1]
     out = []
-    if stop and _systemd_running() and shutil.which("systemctl"):
+    if stop and systemd_running() and shutil.which("systemctl"):
         subprocess.run([*systemctl, "disable", "--now", UNIT_NAME], check=False)
         out.append("ran: " + " ".join([*systemctl, "disable", "--now", UNIT_NAME]))
     if service.unit_path.exists():
@@ -154,7 +154,7 @@ def _homing_command() -> list[str]:
     return [sys.executable, "-m", "gateway.cli"]
 
 
-def _systemd_running() -> bool:
+def systemd_running() -> bool:
     return Path("/run/systemd/system").is_dir()
 
 

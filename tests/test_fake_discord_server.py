@@ -418,3 +418,57 @@ async def test_uploads_over_the_limit_are_refused_with_413(fake: FakeDiscord) ->
         fake.upload_limit = 50 * 1024 * 1024  # a guild at boost level 2
         await channel.send(file=discord.File(io.BytesIO(too_big), "big.bin"))
         assert fake.sent[0].attachments[0].size == len(too_big)
+
+
+async def test_the_application_flags_say_which_privileged_intents_are_on(
+        fake: FakeDiscord) -> None:
+    client = discord.Client(intents=discord.Intents.none())
+    await client.login(fake.token)
+    try:
+        flags = (await client.application_info()).flags
+        assert flags.gateway_message_content_limited and not flags.gateway_message_content
+        fake.verified_application = True
+        flags = (await client.application_info()).flags
+        assert flags.gateway_message_content and not flags.gateway_message_content_limited
+        fake.allowed_privileged_intents = 0
+        assert (await client.application_info()).flags.value == 0
+    finally:
+        await client.close()
+    headers = {"Authorization": f"Bot {fake.token}"}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{fake.api_base}/applications/@me", headers=headers) as response:
+            application = await response.json()
+        assert application["id"] == str(fake.bot_id) and application["flags"] == 0
+        async with http.get(f"{fake.api_base}/applications/@me") as response:
+            assert response.status == 401
+            assert await response.json() == {"code": 0, "message": "401: Unauthorized"}
+
+
+async def test_the_bots_permissions_come_from_its_roles_and_the_overwrites(
+        fake: FakeDiscord) -> None:
+    from tests.fakes.discord_guild import SEND_MESSAGES, SEND_MESSAGES_IN_THREADS, VIEW_CHANNEL
+
+    fake.add_role(901, "bots", permissions=0)
+    fake.give_bot_role(901)
+    fake.set_overwrite(CHANNEL, fake.guild_id, deny=SEND_MESSAGES | SEND_MESSAGES_IN_THREADS)
+    fake.set_overwrite(GONE, fake.guild_id, deny=VIEW_CHANNEL)
+    async with running(fake) as client:
+        with pytest.raises(discord.Forbidden) as refused:
+            await client.get_partial_messageable(CHANNEL).send("not here")
+        assert refused.value.code == 50013
+        with pytest.raises(discord.Forbidden) as refused:
+            await client.get_partial_messageable(THREAD).send("nor in its thread")
+        assert refused.value.code == 50013
+        with pytest.raises(discord.Forbidden) as refused:
+            await client.fetch_channel(GONE)
+        assert refused.value.code == 50001
+        fake.set_overwrite(CHANNEL, 901, allow=SEND_MESSAGES)  # the bot's role may
+        await client.get_partial_messageable(CHANNEL).send("now it may")
+        assert [s.content for s in fake.sent] == ["now it may"]
+        member = await client.http.get_member(fake.guild_id, fake.bot_id)
+        assert member["roles"] == ["901"]
+        guild = await client.fetch_guild(fake.guild_id)
+        assert guild.owner_id == 1 and guild.get_role(901) is not None
+        with pytest.raises(discord.NotFound) as unknown:
+            await client.http.get_member(fake.guild_id, 4242)
+        assert unknown.value.code == 10007

@@ -167,6 +167,77 @@ async def test_wrong_token_is_invalid(fake: FakeTelegram) -> None:
             pass
 
 
+async def test_a_wrong_token_is_unauthorized_and_a_tokenless_path_not_found(
+        fake: FakeTelegram) -> None:
+    wrong = "987654321:AAE" + "x" * 32
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{fake.base_url}{wrong}/getMe") as response:
+            assert response.status == 401
+            assert await response.json() == {"ok": False, "error_code": 401,
+                                             "description": "Unauthorized"}
+        async with http.post(f"{fake.base_url}not-a-token/getMe") as response:
+            assert response.status == 404
+    with pytest.raises(InvalidToken, match="rejected by the server"):
+        async with Bot(wrong, base_url=fake.base_url):
+            pass
+
+
+async def test_get_me_tells_whether_privacy_mode_is_on(fake: FakeTelegram, bot: Bot) -> None:
+    me = await bot.get_me()
+    assert me.can_read_all_group_messages is False  # a new bot's privacy mode is on
+    assert me.can_join_groups is True and me.supports_inline_queries is False
+    fake.can_read_all_group_messages = True
+    assert (await bot.get_me()).can_read_all_group_messages is True
+
+
+async def test_a_webhook_refuses_polling_until_it_is_deleted(fake: FakeTelegram,
+                                                             bot: Bot) -> None:
+    assert (await bot.get_webhook_info()).url == ""
+    with pytest.raises(BadRequest, match="(?i)https url must be provided"):
+        await bot.set_webhook("http://example.org/hook")
+    assert await bot.set_webhook("https://example.org/hook")
+    assert (await bot.get_webhook_info()).url == "https://example.org/hook"
+    with pytest.raises(Conflict, match="webhook is active"):
+        await bot.get_updates(timeout=0)
+    assert await bot.delete_webhook()
+    assert (await bot.get_webhook_info()).url == ""
+    assert await bot.get_updates(timeout=0) == ()
+
+
+async def test_a_second_poller_is_a_conflict_in_the_bot_apis_words(bot: Bot,
+                                                                    fake: FakeTelegram) -> None:
+    fake.fail_next_poll()
+    with pytest.raises(Conflict, match="terminated by other getUpdates request; make sure "
+                                       "that only one bot instance is running"):
+        await bot.get_updates(timeout=0)
+
+
+async def test_get_chat_and_the_bots_standing_in_a_group(fake: FakeTelegram, bot: Bot) -> None:
+    from telegram import ChatMemberAdministrator, ChatMemberMember, ChatMemberRestricted
+    from telegram.error import Forbidden
+
+    fake.add_chat(FORUM, is_forum=True, title="Ops", bot_status="administrator",
+                  can_manage_topics=True)
+    fake.add_chat(-1002, bot_status="restricted", can_send_messages=False)
+    fake.add_chat(-1003, chat_type="group")
+    fake.add_chat(-1004, bot_status="kicked")
+    chat = await bot.get_chat(FORUM)
+    assert chat.is_forum is True and chat.title == "Ops" and chat.type == "supergroup"
+    admin = await bot.get_chat_member(FORUM, fake.bot_id)
+    assert isinstance(admin, ChatMemberAdministrator) and admin.can_manage_topics is True
+    restricted = await bot.get_chat_member(-1002, fake.bot_id)
+    assert isinstance(restricted, ChatMemberRestricted)
+    assert restricted.is_member and not restricted.can_send_messages
+    assert isinstance(await bot.get_chat_member(-1003, fake.bot_id), ChatMemberMember)
+    assert not (await bot.get_chat(-1003)).is_forum
+    with pytest.raises(BadRequest, match="Chat not found"):
+        await bot.get_chat(-1009)
+    with pytest.raises(Forbidden, match="bot was kicked from the supergroup chat"):
+        await bot.get_chat(-1004)
+    with pytest.raises(BadRequest, match="User not found"):
+        await bot.get_chat_member(FORUM, 4242)
+
+
 async def test_long_poll_holds_and_wakes(fake: FakeTelegram, bot: Bot) -> None:
     assert await bot.get_updates(timeout=1) == ()  # held, then empty
     polls = sum(m == "getUpdates" for m, _ in fake.calls)

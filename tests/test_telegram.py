@@ -331,3 +331,21 @@ async def test_a_graceful_restart_is_announced_where_work_is_going_on(
             if proc is not None and proc.returncode is None:
                 proc.terminate()
                 await proc.wait()
+
+
+async def test_a_webhook_left_set_is_named_as_the_reason_polling_is_refused(
+        tmp_path: Path, fake: FakeTelegram) -> None:
+    """Telegram answers 409 both to a second poller and while a webhook is set; the log
+    must not send the operator looking for another process when it is the webhook."""
+    import structlog
+
+    fake.webhook_url = "https://example.org/hook"  # set by another tool
+    with structlog.testing.capture_logs() as logs:
+        async with running_gateway(telegram_config(tmp_path / "home", fake)):
+
+            async def conflict() -> list[dict[str, object]]:
+                return [e for e in logs if e["event"] == "telegram_conflict"]
+
+            (first, *_) = await eventually_async(conflict, what="the conflict logged")
+    assert "webhook" in str(first["hint"]) and "another process" not in str(first["hint"])
+    assert fake.webhook_url == "https://example.org/hook"  # not removed behind its back

@@ -234,6 +234,11 @@ class TelegramAdapter(Adapter):
             self._connected = False  # the library gives up polling on this one
             log.error("telegram_polling_stopped", error=str(exc),
                       hint="the token was refused; check platforms.telegram.token and restart")
+        elif isinstance(exc, Conflict) and "webhook" in str(exc).lower():
+            # not removed here: the tool that set it may still rely on it
+            log.error("telegram_conflict", error=str(exc),
+                      hint="a webhook is set for this bot token, so polling is refused; "
+                           "`homing doctor` shows how to delete it")
         elif isinstance(exc, Conflict):
             log.error("telegram_conflict", error=str(exc),
                       hint="another process polls with this bot token")

@@ -59,6 +59,7 @@ class DiscordGateway:
     refused_count: int
     _channels: dict[int, JSON]
     _roles: dict[int, JSON]
+    bot_roles: list[int]
     _session: Session | None
     _sockets: set[web.WebSocketResponse]
     _gateway_down: bool
@@ -233,7 +234,8 @@ class DiscordGateway:
     def _guild_payload(self) -> JSON:
         channels = [c for c in self._channels.values() if c["type"] == 0]
         threads = [c for c in self._channels.values() if c["type"] == 11]
-        me = {"user": self.bot_user, "roles": [], "joined_at": now_iso(), "nick": None,
+        me = {"user": self.bot_user, "roles": [str(r) for r in self.bot_roles],
+              "joined_at": now_iso(), "nick": None,
               "avatar": None, "premium_since": None, "deaf": False, "mute": False,
               "flags": 0, "pending": False}
         return {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,8 @@ __all__ = ["MAX_MESSAGE_LENGTH", "ApiError", "DiscordRest", "EditRecord", "Failu
 JSON = dict[str, Any]
 
 MAX_MESSAGE_LENGTH = 2000
+SEND_MESSAGES = 1 << 11
+SEND_MESSAGES_IN_THREADS = 1 << 38
 NONCE_WINDOW_SECONDS = 300
 
 
@@ -105,6 +108,8 @@ class DiscordRest:
     _post_failures: list[Failure]
     _edit_failures: list[Failure]
     upload_limit: int
+    #: the bot's standing in the channel (discord_guild): 403 when it may not view or do
+    _check_access: Callable[..., None]
 
     # ------------------------------------------------------------------ handlers
 
@@ -129,17 +134,6 @@ class DiscordRest:
     async def _get_me(self, request: web.Request) -> web.Response:
         return json_response(self.bot_user)
 
-    async def _get_application(self, request: web.Request) -> web.Response:
-        owner = {"id": "1", "username": "owner", "discriminator": "0", "global_name": None,
-                 "avatar": None, "public_flags": 0, "flags": 0}
-        return json_response({
-            "id": str(self.bot_id), "name": self.bot_user["username"], "icon": None,
-            "description": "", "summary": "", "type": None, "bot": self.bot_user,
-            "bot_public": True, "bot_require_code_grant": False, "owner": owner,
-            "verify_key": "0" * 64, "team": None, "flags": 0, "rpc_origins": [],
-            "redirect_uris": [], "interactions_endpoint_url": None,
-            "approximate_guild_count": 1})
-
     async def _get_gateway(self, request: web.Request) -> web.Response:
         return json_response({"url": self.gateway_url})
 
@@ -156,7 +150,9 @@ class DiscordRest:
         return web.Response(status=204)
 
     async def _get_channel(self, request: web.Request) -> web.Response:
-        return json_response(self._existing_channel(int(request.match_info["channel_id"])))
+        channel = self._existing_channel(int(request.match_info["channel_id"]))
+        self._check_access(channel)
+        return json_response(channel)
 
     async def _create_dm(self, request: web.Request) -> web.Response:
         recipient = int((await request.json())["recipient_id"])
@@ -175,6 +171,8 @@ class DiscordRest:
         payload, files = await self._read_payload(request)
         _consume_failure(self._post_failures, channel_id)
         channel = self._existing_channel(channel_id)
+        self._check_access(channel, SEND_MESSAGES_IN_THREADS if "thread_metadata" in channel
+                           else SEND_MESSAGES)
         metadata = _unlocked_thread_metadata(channel)
         content = payload.get("content")
         content = None if content is None else str(content)

@@ -48,12 +48,18 @@ Behaviour worth knowing when writing tests:
   content rules of a post; a delete answers 204. The bot's own posts, edits and
   deletes are not echoed on the gateway (no MESSAGE_CREATE/UPDATE/DELETE).
 
+* Standing as on Discord (``discord_guild``): GET /applications/@me's ``flags`` say
+  which privileged intents the portal has on (``allowed_privileged_intents``); the
+  bot's permissions come from its roles and the channel's overwrites; a channel it
+  cannot view is 403/50001, a post it may not make 403/50013.
+
 * Components (buttons, selects) on posts and edits are checked as on Discord
   (400/50035) and kept with the message; ``press`` clicks one (INTERACTION_CREATE)
   and the bot answers through ``/interactions/{id}/{token}/callback``.
 
 The REST API's handlers and checks live in ``discord_rest``, message components in
-``discord_components``, button clicks and their answers in ``discord_interactions``,
+``discord_components``, the application, guild, roles and permissions in
+``discord_guild``, button clicks and their answers in ``discord_interactions``,
 attachments and the CDN in ``discord_files``, the gateway in ``discord_gateway``; this
 module holds the fake as tests drive it: the world they build (guild, channels,
 threads, roles), the users' messages they send in, and what they read back.
@@ -76,6 +82,7 @@ from .discord_gateway import (  # noqa: F401 (the intents: re-exported, as befor
     DiscordGateway,
     Session,
 )
+from .discord_guild import DiscordGuild
 from .discord_interactions import DiscordInteractions, InteractionResponseRecord
 from .discord_rest import (  # noqa: F401 (NONCE_WINDOW_SECONDS: re-exported)
     MAX_MESSAGE_LENGTH,
@@ -97,9 +104,11 @@ JSON = dict[str, Any]
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMA.GfAkE0.fake-discord-bot-token-for-tests-0123456"
 
 DISCORD_EPOCH_MS = 1_420_070_400_000
+DEFAULT_TOKEN = TOKEN
 
 
-class FakeDiscord(DiscordGateway, DiscordRest, DiscordInteractions, DiscordFiles, LocalServer):
+class FakeDiscord(DiscordGateway, DiscordRest, DiscordGuild, DiscordInteractions, DiscordFiles,
+                  LocalServer):
     """An in-process Discord REST API and gateway on ``127.0.0.1`` (a free port)."""
 
     heartbeat_interval_ms: int = 1000
@@ -145,6 +154,7 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordInteractions, DiscordFiles
         self._edits_changed = asyncio.Event()
         self._init_files()
         self._init_interactions()
+        self._init_guild()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -165,7 +175,12 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordInteractions, DiscordFiles
         app.router.add_get("/gateway/", self._gateway)
         api = "/api/v10"
         app.router.add_get(f"{api}/users/@me", self._get_me)
+        app.router.add_get(f"{api}/applications/@me", self._get_application)
         app.router.add_get(f"{api}/oauth2/applications/@me", self._get_application)
+        guild = f"{api}/guilds/{{guild_id:\\d+}}"
+        app.router.add_get(guild, self._get_guild)
+        app.router.add_get(f"{guild}/roles", self._get_roles)
+        app.router.add_get(f"{guild}/members/{{user_id:\\d+}}", self._get_member)
         app.router.add_get(f"{api}/gateway", self._get_gateway)
         app.router.add_get(f"{api}/gateway/bot", self._get_gateway_bot)
         app.router.add_get(f"{api}/channels/{{channel_id:\\d+}}", self._get_channel)
@@ -214,9 +229,11 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordInteractions, DiscordFiles
                                 "create_timestamp": now, "invitable": True}}
         self._deleted_channels.discard(thread_id)
 
-    def add_role(self, role_id: int, name: str = "role") -> None:
+    def add_role(self, role_id: int, name: str = "role",
+                 permissions: int | None = None) -> None:
         """Add a guild role (announced in GUILD_CREATE, so add it before connecting)."""
-        self._roles[role_id] = _role(role_id, name, len(self._roles))
+        self._roles[role_id] = _role(role_id, name, len(self._roles),
+                                     EVERYONE_PERMISSIONS if permissions is None else permissions)
 
     def delete_channel(self, channel_id: int) -> None:
         """Delete a channel or thread: later posts get 404 Unknown Channel (10003)."""
@@ -393,9 +410,14 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordInteractions, DiscordFiles
 
 # ---------------------------------------------------------------------- module helpers
 
-def _role(role_id: int, name: str, position: int) -> JSON:
+#: what @everyone may do in a new guild (view, send, read history, threads, files, ...)
+EVERYONE_PERMISSIONS = 2248473465835073
+
+
+def _role(role_id: int, name: str, position: int,
+          permissions: int = EVERYONE_PERMISSIONS) -> JSON:
     return {"id": str(role_id), "name": name, "color": 0, "colors": {"primary_color": 0},
             "hoist": False, "icon": None, "unicode_emoji": None, "position": position,
-            "permissions": "2248473465835073", "managed": False, "mentionable": False,
+            "permissions": str(permissions), "managed": False, "mentionable": False,
             "flags": 0}
 

@@ -21,7 +21,8 @@ Protocol as on Telegram: ``POST /bot<TOKEN>/<method>`` with a form-encoded
 (strings raw, everything else JSON text), multipart or JSON body, or none at
 all; answers ``{"ok": true, "result": ...}`` with HTTP 200, errors carry the
 real HTTP status, ``error_code``, ``description`` and ``parameters`` when
-relevant (``retry_after``).
+relevant (``retry_after``). A wrong token shaped like one is 401 Unauthorized, a
+path without a token 404 Not Found.
 
 Edits and deletes answer as the Bot API does: an unknown or deleted message is
 "message to edit not found" / "message to delete not found", an edit to the same
@@ -36,7 +37,9 @@ The bot's messages (sending, editing, deleting, what a user sees) live in
 ``telegram_messages``, HTML parsing in ``telegram_entities``, files (users' photos,
 documents, voice, audio and video; getFile and downloads; sendPhoto and sendDocument)
 in ``telegram_files``, inline keyboards, taps and answerCallbackQuery in
-``telegram_buttons``, the Bot API's parameters and errors in ``telegram_api``; this
+``telegram_buttons``, the bot's account (getMe's privacy mode, the webhook, getChat and
+getChatMember) in ``telegram_account``, the Bot API's parameters and errors in
+``telegram_api``; this
 module holds the server as tests drive it: updates in, long polling, commands,
 scripted failures and the waits.
 """
@@ -44,16 +47,17 @@ scripted failures and the waits.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
 from aiohttp import web
 
 from .local_server import LocalServer
+from .telegram_account import BotAccount
 from .telegram_api import (
     ApiError,
     Failure,
-    as_bool,
     as_int,
     as_json,
     consume_failure,
@@ -81,13 +85,15 @@ __all__ = ["TOKEN", "CallbackAnswer", "EditRecord", "FakeTelegram", "FileRecord"
            "StoredFile", "utf16_len"]
 
 JSON = dict[str, Any]
+#: a bot token's shape: a wrong one of this shape is 401 Unauthorized, anything else 404
+_TOKEN_SHAPE = re.compile(r"\d+:[A-Za-z0-9_-]+")
 #: shaped like a real bot token (``<bot id>:<35 characters>``): the config checks the shape
-TOKEN = "123456789:AAHfakeTelegramBotTokenForTests0123"
+TOKEN = DEFAULT_TOKEN = "123456789:AAHfakeTelegramBotTokenForTests0123"
 #: what getUpdates hands out when allowed_updates is not given or empty: all but these
 _NOT_BY_DEFAULT = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
 
 
-class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
+class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
     """An in-process Bot API server on ``127.0.0.1`` (a free port, picked on start)."""
 
     max_poll_hold: float = 5.0
@@ -126,6 +132,7 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
         self._closing = asyncio.Event()
         self._init_files()
         self._init_buttons()
+        self._init_account()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -288,6 +295,10 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
     async def _handle(self, request: web.Request) -> web.Response:
         token, method = request.match_info["token"], request.match_info["method"]
         if token != self.token:
+            # as Telegram: a well-formed token it does not know is refused, a path that
+            # holds no token at all is not found
+            if _TOKEN_SHAPE.fullmatch(token):
+                return error_response(401, "Unauthorized")
             return error_response(404, "Not Found")
         try:
             params = await read_params(request)
@@ -312,10 +323,6 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
 
     # ------------------------------------------------------------------ methods
 
-    async def _get_me(self, params: dict[str, Any]) -> JSON:
-        return {**self.bot_user, "can_join_groups": True, "can_read_all_group_messages": False,
-                "supports_inline_queries": False}
-
     async def _true(self, params: dict[str, Any]) -> bool:
         return True
 
@@ -332,13 +339,9 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
             raise ApiError(400, "Bad Request: message thread not found")
         return True
 
-    async def _delete_webhook(self, params: dict[str, Any]) -> bool:
-        if as_bool(params.get("drop_pending_updates")):
-            self._pending.clear()
-        return True
-
     async def _get_updates(self, params: dict[str, Any]) -> list[JSON]:
         consume_failure(self._poll_failures, None)
+        self._refuse_polling_under_webhook()
         allowed = as_json(params.get("allowed_updates"))
         if isinstance(allowed, list):
             self.allowed_updates = [str(a) for a in allowed]
@@ -409,8 +412,12 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, LocalServer):
         return True
 
     _methods = {
-        "getme": _get_me,
-        "deletewebhook": _delete_webhook,
+        "getme": BotAccount._get_me,
+        "getwebhookinfo": BotAccount._get_webhook_info,
+        "setwebhook": BotAccount._set_webhook,
+        "deletewebhook": BotAccount._delete_webhook,
+        "getchat": BotAccount._get_chat,
+        "getchatmember": BotAccount._get_chat_member,
         "getupdates": _get_updates,
         "sendmessage": BotMessages._send_message,
         "editmessagetext": BotMessages._edit_message_text,
