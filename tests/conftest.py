@@ -18,6 +18,7 @@ from gateway.runner import GatewayRunner
 from gateway.store import SessionStore
 
 from .fakes.openai_server import FakeOpenAI
+from .pg_cluster import pg_cluster, pg_fresh_url, pg_url  # noqa: F401  (PostgreSQL fixtures)
 
 # the real client libraries honour proxy variables; tests talk to 127.0.0.1 only
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
