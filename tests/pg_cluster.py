@@ -292,18 +292,15 @@ def pg_url(pg_cluster: PgCluster) -> str:
 @pytest.fixture
 async def pg_fresh_url(pg_cluster: PgCluster) -> AsyncIterator[str]:
     """The URL of an empty database of this test's own, dropped after it."""
-    import asyncpg
+    import psycopg
 
     name = f"t_{os.getpid()}_{next(_databases)}"
-    admin = await asyncpg.connect(pg_cluster.url())
-    try:
+    async with await psycopg.AsyncConnection.connect(pg_cluster.url(), autocommit=True) as admin:
         # file_copy: one checkpoint instead of WAL for every page, half the time with fsync off
         await admin.execute(f"CREATE DATABASE {name} TEMPLATE template0 STRATEGY file_copy")
         yield pg_cluster.url(name)
         # connections the test left open are ended: a leak shows in the test, not here
         await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
-    finally:
-        await admin.close()
 
 
 if __name__ == "__main__":
