@@ -364,8 +364,10 @@ def _settle_in(conn: sqlite3.Connection, record: ApprovalRecord, state: Approval
     if not changed:
         return None
     if decision == "session":
-        conn.execute("INSERT OR REPLACE INTO approval_grants (session_id, grant_key, "
-                     "approval_id, granted_at) VALUES (?,?,?,?)",
+        conn.execute("INSERT INTO approval_grants (session_id, grant_key, approval_id, "
+                     "granted_at) VALUES (?,?,?,?) ON CONFLICT (session_id, grant_key) "
+                     "DO UPDATE SET approval_id = excluded.approval_id, "
+                     "granted_at = excluded.granted_at",
                      (record.address.session_id, record.grant_key, record.id, now))
     row = conn.execute(f"SELECT {COLUMNS} FROM approvals WHERE id = ?",
                        (record.id,)).fetchone()

@@ -68,7 +68,7 @@ async def latest_session(store: SessionStore, session_key: str) -> SessionEntry 
 async def sessions_of(store: SessionStore, session_key: str) -> list[SessionEntry]:
     """A conversation's sessions, oldest first."""
     rows = await store.db.fetchall(
-        "SELECT id FROM sessions WHERE session_key = ? ORDER BY created_at, rowid",
+        "SELECT id FROM sessions WHERE session_key = ? ORDER BY created_at, id",
         (session_key,))
     found = await store.get_many([r[0] for r in rows])
     return [found[r[0]] for r in rows if r[0] in found]
@@ -81,7 +81,7 @@ async def transcript(store: SessionStore, session_key: str, limit: int = 2000
     rows = await store.db.fetchall(
         "SELECT * FROM (SELECT m.id, m.session_id, m.role, m.text, m.created_at, m.notice "
         "FROM messages m JOIN sessions s ON s.id = m.session_id WHERE s.session_key = ? "
-        "ORDER BY m.id DESC LIMIT ?) ORDER BY id", (session_key, limit))
+        "ORDER BY m.id DESC LIMIT ?) AS recent ORDER BY id", (session_key, limit))
     return [TranscriptLine(*row) for row in rows]
 
 

@@ -90,8 +90,9 @@ class Database(GroupCommit[sqlite3.Connection]):
                                         else deep_within)
             if verdict != "ok":
                 return f"the state database is damaged: {verdict}"
-            await self.write([("INSERT OR REPLACE INTO store_health (id, checked_at) "
-                               "VALUES (1, ?)", (time.time(),))])
+            await self.write([("INSERT INTO store_health (id, checked_at) VALUES (1, ?) "
+                               "ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at",
+                               (time.time(),))])
         except StoreClosed:
             return "the state database is closed"
         except sqlite3.OperationalError as exc:  # locked, read-only, out of space...

@@ -67,11 +67,14 @@ class Inbound:
         pid = platform_id or f"local-{uuid.uuid4().hex}"
 
         def insert(conn: sqlite3.Connection) -> int | None:
-            cursor = conn.execute(
-                f"INSERT OR IGNORE INTO inbound ({_COLUMNS}) "
-                f"VALUES (NULL, ?, ?, ?, ?, ?, ?, 'received', NULL)",
-                (event.route.platform, pid, session_key, event_to_json(event), sent_at, now))
-            return cursor.lastrowid if cursor.rowcount == 1 else None
+            # no row back: the platform id was journaled before
+            row = conn.execute(
+                "INSERT INTO inbound (platform, platform_id, session_key, event, sent_at, "
+                "received_at, state) VALUES (?, ?, ?, ?, ?, ?, 'received') "
+                "ON CONFLICT DO NOTHING RETURNING id",
+                (event.route.platform, pid, session_key, event_to_json(event), sent_at, now)
+            ).fetchone()
+            return int(row[0]) if row is not None else None
 
         entry_id = await self.db.write(insert)
         if entry_id is None:

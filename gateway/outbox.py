@@ -100,9 +100,9 @@ class Outbox:
         """The statement that adds ``n``; a repeated idempotency key adds nothing."""
         a = n.address
         return (
-            "INSERT OR IGNORE INTO notifications (idempotency_key, kind, job_id, session_key, "
+            "INSERT INTO notifications (idempotency_key, kind, job_id, session_key, "
             "session_id, tab_id, return_address, text, created_at, outcome, file_path) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
             (n.idempotency_key, n.kind, n.job_id, a.session_key, a.session_id, a.tab_id,
              a.to_json(), n.text, time.time(), n.outcome, n.file_path),
         )
@@ -209,11 +209,14 @@ class Outbox:
         mine = f"router-{process_identity()}-%"
         busy = sorted(self._delivering)
 
+        # (an empty IN () is SQLite's only: the clause goes when nothing is being delivered)
+        not_busy = f"AND id NOT IN ({','.join('?' * len(busy))}) " if busy else ""
+
         def take(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
             rows = conn.execute(
                 f"SELECT id, state, text FROM notifications WHERE job_id = ? AND (state = "
-                f"'pending' OR (state = 'claimed' AND claimed_by LIKE ?)) AND id NOT IN "
-                f"({','.join('?' * len(busy))}) ORDER BY id", (job_id, mine, *busy)).fetchall()
+                f"'pending' OR (state = 'claimed' AND claimed_by LIKE ?)) {not_busy}"
+                f"ORDER BY id", (job_id, mine, *busy)).fetchall()
             conn.executemany(
                 "UPDATE notifications SET state = 'delivered', reason = 'consumed', "
                 "delivered_at = ?, last_error = NULL WHERE id = ?", [(now, r[0]) for r in rows])

@@ -70,9 +70,9 @@ class Pairing:
             return False
 
         def pin(conn: sqlite3.Connection) -> str:
-            conn.execute("INSERT OR IGNORE INTO username_pins (platform, username, user_id, "
-                         "pinned_at) VALUES (?,?,?,?)", (platform, username, user_id,
-                                                         time.time()))
+            conn.execute("INSERT INTO username_pins (platform, username, user_id, pinned_at) "
+                         "VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+                         (platform, username, user_id, time.time()))
             owner: str = conn.execute("SELECT user_id FROM username_pins WHERE platform = ? "
                                       "AND username = ?", (platform, username)).fetchone()[0]
             return owner
@@ -155,8 +155,10 @@ class Pairing:
                 raise PairingError(f"code {wanted} has expired; ask the user to message the "
                                    f"bot again for a new one")
             conn.execute("UPDATE pairing_codes SET approved_at = ? WHERE code = ?", (now, wanted))
-            conn.execute("INSERT OR REPLACE INTO approved_users (platform, user_id, user_name, "
-                         "approved_at) VALUES (?,?,?,?)", (platform, row[2], row[3], now))
+            conn.execute("INSERT INTO approved_users (platform, user_id, user_name, "
+                         "approved_at) VALUES (?,?,?,?) ON CONFLICT (platform, user_id) "
+                         "DO UPDATE SET user_name = excluded.user_name, "
+                         "approved_at = excluded.approved_at", (platform, row[2], row[3], now))
             route = Route.from_dict(json.loads(row[6])) if row[6] else None
             return PairingRequest(row[0], row[1], row[2], row[3], row[4], route)
 

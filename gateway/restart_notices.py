@@ -47,8 +47,10 @@ async def announce_restart(runner: GatewayRunner, db: Database,
         if not result.ok:
             log.warning("restart_notice_failed", place=place, error=result.error)
             continue
-        await db.write([("INSERT OR REPLACE INTO restart_notices (place, route, told_at) "
-                         "VALUES (?, ?, ?)", (place, json.dumps(route.to_dict()), time.time()))])
+        await db.write([("INSERT INTO restart_notices (place, route, told_at) VALUES (?, ?, ?) "
+                         "ON CONFLICT (place) DO UPDATE SET route = excluded.route, "
+                         "told_at = excluded.told_at",
+                         (place, json.dumps(route.to_dict()), time.time()))])
         told += 1
     if told:
         log.info("restart_announced", places=told)

@@ -359,8 +359,8 @@ _INSERT_SESSION = f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,
 def _insert_many(conn: sqlite3.Connection, *, entries: list[SessionEntry]
                  ) -> dict[str, SessionEntry]:
     """Insert sessions unless their key is live already; the live row per key."""
-    conn.executemany(_INSERT_SESSION.replace("INSERT", "INSERT OR IGNORE", 1),
-                     [_row(e) for e in entries])
+    # the partial unique index on live keys is the guard: a key live already adds nothing
+    conn.executemany(_INSERT_SESSION + " ON CONFLICT DO NOTHING", [_row(e) for e in entries])
     live: dict[str, SessionEntry] = {}
     keys = [e.session_key for e in entries]
     for start in range(0, len(keys), 500):

@@ -68,7 +68,7 @@ def crash_on_write(monkeypatch: pytest.MonkeyPatch, db: Database,
 def inserts_notice(kind: str) -> Callable[[Sequence[Op]], bool]:
     """Matches a write that adds a notification of ``kind`` to the outbox."""
     def matches(ops: Sequence[Op]) -> bool:
-        return any(sql.startswith("INSERT OR IGNORE INTO notifications") and params[1] == kind
+        return any(sql.startswith("INSERT INTO notifications") and params[1] == kind
                    for sql, params in ops)
     return matches
 

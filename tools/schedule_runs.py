@@ -52,8 +52,8 @@ def mark_started(conn: sqlite3.Connection, schedule_id: str, scheduled_for: floa
 def insert_run(conn: sqlite3.Connection, schedule_id: str, claim: Claim, state: str,
                now: float, *, reason: str | None = None) -> None:
     conn.execute(
-        "INSERT OR IGNORE INTO schedule_runs (schedule_id, scheduled_for, state, reason, "
-        "claimed_at) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO schedule_runs (schedule_id, scheduled_for, state, reason, claimed_at) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (schedule_id, claim.scheduled_for, state, reason or claim.reason, now))
 
 

@@ -388,8 +388,9 @@ class Scheduler:
             were = "times were" if s.skipped != 1 else "time was"
             footer.append(f"{s.skipped} later scheduled {were} skipped: this run was still "
                           f"going.")
-            ops.append(("UPDATE schedules SET skipped = MAX(0, skipped - ?) WHERE id = ?",
-                        (s.skipped, s.id)))
+            ops.append(("UPDATE schedules SET skipped = CASE WHEN skipped > ? "
+                        "THEN skipped - ? ELSE 0 END WHERE id = ?",
+                        (s.skipped, s.skipped, s.id)))
         footer.append(_next_line(s))
         return EndNote(header=f"{run_header(s, scheduled_for)}.", footer=" ".join(footer),
                        ops=ops)
