@@ -26,9 +26,9 @@ from tools.approval_rules import ApprovalPolicy, Need
 
 from .approval_records import COLUMNS, ApprovalRecord, ApprovalState, Decision
 from .context import SessionContext, current_session, session_context
-from .database import Database
 from .events import SendResult
 from .notifications import ReturnAddress
+from .state_database import StateDatabase
 
 if TYPE_CHECKING:
     from .config import ApprovalsConfig
@@ -67,7 +67,7 @@ class Pressed:
 
 
 class Approvals:
-    def __init__(self, db: Database, runner: GatewayRunner, config: ApprovalsConfig, *,
+    def __init__(self, db: StateDatabase, runner: GatewayRunner, config: ApprovalsConfig, *,
                  clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.runner = runner
@@ -345,7 +345,7 @@ class Approvals:
         return [ApprovalRecord.from_row(r) for r in rows]
 
 
-async def recent_approvals(db: Database, limit: int = 50) -> list[ApprovalRecord]:
+async def recent_approvals(db: StateDatabase, limit: int = 50) -> list[ApprovalRecord]:
     """Pending approvals, then the latest decisions (``homing approvals``)."""
     rows = await db.fetchall(
         f"SELECT {COLUMNS} FROM approvals ORDER BY state != 'pending', created_at DESC "

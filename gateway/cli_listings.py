@@ -23,12 +23,14 @@ T = TypeVar("T")
 EXIT_CONFIG = 2
 
 
-def existing_store(config: Config) -> bool:
-    """Read-only commands look at an existing state database and never make one."""
-    if config.state_db.exists():
+def existing_store(config: Config, *, quiet: bool = False) -> bool:
+    """Read-only commands look at an existing state database and never make one (a
+    PostgreSQL store is there whenever its server is)."""
+    if config.store.url is not None or config.state_db.exists():
         return True
-    print(f"homing: no state database at {config.state_db} (is HOMING_HOME or the config's "
-          f"'home' set as for the daemon?)", file=sys.stderr)
+    if not quiet:
+        print(f"homing: no state database at {config.state_db} (is HOMING_HOME or the "
+              f"config's 'home' set as for the daemon?)", file=sys.stderr)
     return False
 
 
@@ -38,13 +40,22 @@ class StoreUnreadable(Exception):
 
 def with_store(config: Config, use: Callable[[SessionStore], Awaitable[T]]) -> T:
     async def run() -> T:
-        async with SessionStore(config.state_db) as store:
+        async with SessionStore(config.state_location) as store:
             return await use(store)
     try:
         return asyncio.run(run())
-    except (sqlite3.DatabaseError, RuntimeError) as exc:  # damaged, foreign, or too new
-        raise StoreUnreadable(f"the state database at {config.state_db} cannot be read: "
+    except _store_errors(config) as exc:  # damaged, foreign, too new; refused, unreachable
+        raise StoreUnreadable(f"the state database at {config.state_shown} cannot be read: "
                               f"{exc}") from None
+
+
+def _store_errors(config: Config) -> tuple[type[Exception], ...]:
+    errors: tuple[type[Exception], ...] = (sqlite3.DatabaseError, RuntimeError)
+    if config.store.url is not None:
+        import psycopg
+
+        errors += (psycopg.Error,)
+    return errors
 
 
 def _listing(config: Config, args: argparse.Namespace, what: str,
@@ -179,8 +190,8 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
     from .status_file import read_status
 
     daemon = read_status(config.home_path) or {"running": False}
-    report: dict[str, Any] = {"daemon": daemon, "state_db": str(config.state_db)}
-    if config.state_db.exists():
+    report: dict[str, Any] = {"daemon": daemon, "state_db": config.state_shown}
+    if existing_store(config, quiet=True):
         async def counts(store: SessionStore) -> dict[str, Any]:
             db = store.db
             (live,) = await db.fetchone("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
@@ -205,7 +216,7 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
         last = daemon.get("updated_at")
         print("daemon: not running" + (f" (last seen {when(last)})" if last else ""))
     if "live_sessions" not in report:
-        print(f"no state database at {config.state_db}")
+        print(f"no state database at {config.state_shown}")
         return 0
     parked = report["parked_notifications"]
     print(f"live sessions: {report['live_sessions']}")

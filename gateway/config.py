@@ -275,6 +275,20 @@ class ShutdownConfig(_Strict):
     drain_timeout_seconds: float = Field(30.0, gt=0)
 
 
+class StoreConfig(_Strict):
+    #: ``postgresql://user:${PGPASSWORD}@host/db``: the state on PostgreSQL (several
+    #: instances may share it); without it, ``state.db`` in the home (SQLite)
+    url: SecretStr | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(
+                ("postgresql://", "postgres://")):
+            raise ValueError("expected a postgresql:// URL (leave it out for SQLite in the home)")
+        return value
+
+
 class LoggingConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -294,6 +308,7 @@ class Config(_Strict):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
 
     @property
     def home_path(self) -> Path:
@@ -302,6 +317,25 @@ class Config(_Strict):
     @property
     def state_db(self) -> Path:
         return self.home_path / "state.db"
+
+    @property
+    def state_location(self) -> str | Path:
+        """Where the state lives: ``store.url`` (PostgreSQL), else :attr:`state_db`."""
+        return secret(self.store.url) or self.state_db
+
+    @property
+    def state_shown(self) -> str:
+        """:attr:`state_location` as it may be printed: a URL without its password."""
+        url = secret(self.store.url)
+        if url is None:
+            return str(self.state_db)
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return parts._replace(netloc=netloc).geturl()
 
     @property
     def files_dir(self) -> Path:

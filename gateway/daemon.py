@@ -23,7 +23,6 @@ from tools.terminal import Terminal
 
 from .approvals import Approvals
 from .config import Config
-from .database import Database
 from .lifecycle import Lifecycle
 from .outbox import Outbox
 from .pairing import Pairing
@@ -35,6 +34,7 @@ from .restart_notices import BackOnline, announce_restart, places_in_progress
 from .router import Router
 from .runner import GatewayRunner
 from .sd_notify import Notifier
+from .state_database import StateDatabase
 from .status_file import keep_status, write_status
 from .store import SessionStore
 
@@ -102,7 +102,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
     adapters = _require_some([*build_adapters(config), *(extra_adapters or [])])
     private_dir(config.home_path)
     await asyncio.to_thread(tighten_home, config.home_path)
-    async with SessionStore(config.state_db) as store:
+    async with SessionStore(config.state_location) as store:
         outbox = Outbox(store.db)
         jobs = JobManager(store.db, outbox, config)
         terminal = Terminal(jobs, foreground_timeout=config.jobs.foreground_timeout_seconds)
@@ -176,7 +176,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
             life.add("store-watch", stop=_async(store_watch.cancel))
             log.info("gateway_started", platforms=[a.platform for a in adapters],
-                     state_db=str(config.state_db), jobs_reattached=recovered,
+                     state_db=config.state_shown, jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
                      approvals_pending=pending_approvals, agent=config.agent.backend,
                      model=config.agent.model if model is not None else None)
@@ -212,7 +212,7 @@ def _async(step: Callable[[], object]) -> Callable[[], Awaitable[None]]:
     return run
 
 
-async def watch_store(db: Database, interval: float = STORE_CHECK_SECONDS) -> None:
+async def watch_store(db: StateDatabase, interval: float = STORE_CHECK_SECONDS) -> None:
     """Say, each minute until it is fixed, that the state database is broken."""
     broken = False
     while True:

@@ -27,9 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .database import Database, Op
+from .database import Op
 from .events import MessageEvent
 from .route import Route
+from .state_database import StateDatabase
 
 _COLUMNS = ("id, platform, platform_id, session_key, event, sent_at, received_at, state, "
             "handled_at")
@@ -55,7 +56,7 @@ class JournalEntry:
 
 
 class Inbound:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: StateDatabase) -> None:
         self.db = db
 
     async def record(self, event: MessageEvent, session_key: str, *,
@@ -167,7 +168,7 @@ def acted_ops() -> list[Op]:
              (entry_id,))]
 
 
-async def mark_acted(db: Database) -> None:
+async def mark_acted(db: StateDatabase) -> None:
     """Before a side effect no transaction of ours records — a foreground command, a
     tool call — the message that asked for it must not be run again either."""
     ops = acted_ops()

@@ -106,8 +106,15 @@ def secrets_of(config: Config) -> list[str]:
     p = config.platforms
     transcription = config.agent.transcription
     values = (p.web.token, p.telegram.token, p.discord.token, config.agent.api_key,
-              transcription.api_key if transcription is not None else None)
-    return [s for s in (secret(v) for v in values) if s]
+              transcription.api_key if transcription is not None else None, config.store.url)
+    found = [s for s in (secret(v) for v in values) if s]
+    url = secret(config.store.url)
+    if url is not None:  # the password alone, wherever a driver's message shows it
+        from urllib.parse import urlsplit
+
+        password = urlsplit(url).password
+        found += [password] if password else []
+    return found
 
 
 class Masker:

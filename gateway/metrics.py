@@ -18,7 +18,7 @@ from prometheus_client import (
 )
 
 if TYPE_CHECKING:
-    from .database import Database
+    from .state_database import StateDatabase
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -47,7 +47,7 @@ class Metrics:
                                  "Whether a platform adapter is connected (1) or not (0)",
                                  ["platform"], registry=r)
 
-    async def render(self, db: Database, adapters: Mapping[str, Any],
+    async def render(self, db: StateDatabase, adapters: Mapping[str, Any],
                      jobs_running: int) -> bytes:
         """Refresh the gauges from the store and the adapters (their ``connected``),
         then render."""

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from .database import Database, Op
+from .database import Op
 from .notifications import NOTIFICATION_COLUMNS, STATES, NewNotification, Notification
 from .processes import identity_alive, process_identity
+from .state_database import StateDatabase
 
 log = structlog.get_logger(__name__)
 
@@ -74,7 +75,7 @@ Settled = Callable[[Notification, str, "str | None", "str | None"], None]
 
 
 class Outbox:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: StateDatabase) -> None:
         self.db = db
         self._listeners: list[Callable[[], None]] = []
         #: rows a tool took (see :meth:`consume`) while this process's router held them

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from .database import Database
 from .route import Route
+from .state_database import StateDatabase
 
 if TYPE_CHECKING:
     from .config import Config
@@ -46,7 +46,7 @@ class PairingRequest:
 
 
 class Pairing:
-    def __init__(self, db: Database, *, ttl_seconds: float = 3600.0, max_pending: int = 5,
+    def __init__(self, db: StateDatabase, *, ttl_seconds: float = 3600.0, max_pending: int = 5,
                  reminder_seconds: float = 600.0) -> None:
         self.db = db
         self.ttl = ttl_seconds

@@ -110,9 +110,10 @@ class PgDatabase(GroupCommit[PgConnection]):
     def is_open(self) -> bool:
         return self._writer is not None
 
-    async def health(self) -> str | None:
+    async def health(self, *, deep_within: float | None = None) -> str | None:
         """None when the store can be read and written; otherwise what is wrong, in a
-        sentence an operator can act on."""
+        sentence an operator can act on. (``deep_within`` is SQLite's page check:
+        PostgreSQL checks its own pages.)"""
         try:
             rows = await self.fetchall(
                 "SELECT table_name FROM information_schema.tables "

@@ -16,10 +16,10 @@ from collections.abc import Iterable
 
 import structlog
 
-from .database import Database
 from .events import SendResult
 from .route import Route
 from .runner import GatewayRunner
+from .state_database import StateDatabase
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +32,7 @@ def place_of(route: Route) -> str:
     return f"{route.platform}:{route.chat_id}:{route.thread_id or ''}"
 
 
-async def announce_restart(runner: GatewayRunner, db: Database,
+async def announce_restart(runner: GatewayRunner, db: StateDatabase,
                            routes: Iterable[Route]) -> int:
     """Tell each place once (whatever many turns or jobs it has) and remember it."""
     places: dict[str, Route] = {}
@@ -60,7 +60,7 @@ async def announce_restart(runner: GatewayRunner, db: Database,
 class BackOnline:
     """Says "back online" at start-up, and again for each platform as it connects."""
 
-    def __init__(self, runner: GatewayRunner, db: Database) -> None:
+    def __init__(self, runner: GatewayRunner, db: StateDatabase) -> None:
         self.runner = runner
         self.db = db
         self._lock = asyncio.Lock()  # one announcement at a time: each place once
@@ -77,7 +77,7 @@ class BackOnline:
         task.add_done_callback(self._tasks.discard)
 
 
-async def announce_back_online(runner: GatewayRunner, db: Database) -> int:
+async def announce_back_online(runner: GatewayRunner, db: StateDatabase) -> int:
     """Say "back online" once in each place told about the restart, on connected platforms."""
     told = 0
     for place, route_json in await db.fetchall("SELECT place, route FROM restart_notices"):

@@ -21,11 +21,12 @@ from typing import Any, Literal
 
 import structlog
 
-from .database import Database, Op
+from .database import Op
 from .events import NoticeInfo
 from .route import Route
 from .session_cache import LiveSessionCache
 from .session_entry import SessionEntry
+from .state_database import open_state_database
 
 log = structlog.get_logger(__name__)
 
@@ -62,18 +63,21 @@ class SessionNotFound(LookupError):
 
 
 class SessionStore:
-    """Sessions and transcripts. ``async with SessionStore(path)`` opens the
-    state database it lives in; the outbox and job registry share it."""
+    """Sessions and transcripts. ``async with SessionStore(location)`` opens the
+    state database it lives in (a SQLite file's path, or a PostgreSQL URL); the
+    outbox and job registry share it."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.db = Database(path)
+    def __init__(self, location: str | Path) -> None:
+        self.location = location
+        self.db = open_state_database(location)
         self._live = LiveSessionCache(_LIVE_CACHE_SIZE)
         self._creations: dict[str, tuple[SessionEntry, asyncio.Future[SessionEntry]]] = {}
         self._creator: asyncio.Task[None] | None = None
 
     @property
     def path(self) -> Path:
-        return self.db.path
+        """The SQLite file (for a PostgreSQL store, its URL is :attr:`location`)."""
+        return Path(self.location)
 
     async def initialize(self) -> None:
         await self.db.open()

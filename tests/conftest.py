@@ -40,8 +40,25 @@ def config(tmp_path: Path) -> Config:
     return make_config(tmp_path / "home")
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_location(request: pytest.FixtureRequest, config: Config) -> str | Path:
+    """Each store test runs on both backends: the home's SQLite file, and a database
+    of its own on the throwaway PostgreSQL cluster."""
+    if request.param == "sqlite":
+        return config.state_db
+    url: str = request.getfixturevalue("pg_fresh_url")
+    return url
+
+
 @pytest.fixture
-async def store(config: Config) -> AsyncIterator[SessionStore]:
+async def store(state_location: str | Path) -> AsyncIterator[SessionStore]:
+    async with SessionStore(state_location) as s:
+        yield s
+
+
+@pytest.fixture
+async def sqlite_store(config: Config) -> AsyncIterator[SessionStore]:
+    """For tests of SQLite's own file (WAL, schema version)."""
     async with SessionStore(config.state_db) as s:
         yield s
 

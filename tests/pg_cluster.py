@@ -38,7 +38,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -290,17 +290,19 @@ def pg_url(pg_cluster: PgCluster) -> str:
 
 
 @pytest.fixture
-async def pg_fresh_url(pg_cluster: PgCluster) -> AsyncIterator[str]:
-    """The URL of an empty database of this test's own, dropped after it."""
+def pg_fresh_url(pg_cluster: PgCluster) -> Iterator[str]:
+    """The URL of an empty database of this test's own, dropped after it. (Not async,
+    so a parametrized fixture can ask for it by name.)"""
     import psycopg
 
     name = f"t_{os.getpid()}_{next(_databases)}"
-    async with await psycopg.AsyncConnection.connect(pg_cluster.url(), autocommit=True) as admin:
+    with psycopg.connect(pg_cluster.url(), autocommit=True) as admin:
         # file_copy: one checkpoint instead of WAL for every page, half the time with fsync off
-        await admin.execute(f"CREATE DATABASE {name} TEMPLATE template0 STRATEGY file_copy")
-        yield pg_cluster.url(name)
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE template0 STRATEGY file_copy")
+    yield pg_cluster.url(name)
+    with psycopg.connect(pg_cluster.url(), autocommit=True) as admin:
         # connections the test left open are ended: a leak shows in the test, not here
-        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 if __name__ == "__main__":

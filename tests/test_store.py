@@ -89,8 +89,8 @@ async def test_transcript_is_durable_after_close(tmp_path: Path) -> None:
     assert [line.text for line in lines] == [f"line {i}" for i in range(100)]
 
 
-async def test_schema_is_versioned_and_in_wal_mode(store: SessionStore) -> None:
-    with sqlite3.connect(store.path) as db:
+async def test_schema_is_versioned_and_in_wal_mode(sqlite_store: SessionStore) -> None:
+    with sqlite3.connect(sqlite_store.path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 

@@ -9,8 +9,8 @@ from typing import Protocol
 
 from aiohttp import web
 
-from ..database import Database
 from ..metrics import CONTENT_TYPE, Metrics
+from ..state_database import StateDatabase
 
 
 class Connected(Protocol):
@@ -20,7 +20,7 @@ class Connected(Protocol):
 
 class Stored(Protocol):
     @property
-    def db(self) -> Database: ...
+    def db(self) -> StateDatabase: ...
 
 
 class Operated(Protocol):

@@ -1,0 +1,65 @@
+"""The whole daemon with its state on PostgreSQL (``store.url``), one instance.
+
+The tests are the SQLite suite's own, imported: only the ``gateway`` fixture
+differs, so each one proves the same behaviour on the second backend — jobs
+reporting to their topics, watches, labelled notices after ``/new``, parking,
+a busy owner's notices, schedules at their times, and runs across a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.daemon import Gateway, running_gateway
+from gateway.platforms.memory import MemoryAdapter
+
+from .conftest import make_config
+from .test_jobs import (  # noqa: F401  (collected here with the PostgreSQL gateway)
+    test_a_busy_owner_keeps_its_notice_until_its_turn_ends,
+    test_a_job_started_before_new_reports_as_a_labelled_notice_without_a_turn,
+    test_a_watch_reports_while_running_then_disables_then_completes_once,
+    test_notices_go_to_the_topic_and_anchor_that_started_each_job,
+    test_unprovable_notifications_are_parked_and_sent_nowhere,
+)
+from .test_schedules import (  # noqa: F401
+    START,
+    Clock,
+    test_cron_and_at_schedules_run_at_their_times_and_a_one_shot_only_once,
+    test_every_reports_each_run_in_its_topic_under_its_message,
+    test_schedules_lists_pauses_resumes_runs_now_and_removes,
+)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(START)
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, pg_fresh_url: str, clock: Clock
+                  ) -> AsyncIterator[tuple[Gateway, MemoryAdapter]]:
+    adapter = MemoryAdapter("memory", send_delay=0.002)
+    config = make_config(tmp_path / "home", store__url=pg_fresh_url, schedules__timezone="UTC",
+                         jobs__watch__cooldown_seconds=2, jobs__watch__max_notices=3)
+    async with running_gateway(config, [adapter], clock=clock) as gw:
+        yield gw, adapter
+
+
+async def test_the_web_chat_answers_and_nothing_is_written_to_the_home(
+        tmp_path: Path, pg_fresh_url: str) -> None:
+    home = tmp_path / "home"
+    async with running_gateway(make_config(home, store__url=pg_fresh_url)) as gw:
+        port = gw.runner.adapters["web"].port  # type: ignore[attr-defined]
+        async with aiohttp.ClientSession() as http, \
+                http.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
+            await ws.receive_json(timeout=5)
+            await ws.send_json({"type": "message", "text": "hello postgres"})
+            assert "hello postgres" in (await ws.receive_json(timeout=5))["text"]
+        await gw.store.db.flush()  # transcript lines are written behind
+        (count,) = await gw.store.db.fetchone("SELECT COUNT(*) FROM messages")
+        assert count >= 2  # the message and its answer, in PostgreSQL
+    assert not (home / "state.db").exists()
