@@ -9,17 +9,25 @@ A misroute is a notice sent anywhere but its own topic.
 Each figure is the median of ``--runs`` runs with the lowest and highest.
 
     python -m bench.route_throughput [--notifications 10000] [--sessions 10,1000,10000]
-                                     [--runs 3]
+                                     [--runs 3] [--store postgresql://user@host/db]
+
+With ``--store``, the state is on PostgreSQL: each run gets a database of its own,
+created beside the URL's (the user needs CREATEDB) and dropped after.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
+import itertools
+import os
 import resource
 import tempfile
 import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 from bench.common import (
     TimedAdapter,
@@ -35,10 +43,12 @@ from gateway.notifications import NewNotification
 DEFAULT_GC = gc.get_threshold()
 
 
-async def measure(total: int, sessions: int, settled: bool = False) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as home:
+async def measure(total: int, sessions: int, settled: bool = False,
+                  store: str | None = None) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as home, fresh_database(store) as url:
         adapter = TimedAdapter()
-        async with running_gateway(bench_config(home), [adapter]) as gw:
+        sections = {"store": {"url": url}} if url else {}
+        async with running_gateway(bench_config(home, **sections), [adapter]) as gw:
             addresses = await forum_topic_addresses(gw, sessions)
             if settled:  # as `homing run` does once started
                 settle_memory()
@@ -64,20 +74,47 @@ async def measure(total: int, sessions: int, settled: bool = False) -> dict[str,
             "misroutes": misroutes, "delivered": delivered, "sent": len(adapter.sent_ns)}
 
 
+_runs = itertools.count()
+
+
+@contextlib.contextmanager
+def fresh_database(url: str | None) -> Iterator[str | None]:
+    """A new database beside ``url``'s for one run (nothing left from the last), or
+    None for SQLite."""
+    if url is None:
+        yield None
+        return
+    import psycopg
+
+    name = f"homing_bench_{os.getpid()}_{next(_runs)}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    parts = urlsplit(url)
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--notifications", type=int, default=10_000)
     parser.add_argument("--sessions", default="10,1000,10000")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--store", metavar="URL",
+                        help="a postgresql:// URL: the state on PostgreSQL (default SQLite)")
     parser.add_argument("--plain-gc", action="store_true",
                         help="without the daemon's gc.freeze and threshold (to compare)")
     args = parser.parse_args()
     quiet()
+    where = urlsplit(args.store).netloc.split("@")[-1] if args.store else None
+    print(f"store: PostgreSQL at {where}" if where else "store: SQLite")
     print(f"{'sessions':>8}  {'routed/s':>22}  {'per CPU-s':>22}  {'committed/s':>22}  "
           f"misroutes  undelivered")
     for sessions in (int(x) for x in args.sessions.split(",")):
-        runs = [await measure(args.notifications, sessions, settled=not args.plain_gc)
-                for _ in range(args.runs)]
+        runs = [await measure(args.notifications, sessions, settled=not args.plain_gc,
+                              store=args.store) for _ in range(args.runs)]
         figures = {key: [r[key] for r in runs]
                    for key in ("per_second", "per_cpu_second", "produce_per_second")}
         misroutes = sum(int(r["misroutes"]) for r in runs)

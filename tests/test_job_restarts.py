@@ -219,9 +219,11 @@ async def test_a_kill_cut_short_by_a_restart_is_finished_after_it(tmp_path: Path
     first = MemoryAdapter("memory")
     async with running_gateway(config, [first]) as gw:
         address = await address_of(gw, first)
-        record = await gw.jobs.start("trap '' TERM; sleep 60", address)
-        await eventually(lambda: job_process.group_members(record.pid) >= 2,
-                         what="the job's processes")
+        record = await gw.jobs.start("trap '' TERM; echo armed; sleep 60", address)
+        # the trap is set once "armed" is out (a SIGTERM before it would end the shell)
+        await eventually(lambda: b"armed" in record.log_path.read_bytes()
+                         and job_process.group_members(record.pid) >= 2,
+                         what="the job ignoring SIGTERM")
         killing = asyncio.ensure_future(gw.jobs.kill(record.id))
 
         async def kill_recorded() -> bool:
