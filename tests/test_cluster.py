@@ -8,6 +8,7 @@ event, with a generous deadline; elapsed times are for benches."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sqlite3
 import sys
@@ -26,6 +27,7 @@ from gateway.database import Database
 from gateway.pg_database import WRITE_LOCK, PgDatabase
 
 from .helpers import eventually, eventually_async
+from .real_daemon import run_cli, web_home
 
 LEASE = 0.3  # seconds, renewed every 0.1: for an instance that is to die or be cut off
 #: for one whose renewals must all go through meanwhile: a busy machine's stall is not
@@ -403,3 +405,44 @@ def test_config_defaults_and_names() -> None:
     assert default_instance_name("vps1.example.com") == "vps1-homing"
     assert default_instance_name("odd host!") == "odd-host-homing"
     assert default_instance_name("") == "homing"
+
+
+# homing status ----------------------------------------------------------------------
+
+async def test_status_lists_instances_and_the_leases_they_hold(tmp_path: Path) -> None:
+    env = web_home(tmp_path / "home")
+    db = Database(tmp_path / "home" / "state.db")
+    await db.open()
+    try:
+        # a live instance holding a lease, and one that stopped; the lease outlives the test
+        holder = Instance(db, "vps1-homing", lease_seconds=600, host="vps1", pid=4242)
+        await holder.start()
+        assert (await Lease(holder, "telegram:123").try_acquire()).held
+        stopped = Instance(db, "vps2-homing", lease_seconds=600, host="vps2", pid=99)
+        await stopped.start()
+        await stopped.stop()
+        assert holder._renewer is not None
+        holder._renewer.cancel()  # the CLI reads the row as it stands
+    finally:
+        await db.close()
+
+    code, out, err = await run_cli("status", "--json", env=env)
+    assert code == 0, err
+    report = json.loads(out)
+    by_name = {i["name"]: i for i in report["instances"]}
+    live = by_name["vps1-homing"]
+    times = ("started_at", "renewed_at", "lease_expires_at", "lease_age_seconds",
+             "expires_in_seconds")
+    assert {k: v for k, v in live.items() if k not in times} == {
+        "name": "vps1-homing", "epoch": 1, "host": "vps1", "pid": 4242, "stopped_at": None,
+        "state": "live", "leases": ["telegram:123"]}
+    assert live["lease_expires_at"] - live["renewed_at"] == pytest.approx(600)
+    assert 0 < live["expires_in_seconds"] <= 600 and live["lease_age_seconds"] >= 0
+    assert by_name["vps2-homing"]["state"] == "stopped" and by_name["vps2-homing"]["leases"] == []
+    (lease,) = report["leases"]
+    assert (lease["name"], lease["holder"], lease["holder_epoch"], lease["epoch"],
+            lease["held"]) == ("telegram:123", "vps1-homing", 1, 1, True)
+
+    code, out, err = await run_cli("status", env=env)
+    assert code == 0, err
+    assert "vps1-homing" in out and "telegram:123" in out and "stopped" in out
