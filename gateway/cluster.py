@@ -24,6 +24,10 @@ Leases are counted in the store's clock (see gateway/cluster_store.py, which hol
 rows and statements). The local half of self-fencing uses the monotonic clock only: an
 instance counts its lease from before it asked for the renewal, which is never later
 than the store's count, so it stops acting before anyone else may start.
+
+Renewals go through the store's ordinary write queue (``db.write``: group commit, and
+on PostgreSQL the cluster-wide write lock), so a long queue delays them; the statements
+need neither, and docs/postgres-plan.md moves them to a connection of their own later.
 """
 
 from __future__ import annotations
@@ -131,6 +135,10 @@ class Instance:
     # lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Take the row with the next epoch and start renewing. One object is one life:
+        to rejoin after :attr:`ended`, start a new Instance."""
+        if self._epoch is not None:
+            raise RuntimeError(f"instance {self.name} was already started")
         asked = time.monotonic()
         epoch, previous, now = await self.db.write(functools.partial(
             rows.register, name=self.name, host=self.host, pid=self.pid,
