@@ -25,8 +25,9 @@ from .cli_listings import (
     when,
     with_store,
 )
-from .config import Config, ConfigError, config_warnings, find_config_file, load_config
+from .config import Config, ConfigError, find_config_file, load_config
 from .config_file import ignored_config_files
+from .config_warnings import config_warnings
 from .home_check import home_problem
 from .notifications import STATES
 from .setup_options import add_setup_arguments

@@ -187,6 +187,7 @@ def schedules_command(config: Config, args: argparse.Namespace) -> int:
 
 
 def status_command(config: Config, args: argparse.Namespace) -> int:
+    from . import cluster_store as cluster
     from .status_file import read_status
 
     daemon = read_status(config.home_path) or {"running": False}
@@ -201,9 +202,21 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
             parked = dict(await db.fetchall(
                 "SELECT reason, COUNT(*) FROM notifications WHERE state = 'parked' "
                 "GROUP BY reason"))
+            # the instances sharing this store (gateway/cluster.py) and what each holds
+            now = await cluster.store_now(db)
+            leases = await cluster.list_leases(db)
+            instances = [i.to_dict(now) | {
+                "lease_age_seconds": round(now - i.renewed_at, 1),
+                "expires_in_seconds": round(i.lease_expires_at - now, 1),
+                "leases": [lease.name for lease in leases if lease.held(now)
+                           and (lease.holder, lease.holder_epoch) == (i.name, i.epoch)]}
+                for i in await cluster.list_instances(db)]
             return {"live_sessions": live, "running_jobs": jobs,
                     "pending_notifications": states.get("pending", 0) + states.get("claimed", 0),
-                    "parked_notifications": parked}
+                    "parked_notifications": parked, "instances": instances,
+                    "leases": [lease.to_dict(now) | {
+                        "expires_in_seconds": round(lease.expires_at - now, 1)}
+                        for lease in leases]}
         report.update(with_store(config, counts))
     if args.json:
         print(json.dumps(report, indent=2))
@@ -224,6 +237,20 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
     print(f"pending notifications: {report['pending_notifications']}")
     print(f"parked notifications: {sum(parked.values())}" + (
         " (" + ", ".join(f"{r}: {n}" for r, n in sorted(parked.items())) + ")" if parked else ""))
+    if report["instances"]:
+        print("instances:")
+    for i in report["instances"]:
+        lease = (f"expires in {i['expires_in_seconds']} s" if i["state"] == "live"
+                 else f"since {when(i['stopped_at'] or i['lease_expires_at'])}")
+        print(f"  {i['name']}  epoch {i['epoch']}  {i['state']} ({lease}; renewed "
+              f"{i['lease_age_seconds']} s ago)  host {i['host'] or '-'} pid {i['pid'] or '-'}"
+              + (f"  holds {', '.join(i['leases'])}" if i["leases"] else ""))
+    if report["leases"]:
+        print("leases:")
+    for lease in report["leases"]:
+        holder = (f"{lease['holder']} (epoch {lease['holder_epoch']}), expires in "
+                  f"{lease['expires_in_seconds']} s" if lease["held"] else "free")
+        print(f"  {lease['name']}  lease epoch {lease['epoch']}  {holder}")
     return 0
 
 

@@ -294,6 +294,58 @@ class LoggingConfig(_Strict):
     format: Literal["auto", "json", "console"] = "auto"
 
 
+#: an instance name: it is written into the shared store and shown by ``homing status``
+_INSTANCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def default_instance_name(host: str | None = None) -> str:
+    """This host's short name and the service's (``vps1-homing``): unique per host as long
+    as one Homing runs on each, which is what a cluster of them wants."""
+    import socket
+
+    short = (host if host is not None else socket.gethostname()).split(".")[0]
+    safe = re.sub(r"[^A-Za-z0-9_-]+", "-", short).strip("-_")[:55]
+    return f"{safe}-homing" if safe else "homing"
+
+
+class InstanceConfig(_Strict):
+    """Who this daemon is among the instances sharing one store (gateway/cluster.py)."""
+
+    #: null: this host's name and the service's (see default_instance_name)
+    name: str = Field(default_factory=default_instance_name, validate_default=True)
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _default_when_null(cls, value: Any) -> Any:
+        return default_instance_name() if value is None else value
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not _INSTANCE_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not an instance name: up to 63 letters, digits, "
+                             f"'-', '_' or '.', starting with a letter or digit")
+        return value
+
+
+class ClusterConfig(_Strict):
+    """How instances sharing one store tell a live one from a dead one (gateway/cluster.py)."""
+
+    #: an instance renews its lease (and the single connections it holds) every third of it
+    lease_seconds: float = Field(10.0, gt=0)
+    #: a survivor takes over a dead holder's single connection within this long
+    failover_seconds: float = Field(15.0, gt=0, validate_default=True)
+
+    @field_validator("failover_seconds")
+    @classmethod
+    def _not_before_the_lease_ends(cls, value: float, info: ValidationInfo) -> float:
+        lease = info.data.get("lease_seconds")  # absent when it was itself invalid
+        if lease is not None and value < lease:
+            raise ValueError(f"must be at least cluster.lease_seconds ({lease:g}): a holder "
+                             f"counts as dead only once its lease has run out")
+        return value
+
+
 class Config(_Strict):
     home: str = DEFAULT_HOME
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
@@ -309,6 +361,8 @@ class Config(_Strict):
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    instance: InstanceConfig = Field(default_factory=InstanceConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @property
     def home_path(self) -> Path:
@@ -436,17 +490,3 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     if error.get("type") == "extra_forbidden":
         return path, "unknown setting (check the spelling; see config.example.yaml)"
     return path, error.get("msg", "invalid value")
-
-
-def config_warnings(config: Config) -> list[str]:
-    """What is valid but deserves a second look."""
-    warnings = []
-    for name in ("telegram", "discord"):
-        platform = getattr(config.platforms, name)
-        names = [u for u in platform.allowed_users if u.startswith("@")]
-        if platform.enabled and names:
-            warnings.append(
-                f"platforms.{name}.allowed_users: {', '.join(names)} — usernames can change "
-                f"hands; each is pinned to the first user id seen with it (give the ids, "
-                f"which /start shows, to be sure)")
-    return warnings

@@ -34,12 +34,14 @@ from .restart_notices import BackOnline, announce_restart, places_in_progress
 from .router import Router
 from .runner import GatewayRunner
 from .sd_notify import Notifier
-from .state_database import StateDatabase
+from .state_database import StateDatabase, is_postgres
 from .status_file import keep_status, write_status
 from .store import SessionStore
 
 if TYPE_CHECKING:
     from agent.model_client import ModelClient
+
+    from .cluster import Instance
 
 log = structlog.get_logger(__name__)
 
@@ -146,6 +148,9 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 life.add("model", shutdown=model.close)
             if model_agent is not None:
                 life.add("agent", shutdown=model_agent.close)
+            if is_postgres(config.state_location):
+                instance = await _sole_instance(store.db, config)
+                await life.start("instance", instance.start(), shutdown=instance.stop)
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it
             await outbox.reconcile_claimed()
@@ -182,6 +187,24 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                      model=config.agent.model if model is not None else None)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler)
         log.info("gateway_stopped")
+
+
+async def _sole_instance(db: StateDatabase, config: Config) -> Instance:
+    """This daemon's instance row on a shared (PostgreSQL) store, refused while another
+    instance is live there: polling, claims and jobs are not shared between instances
+    yet, so a second one would poll the same bots and take the first one's work."""
+    from .cluster import Instance
+    from .cluster_store import list_instances, store_now
+
+    now = await store_now(db)
+    others = [i.name for i in await list_instances(db)
+              if i.name != config.instance.name and i.state(now) == "live"]
+    if others:
+        raise StartupError(
+            f"another instance ({', '.join(others)}) is running on this store; several "
+            f"instances on one store are not supported yet: stop it first (or give this "
+            f"daemon its own store.url)")
+    return Instance.from_config(db, config)
 
 
 def _model_client(config: Config) -> ModelClient:

@@ -135,7 +135,7 @@ def _load_config(explicit: str | None, environ: Mapping[str, str]) -> _Loaded:
         loaded.checks.append(fail("config", "no platform is enabled",
                                   "enable platforms.web at least (or run `homing setup`)"))
         return loaded
-    from .config import config_warnings
+    from .config_warnings import config_warnings
 
     loaded.checks.append(ok("config", f"valid (state directory {config.home_path})"))
     loaded.checks += [warn("config", w) for w in config_warnings(config)]

@@ -293,6 +293,34 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (session_id, grant_key)
     );
     """,
+    # 18: instances sharing the store, each with a lease it renews, and the single
+    # connections (a Telegram poller, a Discord session) one of them holds at a time
+    # (gateway/cluster.py). Times are the store's clock, as float seconds. A lease
+    # names its holder with the holder's epoch: a restarted instance (same name, next
+    # epoch) does not inherit what its previous life held, and waits for it to expire
+    # like anyone else, since that life may not be over (two processes under one name).
+    # holder NULL: free (released). epoch counts the holders a lease has had: a fencing
+    # token that a new holder's work carries.
+    """
+    CREATE TABLE instances (
+        name             TEXT PRIMARY KEY,
+        epoch            INTEGER NOT NULL,    -- this name's lives: one more at each start
+        host             TEXT,
+        pid              INTEGER,
+        started_at       REAL NOT NULL,
+        renewed_at       REAL NOT NULL,
+        lease_expires_at REAL NOT NULL,
+        stopped_at       REAL                 -- a clean stop (NULL while running, or dead)
+    );
+    CREATE TABLE leases (
+        name         TEXT PRIMARY KEY,        -- telegram:<bot id>, discord:<application id>
+        holder       TEXT,                    -- an instance name, NULL when free
+        holder_epoch INTEGER,                 -- that instance's epoch when it took the lease
+        epoch        INTEGER NOT NULL,        -- one more at each new holder
+        acquired_at  REAL,
+        expires_at   REAL NOT NULL            -- never later than the holder's own lease
+    );
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.config import config_warnings
+from gateway.config_warnings import config_warnings
 from gateway.daemon import running_gateway
 
 from .conftest import make_config
