@@ -122,15 +122,6 @@ class Database(GroupCommit[sqlite3.Connection]):
         self._pages_checked = (now, verdict)
         return verdict
 
-    async def close(self) -> None:
-        if self._conn is None:
-            return
-        try:
-            await self.flush()
-        finally:
-            await self._close_connections()
-            self._fail_queued()
-
     async def _close_connections(self) -> None:
         for conn in (self._reader, self._conn):
             if conn is not None:

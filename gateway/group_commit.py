@@ -87,6 +87,19 @@ class GroupCommit(Generic[C]):
         """``exc`` means another writer was in the way: the batch may simply be retried."""
         raise NotImplementedError
 
+    async def _close_connections(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Commit what is queued, then close; a write queued after that fails."""
+        if not self.is_open:
+            return
+        try:
+            await self.flush()
+        finally:
+            await self._close_connections()
+            self._fail_queued()
+
     # writing ---------------------------------------------------------------
 
     @overload

@@ -84,15 +84,6 @@ class PgDatabase(GroupCommit[PgConnection]):
             await self._close_connections()
             raise
 
-    async def close(self) -> None:
-        if self._writer is None:
-            return
-        try:
-            await self.flush()
-        finally:
-            await self._close_connections()
-            self._fail_queued()
-
     async def _close_connections(self) -> None:
         writer, self._writer = self._writer, None
         reader, self._reader = self._reader, None
