@@ -11,7 +11,8 @@ import json
 import time
 from typing import Any
 
-from gateway.database import Database, Op
+from gateway.database import Op
+from gateway.state_database import StateDatabase
 
 #: one chat-completions message, as the endpoint takes it
 Message = dict[str, Any]
@@ -61,7 +62,7 @@ def starts_turn(message: Message) -> bool:
 
 
 class History:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: StateDatabase) -> None:
         self.db = db
 
     async def load(self, session_id: str) -> list[Message]:

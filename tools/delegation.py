@@ -17,13 +17,14 @@ from typing import Any
 
 import structlog
 
-from gateway.database import Database, Op
+from gateway.database import Op
 from gateway.events import Outcome
 from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.processes import identity_alive, process_identity
 from gateway.session_entry import SessionEntry
+from gateway.state_database import StateDatabase
 from gateway.store import SessionStore
 
 log = structlog.get_logger(__name__)
@@ -68,7 +69,7 @@ class DelegationRecord:
                 "session_id": self.session_id, "thread_id": self.address.route.thread_id}
 
 
-async def recent_delegations(db: Database, limit: int) -> list[DelegationRecord]:
+async def recent_delegations(db: StateDatabase, limit: int) -> list[DelegationRecord]:
     rows = await db.fetchall(
         f"SELECT {_COLUMNS} FROM delegations ORDER BY created_at DESC LIMIT ?", (limit,))
     return [DelegationRecord.from_row(r) for r in rows]
@@ -79,7 +80,7 @@ class DelegationRefused(Exception):
 
 
 class DelegationManager:
-    def __init__(self, db: Database, outbox: Outbox, store: SessionStore, subagent: SubAgent,
+    def __init__(self, db: StateDatabase, outbox: Outbox, store: SessionStore, subagent: SubAgent,
                  *, max_running_per_session: int = 3) -> None:
         self.db = db
         self.outbox = outbox

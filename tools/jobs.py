@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.config import Config
-from gateway.database import Database, Op
+from gateway.database import Op
 from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
@@ -33,6 +33,7 @@ from gateway.private_files import private_dir
 from gateway.processes import ORIGINAL_OPEN_FILES, process_start_time
 from gateway.retry import RetryPolicy
 from gateway.route import Route
+from gateway.state_database import StateDatabase
 
 from . import job_process
 from .job_kill import SIGKILL_SETTLE_SECONDS, kill_group
@@ -102,7 +103,7 @@ class JobError(Exception):
 
 
 class JobManager:
-    def __init__(self, db: Database, outbox: Outbox, config: Config) -> None:
+    def __init__(self, db: StateDatabase, outbox: Outbox, config: Config) -> None:
         self.db = db
         self.outbox = outbox
         self.settings = config.jobs

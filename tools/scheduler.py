@@ -28,10 +28,10 @@ from collections.abc import Callable
 import structlog
 
 from gateway.config import SchedulesConfig
-from gateway.database import Database
 from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, Notification, ReturnAddress
 from gateway.outbox import Outbox
+from gateway.state_database import StateDatabase
 from gateway.store import SessionStore
 
 from . import schedule_runs as runs
@@ -61,7 +61,7 @@ MAX_START_FAILURES = 3
 
 
 class Scheduler:
-    def __init__(self, db: Database, outbox: Outbox, store: SessionStore, jobs: JobManager,
+    def __init__(self, db: StateDatabase, outbox: Outbox, store: SessionStore, jobs: JobManager,
                  settings: SchedulesConfig, *, clock: Callable[[], float] = time.time,
                  prompts: bool = False) -> None:
         self.db = db

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.database import Database
 from gateway.route import Route
+from gateway.state_database import StateDatabase
 
 from .schedule_spec import ScheduleError, Spec, format_time
 
@@ -87,21 +87,21 @@ class ScheduleNotFound(ScheduleError):
     pass
 
 
-async def get(db: Database, schedule_id: str) -> ScheduleRecord | None:
+async def get(db: StateDatabase, schedule_id: str) -> ScheduleRecord | None:
     row = await db.fetchone(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
                             (schedule_id,))
     return ScheduleRecord.from_row(row) if row else None
 
 
-async def list_schedules(db: Database, session_key: str | None = None) -> list[ScheduleRecord]:
+async def list_schedules(db: StateDatabase, session_key: str | None = None) -> list[ScheduleRecord]:
     where, params = ("WHERE session_key = ?", (session_key,)) if session_key else ("", ())
     rows = await db.fetchall(
         f"SELECT {SCHEDULE_COLUMNS} FROM schedules {where} ORDER BY created_at", params)
     return [ScheduleRecord.from_row(r) for r in rows]
 
 
-async def set_paused(db: Database, schedule_id: str, paused: bool, *, reason: str | None = None,
-                     now: float | None = None) -> ScheduleRecord:
+async def set_paused(db: StateDatabase, schedule_id: str, paused: bool, *,
+                     reason: str | None = None, now: float | None = None) -> ScheduleRecord:
     """Pause, or resume. A pause also cancels runs claimed but not started (a run under
     way finishes), and keeps the reason an earlier pause gave; a resumed schedule runs
     next at its first time from now on — the times it was paused through are not
@@ -126,7 +126,7 @@ async def set_paused(db: Database, schedule_id: str, paused: bool, *, reason: st
     return await db.write(change)
 
 
-async def remove(db: Database, schedule_id: str) -> ScheduleRecord:
+async def remove(db: StateDatabase, schedule_id: str) -> ScheduleRecord:
     """Delete a schedule: runs not started yet are cancelled, and a prompt run's turn
     not given yet is parked; a run under way finishes."""
     def delete(conn: sqlite3.Connection) -> ScheduleRecord:
