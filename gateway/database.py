@@ -132,6 +132,10 @@ class Database(GroupCommit[sqlite3.Connection]):
     def is_open(self) -> bool:
         return self._conn is not None
 
+    def listen(self, channel: str, wake: Callable[[], None]) -> None:
+        """SQLite has no notifications: other processes on this host are found by the
+        router's slow poll (a commit in this process wakes it directly)."""
+
     @property
     def conn(self) -> aiosqlite.Connection:
         if self._conn is None:

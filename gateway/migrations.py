@@ -321,6 +321,10 @@ MIGRATIONS: list[str] = [
         expires_at   REAL NOT NULL            -- never later than the holder's own lease
     );
     """,
+    # 19: (PostgreSQL only) a notice committed by any instance wakes every router
+    # (POSTGRES_EXTRAS); SQLite has one host, whose other processes the poll finds
+    """
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them
@@ -379,6 +383,23 @@ async def migrate(db: aiosqlite.Connection) -> int:
             raise
 
 
+#: what only PostgreSQL runs, by migration (0-based): whole statements, not split
+POSTGRES_EXTRAS: dict[int, list[str]] = {
+    18: [
+        # NOTIFY is sent at commit, and the same one twice in a transaction once
+        "CREATE FUNCTION homing_outbox_wake() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN PERFORM pg_notify('homing_outbox', ''); RETURN NULL; END $$",
+        "CREATE TRIGGER notifications_added AFTER INSERT ON notifications "
+        "FOR EACH ROW EXECUTE FUNCTION homing_outbox_wake()",
+        # given back, or left by a dead instance: due again somewhere
+        "CREATE TRIGGER notifications_pending_again AFTER UPDATE OF state ON notifications "
+        "FOR EACH ROW WHEN (NEW.state = 'pending' AND OLD.state <> 'pending') "
+        "EXECUTE FUNCTION homing_outbox_wake()",
+    ],
+}
+OUTBOX_CHANNEL = "homing_outbox"
+
+
 def postgres_statements(version: int) -> list[str]:
     """The statements of migration ``version`` (0-based) as PostgreSQL runs them."""
     statements = []
@@ -386,7 +407,7 @@ def postgres_statements(version: int) -> list[str]:
         for pattern, replacement in _POSTGRES_TYPES:
             statement = pattern.sub(replacement, statement)
         statements.append(statement)
-    return statements
+    return statements + POSTGRES_EXTRAS.get(version, [])
 
 
 def _statements(script: str) -> list[str]:

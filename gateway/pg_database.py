@@ -27,16 +27,22 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
+import structlog
 from psycopg import errors
 from psycopg.rows import TupleRow
 from psycopg.types.numeric import Int8Dumper
 
 from .group_commit import GroupCommit, Queued, StoreClosed, run_statements
 from .migrations import MIGRATIONS, TABLES, ForeignDatabase, postgres_statements
+from .retry import RetryPolicy
 
 #: the advisory lock every write transaction and every migration takes ("homing")
+log = structlog.get_logger(__name__)
+
 WRITE_LOCK = 0x686F6D696E67
 CONNECT_SECONDS = 10
+#: a lost LISTEN connection is made again after these pauses (the last one repeats)
+LISTEN_RETRY = RetryPolicy((0.5, 1.0, 2.0, 5.0), attempts=None)
 
 
 class PgConnection:
@@ -70,6 +76,8 @@ class PgDatabase(GroupCommit[PgConnection]):
         self._writer: PgConnection | None = None
         self._reader: psycopg.AsyncConnection[TupleRow] | None = None
         self._thread: ThreadPoolExecutor | None = None
+        #: LISTEN connections, one task per channel (see :meth:`listen`)
+        self._listeners: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="homing-pg-writer")
@@ -84,7 +92,39 @@ class PgDatabase(GroupCommit[PgConnection]):
             await self._close_connections()
             raise
 
+    def listen(self, channel: str, wake: Callable[[], None]) -> None:
+        """Call ``wake`` for each NOTIFY on ``channel``, from any instance, until closed.
+
+        A connection of its own, in autocommit. When it is lost it is made again
+        (with the redelivery backoff), and ``wake`` is called once then: what was
+        notified meanwhile is not kept by PostgreSQL for a listener that was away.
+        """
+        task = asyncio.get_running_loop().create_task(self._listen(channel, wake),
+                                                      name=f"listen:{channel}")
+        self._listeners.add(task)
+        task.add_done_callback(self._listeners.discard)
+
+    async def _listen(self, channel: str, wake: Callable[[], None]) -> None:
+        failures = 0
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                        self.url, autocommit=True, connect_timeout=CONNECT_SECONDS) as conn:
+                    await conn.execute(f'LISTEN "{channel}"')
+                    if failures:
+                        wake()  # notices committed while this listener was away
+                    failures = 0
+                    async for _ in conn.notifies():
+                        wake()
+            except psycopg.Error as exc:
+                log.warning("store_listener_lost", channel=channel, error=str(exc))
+                await LISTEN_RETRY.pause(failures)
+                failures += 1
+
     async def _close_connections(self) -> None:
+        for task in list(self._listeners):
+            task.cancel()
+        await asyncio.gather(*self._listeners, return_exceptions=True)
         writer, self._writer = self._writer, None
         reader, self._reader = self._reader, None
         try:

@@ -18,6 +18,7 @@ import structlog
 
 from .database import Op
 from .events import SendResult
+from .migrations import OUTBOX_CHANNEL
 from .notifications import Notification
 from .outbox import DeliveryOutcome as _Outcome
 from .outbox import Outbox, claimer_name
@@ -66,6 +67,8 @@ class Router:
 
     async def start(self) -> None:
         self.outbox.subscribe(self.wake)
+        # notices committed by other processes or instances (PostgreSQL's NOTIFY)
+        self.outbox.db.listen(OUTBOX_CHANNEL, self.wake)
         self.runner.platform_listeners.append(self._platform_back)
         self._loop_task = asyncio.create_task(self._run(), name=self.name)
 

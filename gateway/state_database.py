@@ -48,6 +48,9 @@ class StateDatabase(Protocol):
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
+    def listen(self, channel: str, wake: Callable[[], None]) -> None:
+        """Call ``wake`` when another process or instance notifies ``channel``."""
+
 
 def is_postgres(location: str | Path) -> bool:
     return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)

@@ -93,3 +93,37 @@ def _config_file(home: Path, url: str) -> str:
     path = home / "config.yaml"
     path.write_text(f"store: {{url: '{url}'}}\n")
     return str(path)
+
+
+async def test_a_notice_committed_elsewhere_wakes_the_router_without_a_poll(
+        tmp_path: Path, pg_fresh_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process (or instance) commits a notice: PostgreSQL's NOTIFY wakes this
+    router at once. The slow poll is set to an hour, so a delivery at all proves it."""
+    from gateway import router as router_module
+    from gateway.notifications import NewNotification, ReturnAddress
+    from gateway.outbox import Outbox
+    from gateway.pg_database import PgDatabase
+    from gateway.route import Route
+
+    from .helpers import eventually
+
+    monkeypatch.setattr(router_module, "IDLE_POLL_SECONDS", 3600.0)
+    adapter = MemoryAdapter("memory")
+    config = make_config(tmp_path / "home", store__url=pg_fresh_url)
+    async with running_gateway(config, [adapter]) as gw:
+        route = Route("memory", "group", "-100", thread_id="42", user_id="1")
+        key = gw.runner.session_key_for(route)
+        session = await gw.store.get_or_create(key, route)
+        await gw.router.wait_idle()
+        other = PgDatabase(pg_fresh_url)  # not this daemon's: its commits wake nobody here
+        await other.open()
+        try:
+            await Outbox(other).produce([NewNotification(
+                "elsewhere:completion:0", "completion", ReturnAddress(key, session.id, route),
+                "made by another instance")])
+        finally:
+            await other.close()
+        sent = await eventually(
+            lambda: [m for m in adapter.sent if "made by another instance" in m.text],
+            what="the notice from elsewhere")
+        assert sent[0].route.thread_id == "42"
