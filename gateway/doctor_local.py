@@ -103,6 +103,8 @@ def _token_check(web: WebConfig) -> Check:
 
 def state_database_check(config: Config) -> Check:
     name = "state database"
+    if config.store.url is not None:
+        return postgres_check(config)
     db = config.state_db
     if not db.exists():
         return ok(name, f"none yet at {db}; it is made at the first start")
@@ -132,6 +134,32 @@ def state_database_check(config: Config) -> Check:
         return fail(name, f"{db} is another program's database",
                     "point HOMING_HOME (or the config's home) elsewhere")
     return ok(name, f"{db} is intact (schema version {version})")
+
+
+def postgres_check(config: Config) -> Check:
+    """A PostgreSQL store: reachable, and Homing's (or empty) at a version this homing
+    knows. Read only: the daemon migrates it, not the doctor."""
+    import psycopg
+
+    name, where = "state database", config.state_shown
+    try:
+        with psycopg.connect(str(config.state_location), connect_timeout=5) as conn:
+            known = conn.execute("SELECT to_regclass('homing_schema') IS NOT NULL").fetchone()
+            row = conn.execute("SELECT version FROM homing_schema").fetchone() \
+                if known and known[0] else None
+            tables = conn.execute("SELECT count(*) FROM information_schema.tables "
+                                  "WHERE table_schema = current_schema()").fetchone()
+    except psycopg.Error as exc:
+        return fail(name, f"{where} cannot be used: {' '.join(str(exc).split())}",
+                    "check store.url, that the server runs and that this user may connect")
+    version = int(row[0]) if row else 0
+    if version > len(MIGRATIONS):
+        return fail(name, f"{where} is at schema version {version}, newer than this homing "
+                          f"({len(MIGRATIONS)})", "upgrade homing")
+    if version == 0 and tables and tables[0]:
+        return fail(name, f"{where} holds another program's tables",
+                    "give homing a database of its own in store.url")
+    return ok(name, f"PostgreSQL at {where} (schema version {version})")
 
 
 def state_modes_check(config: Config) -> Check:

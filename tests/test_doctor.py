@@ -356,3 +356,33 @@ async def test_a_platform_that_cannot_be_reached_fails_naming_the_host(tmp_path:
         "— fix: check the network and any proxy (HTTPS_PROXY), or platforms.telegram.base_url")
     assert line_of(lines, "discord token").startswith(
         "FAIL discord token: cannot reach 127.0.0.1: ")
+
+
+async def test_a_postgresql_store_is_checked_where_it_is(tmp_path: Path,
+                                                          pg_fresh_url: str) -> None:
+    import psycopg
+
+    from gateway.migrations import MIGRATIONS
+    from gateway.store import SessionStore
+
+    env = write_home(tmp_path / "home")
+    config_file = tmp_path / "home" / "config.yaml"
+    config_file.write_text(config_file.read_text() + f"store: {{url: '{pg_fresh_url}'}}\n")
+    code, lines = await doctor(env)
+    first = line_of(lines, "state database")
+    assert first.startswith("ok   state database: PostgreSQL at ") and \
+        first.endswith("(schema version 0)")  # a new, empty database: made at the start
+    async with SessionStore(pg_fresh_url):  # as the daemon leaves it: migrated
+        pass
+    code, lines = await doctor(env)
+    assert line_of(lines, "state database").endswith(f"(schema version {len(MIGRATIONS)})")
+    with psycopg.connect(pg_fresh_url, autocommit=True) as conn:
+        conn.execute("UPDATE homing_schema SET version = 999")
+    code, lines = await doctor(env)
+    assert code == 1 and "newer than this homing" in line_of(lines, "state database")
+    config_file.write_text(config_file.read_text().replace(
+        pg_fresh_url, pg_fresh_url.rsplit("/", 1)[0] + "/no_such_database"))
+    code, lines = await doctor(env)
+    assert code == 1 and line_of(lines, "state database").startswith(
+        "FAIL state database: postgresql://") and "fix: check store.url" in line_of(
+        lines, "state database")
