@@ -24,7 +24,7 @@ from tools.terminal import Terminal
 from .approvals import Approvals
 from .config import Config
 from .lifecycle import Lifecycle
-from .outbox import Outbox
+from .outbox import Outbox, claimer_name
 from .pairing import Pairing
 from .platforms.base import Adapter
 from .platforms.web import WebAdapter
@@ -151,6 +151,10 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             if is_postgres(config.state_location):
                 instance = await _sole_instance(store.db, config)
                 await life.start("instance", instance.start(), shutdown=instance.stop)
+                # its claims are this life's: a restart (here or on another host) finds
+                # the last life's by its epoch, not by a process id
+                router.name = claimer_name((instance.name, instance.epoch))
+                outbox.own_claims = router.name.rsplit(":", 1)[0] + ":"
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it
             await outbox.reconcile_claimed()

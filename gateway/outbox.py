@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from .cluster_store import writer_now
 from .database import Op
 from .notifications import NOTIFICATION_COLUMNS, STATES, NewNotification, Notification
 from .processes import identity_alive, process_identity
@@ -23,20 +24,41 @@ from .state_database import StateDatabase
 log = structlog.get_logger(__name__)
 
 
-def claimer_name() -> str:
-    """A router's name carries its process identity, so a later start can tell
-    its claims from those of a gateway process that still runs."""
+def claimer_name(instance: tuple[str, int] | None = None) -> str:
+    """A router's name says whose claims they are, so a later start — or another
+    instance — can tell them from those of a gateway that still runs: its process
+    identity, or on a shared store its instance and that instance's epoch."""
+    if instance is not None:
+        name, epoch = instance
+        return f"{INSTANCE_CLAIM}{name}:{epoch}:{uuid.uuid4().hex[:6]}"
     return f"router-{process_identity()}-{uuid.uuid4().hex[:6]}"
+
+
+#: how an instance's claims begin: ``i:<instance name>:<epoch>:<router>``
+INSTANCE_CLAIM = "i:"
 
 
 def claimer_alive(claimer: str | None) -> bool:
     """Whether the process that made a claim still runs (not counting this one:
-    at start-up this process has no router yet)."""
+    at start-up this process has no router yet). Instance claims: see
+    :func:`instance_claim_alive`."""
     parts = (claimer or "").split("-")
     if len(parts) != 4 or parts[0] != "router":
         return False
     identity = f"{parts[1]}-{parts[2]}"
     return identity != process_identity() and identity_alive(identity)
+
+
+def instance_claim_alive(conn: sqlite3.Connection, claimer: str, now: float) -> bool:
+    """An instance's claim lives while that life of the instance holds its lease: a
+    newer epoch of the name, a clean stop or a lease run out end it — on any host."""
+    parts = claimer[len(INSTANCE_CLAIM):].rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM instances WHERE name = ? AND epoch = ? AND stopped_at IS NULL "
+        "AND lease_expires_at >= ?", (parts[0], int(parts[1]), now)).fetchone()
+    return row is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +107,8 @@ class Outbox:
         #: told, after the commit, of each notification a router delivered or parked:
         #: ``(notification, state, reason, detail)``
         self.settle_listeners: list[Settled] = []
+        #: how this process's routers' claims begin (see :func:`claimer_name`)
+        self.own_claims = f"router-{process_identity()}-"
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each commit that adds pending notifications."""
@@ -207,7 +231,7 @@ class Outbox:
         router claimed but is not delivering right now; that router learns from
         :meth:`delivering` not to deliver them."""
         now = time.time()
-        mine = f"router-{process_identity()}-%"
+        mine = self.own_claims
         busy = sorted(self._delivering)
 
         # (an empty IN () is SQLite's only: the clause goes when nothing is being delivered)
@@ -216,8 +240,8 @@ class Outbox:
         def take(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
             rows = conn.execute(
                 f"SELECT id, state, text FROM notifications WHERE job_id = ? AND (state = "
-                f"'pending' OR (state = 'claimed' AND claimed_by LIKE ?)) {not_busy}"
-                f"ORDER BY id", (job_id, mine, *busy)).fetchall()
+                f"'pending' OR (state = 'claimed' AND substr(claimed_by, 1, ?) = ?)) {not_busy}"
+                f"ORDER BY id", (job_id, len(mine), mine, *busy)).fetchall()
             conn.executemany(
                 "UPDATE notifications SET state = 'delivered', reason = 'consumed', "
                 "delivered_at = ?, last_error = NULL WHERE id = ?", [(now, r[0]) for r in rows])
@@ -261,7 +285,10 @@ class Outbox:
         def settle(conn: sqlite3.Connection) -> tuple[int, int]:
             claimers = [r[0] for r in conn.execute(
                 "SELECT DISTINCT claimed_by FROM notifications WHERE state = 'claimed'")]
-            dead = [c for c in claimers if not claimer_alive(c)]
+            now = writer_now(conn)
+            dead = [c for c in claimers
+                    if not (instance_claim_alive(conn, c, now) if c.startswith(INSTANCE_CLAIM)
+                            else claimer_alive(c))]
             marks = ",".join("?" * len(dead))
             if not dead:
                 return 0, 0

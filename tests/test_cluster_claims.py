@@ -1,0 +1,87 @@
+"""Claims on a shared store belong to a life of an instance, on both backends.
+
+A router on PostgreSQL claims as ``i:<instance>:<epoch>:…``. When that life ends —
+its lease runs out (a crash, on any host), it stops, or its name starts again
+with a newer epoch — its claims are settled by the rule a crash always had: a
+recorded send counts as delivered, anything else is pending again, sent once.
+A live instance's claims are left alone.
+"""
+
+from __future__ import annotations
+
+from gateway.cluster import Instance
+from gateway.notifications import NewNotification, ReturnAddress
+from gateway.outbox import Outbox, claimer_name
+from gateway.route import Route
+from gateway.store import SessionStore
+
+from .helpers import eventually_async
+from .test_cluster import crash
+
+TOPIC = Route("memory", "group", "-100", thread_id="42", user_id="1")
+
+
+async def notices(store: SessionStore, count: int) -> Outbox:
+    outbox = Outbox(store.db)
+    key = "agent:main:memory:group:-100:42"
+    session = await store.get_or_create(key, TOPIC)
+    await outbox.produce([NewNotification(f"j{n}:completion:0", "completion",
+                                          ReturnAddress(key, session.id, TOPIC), f"notice {n}",
+                                          job_id=f"j{n}") for n in range(count)])
+    return outbox
+
+
+async def states(outbox: Outbox) -> dict[str, tuple[str, str | None]]:
+    return {n.text: (n.state, n.claimed_by) for n in await outbox.list()}
+
+
+async def test_a_dead_lifes_claims_are_settled_and_a_live_ones_left(
+        store: SessionStore) -> None:
+    outbox = await notices(store, 3)
+    dead = Instance(store.db, "vps1", lease_seconds=0.3)
+    live = Instance(store.db, "vps2", lease_seconds=60)
+    await dead.start()
+    await live.start()
+    dead_router, live_router = claimer_name((dead.name, dead.epoch)), claimer_name(
+        (live.name, live.epoch))
+    sent, unsent = await outbox.claim(dead_router, 2)
+    (kept,) = await outbox.claim(live_router, 1)
+    # the dead one's send of the first went out and was recorded; then it died
+    await store.db.write([outbox.sent_op(sent.id, dead_router, "m-1")])
+    crash(dead)
+    assert await outbox.reconcile_claimed() == (0, 0)  # its lease still runs: alive
+
+    async def reconciled() -> bool:
+        return await outbox.reconcile_claimed() == (1, 1)
+
+    await eventually_async(reconciled, what="the dead life's claims settled")
+    found = await states(outbox)
+    assert found[sent.text] == ("delivered", dead_router)  # not sent again
+    assert found[unsent.text] == ("pending", None)  # sent once, by whoever claims it
+    assert found[kept.text] == ("claimed", live_router)
+    await live.stop()
+
+
+async def test_a_newer_epoch_of_the_name_ends_the_last_lifes_claims_at_once(
+        store: SessionStore) -> None:
+    """A restart under the same name, on another host too: no waiting for the lease."""
+    outbox = await notices(store, 1)
+    first = Instance(store.db, "vps1", lease_seconds=60)
+    await first.start()
+    (claimed,) = await outbox.claim(claimer_name((first.name, first.epoch)), 1)
+    crash(first)
+    again = Instance(store.db, "vps1", lease_seconds=60)
+    await again.start()
+    assert again.epoch == first.epoch + 1
+    assert await outbox.reconcile_claimed() == (0, 1)
+    assert (await states(outbox))[claimed.text] == ("pending", None)
+    await again.stop()
+
+
+async def test_a_clean_stop_ends_its_claims_too(store: SessionStore) -> None:
+    outbox = await notices(store, 1)
+    instance = Instance(store.db, "vps1", lease_seconds=60)
+    await instance.start()
+    (claimed,) = await outbox.claim(claimer_name((instance.name, instance.epoch)), 1)
+    await instance.stop()
+    assert await outbox.reconcile_claimed() == (0, 1)
