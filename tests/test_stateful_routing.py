@@ -207,8 +207,12 @@ class RoutingMachine(RuleBasedStateMachine):
     def run(self, coro):
         return self.loop.run_until_complete(coro)
 
+    def state_location(self) -> str | Path:
+        """Where the store lives (tests/test_stateful_routing_pg.py: PostgreSQL)."""
+        return self.config.state_db
+
     async def _start(self) -> None:
-        self.store = SessionStore(self.config.state_db)
+        self.store = SessionStore(self.state_location())
         await self.store.initialize()
         self.outbox = Outbox(self.store.db)
         await self.outbox.reconcile_claimed()
