@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar, overload
 from .group_commit import Op, Work
 
 T = TypeVar("T")
+__all__ = ["Op", "StateDatabase", "Work", "is_postgres", "open_state_database"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.config import Config
-from gateway.database import Op
 from gateway.inbound import acted_ops
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
@@ -33,7 +32,7 @@ from gateway.private_files import private_dir
 from gateway.processes import ORIGINAL_OPEN_FILES, process_start_time
 from gateway.retry import RetryPolicy
 from gateway.route import Route
-from gateway.state_database import StateDatabase
+from gateway.state_database import Op, StateDatabase
 
 from . import job_process
 from .job_kill import SIGKILL_SETTLE_SECONDS, kill_group
