@@ -306,6 +306,8 @@ def pg_fresh_url(pg_cluster: PgCluster) -> Iterator[str]:
 
 
 if __name__ == "__main__":
+    # SIGTERM (kill, a script's cleanup) stops the cluster as Ctrl-C does
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with PgCluster() as running:
         print(running.url(), f"(started in {running.start_seconds:.2f} s; Ctrl-C stops it)",
               flush=True)
