@@ -155,6 +155,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 # the last life's by its epoch, not by a process id
                 router.name = claimer_name((instance.name, instance.epoch))
                 outbox.own_claims = router.name.rsplit(":", 1)[0] + ":"
+                _share_pollers(adapters, instance)
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it
             await outbox.reconcile_claimed()
@@ -209,6 +210,17 @@ async def _sole_instance(db: StateDatabase, config: Config) -> Instance:
             f"instances on one store are not supported yet: stop it first (or give this "
             f"daemon its own store.url)")
     return Instance.from_config(db, config)
+
+
+def _share_pollers(adapters: list[Adapter], instance: Instance) -> None:
+    """A connection that must be single (one getUpdates poller per Telegram token) is
+    used by the instance holding its lease; sending is done by every instance."""
+    from .cluster import Lease
+
+    for adapter in adapters:
+        name = getattr(adapter, "poll_lease_name", None)
+        if isinstance(name, str):
+            adapter.poll_lease = Lease(instance, name)  # type: ignore[attr-defined]
 
 
 def _model_client(config: Config) -> ModelClient:

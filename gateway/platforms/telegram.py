@@ -11,7 +11,6 @@ adapter retrying with backoff while the rest of the gateway carries on.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -25,7 +24,6 @@ from telegram import (
     InlineKeyboardMarkup,
     Update,
 )
-from telegram._utils.types import ODVInput
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import (
     BadRequest,
@@ -38,7 +36,6 @@ from telegram.error import (
     TelegramError,
 )
 from telegram.ext import Application, ApplicationBuilder
-from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
 from ..attachments import FILES, FileRefused, IncomingFile
 from ..config import TelegramConfig, secret
@@ -58,10 +55,12 @@ from .telegram_approvals import ApprovalButtons
 from .telegram_files import download as download_file
 from .telegram_files import files_in, post_file
 from .telegram_preview import TelegramPreview
+from .telegram_requests import SkippingMalformedUpdates
 from .telegram_routes import route_of, send_arguments
 
 if TYPE_CHECKING:
     from ..approval_records import ApprovalRecord
+    from ..cluster import Lease
     from ..host import AdapterHost
 
 log = structlog.get_logger(__name__)
@@ -98,6 +97,8 @@ class TelegramAdapter(Adapter):
         self._poller: asyncio.Task[None] | None = None
         #: the next update id wanted: everything before it is journaled
         self._offset: int | None = None
+        #: on a shared store: the lease that makes this instance the token's one poller
+        self.poll_lease: Lease | None = None
         self._approval_buttons = ApprovalButtons(self)
 
     # lifecycle ---------------------------------------------------------------
@@ -132,11 +133,34 @@ class TelegramAdapter(Adapter):
                 await asyncio.sleep(delay)
         self.bot_username = self._app.bot.username
         await self._register_commands()
-        self._poller = asyncio.create_task(self._poll(), name="telegram-poll")
+        if self.poll_lease is None:
+            self._start_polling()
+        else:  # sending works here at once; polling once the lease is this instance's
+            self.poll_lease.watch(self._on_poll_lease, self._stop_polling)
         self._connected = True
         log.info("telegram_connected", bot=self.bot_username)
         if self._runner is not None:
             self._runner.platform_connected(self.platform)
+
+    @property
+    def poll_lease_name(self) -> str:
+        """One poller per bot token: Telegram answers a second one with 409."""
+        return f"telegram:{(secret(self.config.token) or '').split(':', 1)[0]}"
+
+    def _start_polling(self) -> None:
+        self._poller = asyncio.create_task(self._poll(), name="telegram-poll")
+
+    async def _on_poll_lease(self, epoch: int) -> None:
+        # Telegram hands out again what no poller confirmed; the journal knows what it has
+        self._offset = None
+        log.info("telegram_polling_here", lease=self.poll_lease_name, lease_epoch=epoch)
+        self._start_polling()
+
+    async def _stop_polling(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
 
     async def _poll(self) -> None:
         """Long-poll getUpdates. The offset — which tells Telegram to forget what came
@@ -186,15 +210,15 @@ class TelegramAdapter(Adapter):
             self._starter.cancel()
             await asyncio.gather(self._starter, return_exceptions=True)
         if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-            self._poller = None
+            await self._stop_polling()
             if self._app is not None and self._offset is not None:
                 try:
                     await self._app.bot.get_updates(offset=self._offset, timeout=0,
                                                     read_timeout=5)
                 except TelegramError as exc:
                     log.info("telegram_offset_not_confirmed", error=str(exc))
+        if self.poll_lease is not None:  # confirmed: another instance may poll from here
+            await self.poll_lease.stop()
 
     async def disconnect(self) -> None:
         await self.stop_receiving()
@@ -429,47 +453,6 @@ class TelegramAdapter(Adapter):
                 await asyncio.sleep(delay)
         return SendResult.failed(f"telegram did not accept the message after "
                                  f"{policy.attempts} attempts")
-
-
-class SkippingMalformedUpdates(HTTPXRequest):
-    """The getUpdates transport, minus updates that cannot be parsed.
-
-    The library parses a whole batch at once, so one malformed update would
-    fail every poll and stall the bot on it for good. Each bad update is
-    logged and reduced to its bare ``update_id``, so it is acknowledged and
-    skipped while the rest of the batch is served.
-    """
-
-    async def do_request(self, url: str, method: str, request_data: RequestData | None = None,
-                         read_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-                         write_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-                         connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-                         pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-                         ) -> tuple[int, bytes]:
-        code, payload = await super().do_request(url, method, request_data, read_timeout,
-                                                 write_timeout, connect_timeout, pool_timeout)
-        if code != 200 or not url.endswith("/getUpdates"):
-            return code, payload
-        try:
-            body = json.loads(payload)
-        except ValueError:
-            return code, payload
-        results = body.get("result") if isinstance(body, dict) else None
-        if not isinstance(results, list):
-            return code, payload
-        kept = []
-        for raw in results:
-            try:
-                Update.de_json(raw, None)
-                kept.append(raw)
-            except Exception as exc:  # anything the library cannot read
-                update_id = raw.get("update_id") if isinstance(raw, dict) else None
-                log.warning("telegram_malformed_update_skipped", update_id=update_id,
-                            error=repr(exc))
-                if isinstance(update_id, int):
-                    kept.append({"update_id": update_id})
-        body["result"] = kept
-        return code, json.dumps(body).encode()
 
 
 async def _quietly(what: str, step: Awaitable[Any]) -> None:
