@@ -71,8 +71,11 @@ async def _race_two_routers(home: Path, config: Config) -> list[int]:
     """Two routers, each with its own store on one database, race over 400 notices;
     every notice is delivered once, to its own chat. Returns how many each sent."""
     home.mkdir()
+    # the producer has a store of its own: sharing a router's writer would let that
+    # router claim in the producer's transactions while the other waits for the lock
     async with SessionStore(home / "state.db") as store_a, \
-            SessionStore(home / "state.db") as store_b:
+            SessionStore(home / "state.db") as store_b, \
+            SessionStore(home / "state.db") as store_p:
         routes = [Route("memory", "dm", str(i), user_id=str(i)) for i in range(40)]
         sessions = [await store_a.get_or_create(f"agent:main:memory:dm:{i}", r)
                     for i, r in enumerate(routes)]
@@ -86,7 +89,7 @@ async def _race_two_routers(home: Path, config: Config) -> list[int]:
             routers.append(router)
             adapters.append(adapter)
         await asyncio.gather(*(r.start() for r in routers))
-        producer = Outbox(store_a.db)
+        producer = Outbox(store_p.db)
         notices = [notice(s.session_key, s.id, s.route, i) for i, s in
                    enumerate(sessions * 10)]
         for chunk in range(0, len(notices), 37):
