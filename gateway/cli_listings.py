@@ -142,7 +142,7 @@ def approvals_command(config: Config, args: argparse.Namespace) -> int:
     def line(r: dict[str, Any]) -> str:
         decided = f"{r['decision'] or ''} {r['decided_by'] or ''}".strip()
         return (f"{r['id']:9}  {r['state']:9}  {decided[:20]:20}  {when(r['created_at']):19}  "
-                f"{r['platform']:8}  {' '.join(r['command'].split())[:60]}")
+                f"{r['platform']:8}  {_one_line(r['command'], 60)}")
 
     return _listing(config, args, "approvals", fetch,
                     f"{'ID':9}  {'STATE':9}  {'DECIDED':20}  {'ASKED':19}  {'PLATFORM':8}  "

@@ -59,12 +59,17 @@ async def telegram_checks(settings: TelegramConfig, daemon_pid: int | None) -> l
             checks.append(webhook)
             checks.append(await _polling_check(probe, daemon_pid, webhook_set))
             return checks
-    except TokenRefused as exc:
-        return [fail("telegram token", exc.problem,
-                     f"{exc.fix}, into homing.env (TELEGRAM_BOT_TOKEN) or wherever "
-                     f"platforms.telegram.token takes it from")]
     except ProbeError as exc:
-        return [fail("telegram token", exc.problem, exc.fix)]
+        return [_token_failure("telegram", "TELEGRAM_BOT_TOKEN", exc)]
+
+
+def _token_failure(platform: str, variable: str, exc: ProbeError) -> Check:
+    """The platform could not be asked, or refused the token: then say where it goes."""
+    fix = exc.fix
+    if isinstance(exc, TokenRefused):
+        fix = (f"{exc.fix}, into homing.env ({variable}) or wherever "
+               f"platforms.{platform}.token takes it from")
+    return fail(f"{platform} token", exc.problem, fix)
 
 
 def _privacy_check(profile: BotProfile, groups: list[int], admin_in: set[int]) -> Check:
@@ -171,12 +176,8 @@ async def discord_checks(settings: DiscordConfig, homes: list[HomeChannel]) -> l
             for home in homes:
                 checks.append(await _channel_check(probe, me.id, home))
             return checks
-    except TokenRefused as exc:
-        return [fail("discord token", exc.problem,
-                     f"{exc.fix}, into homing.env (DISCORD_BOT_TOKEN) or wherever "
-                     f"platforms.discord.token takes it from")]
     except ProbeError as exc:
-        return [fail("discord token", exc.problem, exc.fix)]
+        return [_token_failure("discord", "DISCORD_BOT_TOKEN", exc)]
 
 
 def _intent_check(reads_message_content: bool) -> Check:

@@ -141,6 +141,15 @@ def _setup(args: argparse.Namespace, environ: Mapping[str, str], ask: Prompter) 
     return 0
 
 
+def _accepted_token(environ: Mapping[str, str], ask: Prompter, *, variable: str | None,
+                    flag: str, question: str, check: Callable[[str], str], what: str) -> str:
+    """A token the platform accepted: asked again at a prompt until it is."""
+    while True:
+        token = _token(environ, ask, variable=variable, flag=flag, question=question)
+        if _checked(ask, variable is not None, check, token, what):
+            return token
+
+
 def _token(environ: Mapping[str, str], ask: Prompter, *, variable: str | None, flag: str,
            question: str) -> str:
     if variable is None:
@@ -191,14 +200,10 @@ def _telegram(args: argparse.Namespace, environ: Mapping[str, str],
         profile = asyncio.run(ask_telegram())
         return f"ok: the bot is @{profile.username} (id {profile.id})"
 
-    while True:
-        token = _token(environ, ask, variable=args.telegram_token_env,
-                       flag="--telegram-token-env",
-                       question="Telegram bot token (from @BotFather: /newbot, or /mybots → "
-                                "API Token)")
-        if _checked(ask, args.telegram_token_env is not None, check, token,
-                    "token with Telegram"):
-            break
+    token = _accepted_token(
+        environ, ask, variable=args.telegram_token_env, flag="--telegram-token-env",
+        question="Telegram bot token (from @BotFather: /newbot, or /mybots → API Token)",
+        check=check, what="token with Telegram")
     assert profile is not None
     user_id = args.telegram_user_id
     if user_id is None and ask.interactive:
@@ -280,14 +285,10 @@ def _discord(args: argparse.Namespace, environ: Mapping[str, str],
                     f"intent is on")
         return asyncio.run(ask_discord())
 
-    while True:
-        token = _token(environ, ask, variable=args.discord_token_env,
-                       flag="--discord-token-env",
-                       question="Discord bot token (Developer Portal → your application → "
-                                "Bot → Reset Token)")
-        if _checked(ask, args.discord_token_env is not None, check, token,
-                    "token with Discord"):
-            break
+    token = _accepted_token(
+        environ, ask, variable=args.discord_token_env, flag="--discord-token-env",
+        question="Discord bot token (Developer Portal → your application → Bot → Reset "
+                 "Token)", check=check, what="token with Discord")
     ask.say(f"  invite the bot to your server with {invite[0]}")
     user_id = args.discord_user_id or ask.text(
         "Your Discord user id (in Discord: Settings → Advanced → Developer Mode on, then "
