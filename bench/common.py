@@ -73,5 +73,13 @@ def spread(values: list[float], fmt: str = ",.0f") -> str:
             f"({format(min(values), fmt)}–{format(max(values), fmt)})")
 
 
+def rss_kb(pid: int | str = "self") -> int:
+    """Resident memory of a process (this one by default), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
 def load_average() -> str:
     return "load average: " + " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import tempfile
 from pathlib import Path
 
+from bench.common import load_average, rss_kb
 from tests.real_daemon import HOMING, home_env, listening_url
 
 
@@ -28,14 +28,12 @@ async def one_run(settle: float) -> float:
             await listening_url(proc.stderr)
             drain = asyncio.ensure_future(_drain(proc.stderr))
             await asyncio.sleep(settle)  # the idle daemon, after start-up
-            status = Path(f"/proc/{proc.pid}/status").read_text()
-            rss_kb = int(next(line for line in status.splitlines()
-                              if line.startswith("VmRSS:")).split()[1])
+            resident = rss_kb(proc.pid)
         finally:
             proc.terminate()
             await proc.wait()
         await drain
-        return rss_kb / 1024
+        return resident / 1024
 
 
 async def _drain(stream: asyncio.StreamReader) -> None:
@@ -51,7 +49,7 @@ def main() -> None:
     figures = [asyncio.run(one_run(args.settle)) for _ in range(args.runs)]
     print(f"idle RSS, web only, command agent: {statistics.median(figures):.1f} MB "
           f"median ({min(figures):.1f}–{max(figures):.1f}) over {len(figures)} runs")
-    print("load average: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(load_average())
 
 
 if __name__ == "__main__":

@@ -14,19 +14,11 @@ import argparse
 import asyncio
 import gc
 import tempfile
-from pathlib import Path
 
-from bench.common import TimedAdapter, bench_config, load_average, quiet, spread
+from bench.common import TimedAdapter, bench_config, load_average, quiet, rss_kb, spread
 from gateway.daemon import running_gateway, settle_memory
 from gateway.events import MessageEvent
 from gateway.route import Route
-
-
-def rss_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 async def per_session_kb(sessions: int) -> float:

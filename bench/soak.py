@@ -17,19 +17,15 @@ import os
 import random
 import tempfile
 import time
-from pathlib import Path
 
-from bench.common import TimedAdapter, bench_config, quiet
+from bench.common import TimedAdapter, bench_config, load_average, quiet, rss_kb
 from gateway.daemon import running_gateway
 from gateway.events import MessageEvent
 from gateway.route import Route
 
 
 def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return rss_kb() / 1024
 
 
 def open_fds() -> int:
@@ -81,7 +77,7 @@ def main() -> None:
     print(f"growth from minute {warm[0]:.1f} to {last[0]:.1f}: "
           f"RSS {last[1] - warm[1]:+.1f} MB ({warm[1]:.1f} → {last[1]:.1f}), "
           f"descriptors {last[2] - warm[2]:+d} ({warm[2]} → {last[2]})")
-    print("load average: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(load_average())
 
 
 if __name__ == "__main__":
