@@ -242,6 +242,18 @@ def settle_memory() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLD)
+    _release_free_heap()
+
+
+def _release_free_heap() -> None:
+    """Give the heap start-up freed back to the system (glibc keeps it otherwise): an
+    idle daemon's resident memory is then what it uses."""
+    import ctypes  # (only here: the idle daemon does not keep it otherwise)
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)  # the process's own symbols: glibc's
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        pass
 
 
 def _async(step: Callable[[], object]) -> Callable[[], Awaitable[None]]:
