@@ -212,6 +212,22 @@ async def test_a_second_poller_is_a_conflict_in_the_bot_apis_words(bot: Bot,
         await bot.get_updates(timeout=0)
 
 
+async def test_a_newer_poll_ends_one_still_waiting_with_a_conflict(
+        bot: Bot, fake: FakeTelegram) -> None:
+    """Two processes polling one token: Telegram ends the waiting poll with 409."""
+    from .helpers import eventually
+
+    waiting = asyncio.ensure_future(bot.get_updates(timeout=5, read_timeout=10))
+    await eventually(lambda: fake.polls >= 1, what="the first poll waiting")
+    async with Bot(fake.token, base_url=fake.base_url) as other:  # another process
+        newer = asyncio.ensure_future(other.get_updates(timeout=2, read_timeout=5))
+        with pytest.raises(Conflict, match="terminated by other getUpdates request"):
+            await waiting
+        fake.user_message(chat_id=1, text="for the newer poll")
+        (update,) = await newer
+    assert update.message.text == "for the newer poll" and fake.conflicts == 1
+
+
 async def test_get_chat_and_the_bots_standing_in_a_group(fake: FakeTelegram, bot: Bot) -> None:
     from telegram import ChatMemberAdministrator, ChatMemberMember, ChatMemberRestricted
     from telegram.error import Forbidden

@@ -89,6 +89,9 @@ JSON = dict[str, Any]
 _TOKEN_SHAPE = re.compile(r"\d+:[A-Za-z0-9_-]+")
 #: shaped like a real bot token (``<bot id>:<35 characters>``): the config checks the shape
 TOKEN = DEFAULT_TOKEN = "123456789:AAHfakeTelegramBotTokenForTests0123"
+#: what Telegram answers a getUpdates that a newer one ended
+CONFLICT = ("Conflict: terminated by other getUpdates request; make sure that only one bot "
+            "instance is running")
 #: what getUpdates hands out when allowed_updates is not given or empty: all but these
 _NOT_BY_DEFAULT = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
 
@@ -127,6 +130,12 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
         self._edit_failures: list[Failure] = []
         self._poll_failures: list[Failure] = []
         self._updates_changed = asyncio.Event()
+        #: getUpdates calls so far; the event is set when a new one starts (and ends a
+        #: waiting one)
+        self.polls = 0
+        self._poll_started = asyncio.Event()
+        #: waiting polls ended by a newer one (409 Conflict), as Telegram does
+        self.conflicts = 0
         self._sent_changed = asyncio.Event()
         self._edits_changed = asyncio.Event()
         self._closing = asyncio.Event()
@@ -269,9 +278,7 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
         self._edit_failures.append(
             scripted_failure(chat_id, status, retry_after, description, count))
 
-    def fail_next_poll(self, *, status: int = 409,
-                       description: str = ("Conflict: terminated by other getUpdates request; "
-                                           "make sure that only one bot instance is running"),
+    def fail_next_poll(self, *, status: int = 409, description: str = CONFLICT,
                        count: int = 1) -> None:
         """Make the next ``count`` getUpdates calls fail (default: 409 Conflict)."""
         self._poll_failures.append(Failure(None, status, description, None, count))
@@ -354,14 +361,26 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
             self._pending = [(i, u) for i, u in self._pending if i >= offset]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(timeout, self.max_poll_hold)
+        # as on Telegram, a newer getUpdates ends one still waiting with 409 Conflict
+        self.polls += 1
+        mine = self.polls
+        self._poll_started.set()
+        self._poll_started = asyncio.Event()
         while not self._pending and not self._closing.is_set():
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            try:
-                await asyncio.wait_for(self._updates_changed.wait(), remaining)
-            except TimeoutError:
-                break
+            newer = asyncio.ensure_future(self._poll_started.wait())
+            changed = asyncio.ensure_future(self._updates_changed.wait())
+            await asyncio.wait({newer, changed}, timeout=remaining,
+                               return_when=asyncio.FIRST_COMPLETED)
+            newer.cancel()
+            changed.cancel()
+            if self.polls != mine:
+                self.conflicts += 1
+                raise ApiError(409, CONFLICT)
+            if not changed.done() or changed.cancelled():
+                break  # the hold ran out
         # as Telegram does, updates of a type the bot did not ask for are not handed out
         self._pending = [(i, u) for i, u in self._pending if self._wanted(u)]
         batch = [u for _, u in self._pending[:limit]]
