@@ -24,7 +24,8 @@ from tools.terminal import Terminal
 from .approvals import Approvals
 from .config import Config
 from .lifecycle import Lifecycle
-from .outbox import Outbox, claimer_name
+from .lives import claimer_name
+from .outbox import Outbox
 from .pairing import Pairing
 from .platforms.base import Adapter
 from .platforms.web import WebAdapter
@@ -148,13 +149,13 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 life.add("model", shutdown=model.close)
             if model_agent is not None:
                 life.add("agent", shutdown=model_agent.close)
+            instance = None
             if is_postgres(config.state_location):
-                instance = await _sole_instance(store.db, config)
+                from .cluster import Instance  # (psycopg: only on PostgreSQL)
+
+                instance = Instance.from_config(store.db, config)
                 await life.start("instance", instance.start(), shutdown=instance.stop)
-                # its claims are this life's: a restart (here or on another host) finds
-                # the last life's by its epoch, not by a process id
-                router.name = claimer_name((instance.name, instance.epoch))
-                outbox.own_claims = router.name.rsplit(":", 1)[0] + ":"
+                _join(instance, router, jobs, delegations)
                 _share_pollers(adapters, instance)
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it
@@ -183,6 +184,11 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             await life.start("router", router.start(), stop=router.stop,
                              shutdown=router.settle)
             await life.start("scheduler", scheduler.start(), stop=scheduler.stop)
+            if instance is not None:  # what instances that are gone left
+                from .takeover import Takeover
+
+                takeover = Takeover(instance, outbox, runner, jobs, delegations)
+                await life.start("takeover", takeover.start(), stop=takeover.stop)
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
             life.add("store-watch", stop=_async(store_watch.cancel))
             log.info("gateway_started", platforms=[a.platform for a in adapters],
@@ -194,30 +200,27 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         log.info("gateway_stopped")
 
 
-async def _sole_instance(db: StateDatabase, config: Config) -> Instance:
-    """This daemon's instance row on a shared (PostgreSQL) store, refused while another
-    instance is live there: polling, claims and jobs are not shared between instances
-    yet, so a second one would poll the same bots and take the first one's work."""
-    from .cluster import Instance
-    from .cluster_store import list_instances, store_now
-
-    now = await store_now(db)
-    others = [i.name for i in await list_instances(db)
-              if i.name != config.instance.name and i.state(now) == "live"]
-    if others:
-        raise StartupError(
-            f"another instance ({', '.join(others)}) is running on this store; several "
-            f"instances on one store are not supported yet: stop it first (or give this "
-            f"daemon its own store.url)")
-    return Instance.from_config(db, config)
+def _join(instance: Instance, router: Router, jobs: JobManager,
+          delegations: DelegationManager) -> None:
+    """What this daemon takes on is this life's: a restart (here or on another host),
+    or a survivor, finds the last life's by its epoch, not by a process id."""
+    life = claimer_name((instance.name, instance.epoch))
+    router.name = life
+    router.outbox.own_claims = life.rsplit(":", 1)[0] + ":"
+    router.runner.inbound.handler = life
+    delegations.owner = life
+    jobs.instance = instance.name  # a job runs on this host
 
 
 def _share_pollers(adapters: list[Adapter], instance: Instance) -> None:
     """A connection that must be single (one getUpdates poller per Telegram token) is
-    used by the instance holding its lease; sending is done by every instance."""
+    used by the instance holding its lease; sending is done by every instance. Web
+    frames go to the tabs open on every instance."""
     from .cluster import Lease
 
     for adapter in adapters:
+        if isinstance(adapter, WebAdapter):  # tabs of a conversation on any instance
+            adapter.share_frames(instance.db, f"{instance.name}:{instance.epoch}")
         name = getattr(adapter, "poll_lease_name", None)
         if isinstance(name, str):
             adapter.poll_lease = Lease(instance, name)  # type: ignore[attr-defined]

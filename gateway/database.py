@@ -44,6 +44,8 @@ DEEP_CHECK_SECONDS = 10.0
 
 
 class Database(GroupCommit[sqlite3.Connection]):
+    shared = False  # one host: its processes take turns at the file's write lock
+
     def __init__(self, path: str | Path) -> None:
         super().__init__()
         self.path = Path(path)
@@ -132,7 +134,7 @@ class Database(GroupCommit[sqlite3.Connection]):
     def is_open(self) -> bool:
         return self._conn is not None
 
-    def listen(self, channel: str, wake: Callable[[], None]) -> None:
+    def listen(self, channel: str, heard: Callable[[str | None], None]) -> None:
         """SQLite has no notifications: other processes on this host are found by the
         router's slow poll (a commit in this process wakes it directly)."""
 

@@ -27,8 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .cluster_store import writer_now
 from .database import Op
 from .events import MessageEvent
+from .lives import claim_alive
 from .route import Route
 from .state_database import StateDatabase
 
@@ -58,6 +60,9 @@ class JournalEntry:
 class Inbound:
     def __init__(self, db: StateDatabase) -> None:
         self.db = db
+        #: on a shared store, this life's name (gateway/lives.py): what it journals is
+        #: its own to handle, and only a life that is over leaves entries to take over
+        self.handler: str | None = None
 
     async def record(self, event: MessageEvent, session_key: str, *,
                      platform_id: str | None = None,
@@ -71,9 +76,10 @@ class Inbound:
             # no row back: the platform id was journaled before
             row = conn.execute(
                 "INSERT INTO inbound (platform, platform_id, session_key, event, sent_at, "
-                "received_at, state) VALUES (?, ?, ?, ?, ?, ?, 'received') "
+                "received_at, state, handler) VALUES (?, ?, ?, ?, ?, ?, 'received', ?) "
                 "ON CONFLICT DO NOTHING RETURNING id",
-                (event.route.platform, pid, session_key, event_to_json(event), sent_at, now)
+                (event.route.platform, pid, session_key, event_to_json(event), sent_at, now,
+                 self.handler)
             ).fetchone()
             return int(row[0]) if row is not None else None
 
@@ -105,10 +111,34 @@ class Inbound:
                                f"AND state IN ({_OPEN})", (state, time.time(), entry_id))])
 
     async def unfinished(self) -> list[JournalEntry]:
-        """What a stopped process had taken in and not finished, oldest first."""
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM inbound WHERE state IN ({_OPEN}) ORDER BY id")
-        return [JournalEntry.from_row(r) for r in rows]
+        """What a stopped process had taken in and not finished, oldest first. On a
+        shared store: what lives that are over (a crashed instance, this instance's
+        last life) had left, which become this life's in the same write — so two
+        survivors never both take one entry."""
+        me = self.handler
+        if me is None:
+            rows = await self.db.fetchall(
+                f"SELECT {_COLUMNS} FROM inbound WHERE state IN ({_OPEN}) ORDER BY id")
+            return [JournalEntry.from_row(r) for r in rows]
+
+        def take(conn: sqlite3.Connection) -> list[Any]:
+            now = writer_now(conn)
+            handlers = [r[0] for r in conn.execute(
+                f"SELECT DISTINCT handler FROM inbound WHERE state IN ({_OPEN}) "
+                "AND (handler IS NULL OR handler <> ?)", (me,))]
+            over = [h for h in handlers if not claim_alive(conn, h, now)]
+            if not over:
+                return []
+            named = [h for h in over if h is not None]
+            which = " OR ".join(
+                (["handler IS NULL"] if None in over else [])
+                + ([f"handler IN ({','.join('?' * len(named))})"] if named else []))
+            return conn.execute(
+                f"UPDATE inbound SET handler = ? WHERE state IN ({_OPEN}) AND ({which}) "
+                f"RETURNING {_COLUMNS}", (me, *named)).fetchall()
+
+        rows = await self.db.write(take)
+        return sorted((JournalEntry.from_row(r) for r in rows), key=lambda e: e.id)
 
     async def last_ids(self, platform: str, since: float) -> dict[str, str]:
         """The newest journaled platform id of each chat of ``platform`` active since

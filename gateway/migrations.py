@@ -325,6 +325,20 @@ MIGRATIONS: list[str] = [
     # (POSTGRES_EXTRAS); SQLite has one host, whose other processes the poll finds
     """
     """,
+    # 20: work belongs to an instance on a shared store: a journal entry to the life of
+    # the instance handling it (``i:<name>:<epoch>:…``, as claims), a job to the instance
+    # whose host runs it. NULL: the one process of an SQLite store. A web frame too big
+    # for a NOTIFY payload waits in web_frames for the other instances' tabs.
+    """
+    ALTER TABLE inbound ADD COLUMN handler TEXT;
+    ALTER TABLE jobs ADD COLUMN instance TEXT;
+    CREATE INDEX jobs_instance ON jobs(instance, state);
+    CREATE TABLE web_frames (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        payload    TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them
@@ -396,8 +410,17 @@ POSTGRES_EXTRAS: dict[int, list[str]] = {
         "FOR EACH ROW WHEN (NEW.state = 'pending' AND OLD.state <> 'pending') "
         "EXECUTE FUNCTION homing_outbox_wake()",
     ],
+    20: [
+        # a session ended by one instance drops out of every instance's cache
+        "CREATE FUNCTION homing_session_ended() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN PERFORM pg_notify('homing_sessions', NEW.id); RETURN NULL; END $$",
+        "CREATE TRIGGER sessions_ended AFTER UPDATE OF ended_at ON sessions "
+        "FOR EACH ROW WHEN (NEW.ended_at IS NOT NULL AND OLD.ended_at IS NULL) "
+        "EXECUTE FUNCTION homing_session_ended()",
+    ],
 }
 OUTBOX_CHANNEL = "homing_outbox"
+SESSIONS_CHANNEL = "homing_sessions"
 
 
 def postgres_statements(version: int) -> list[str]:

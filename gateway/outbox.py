@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,48 +16,12 @@ import structlog
 
 from .cluster_store import writer_now
 from .database import Op
+from .lives import claim_alive
 from .notifications import NOTIFICATION_COLUMNS, STATES, NewNotification, Notification
-from .processes import identity_alive, process_identity
+from .processes import process_identity
 from .state_database import StateDatabase
 
 log = structlog.get_logger(__name__)
-
-
-def claimer_name(instance: tuple[str, int] | None = None) -> str:
-    """A router's name says whose claims they are, so a later start — or another
-    instance — can tell them from those of a gateway that still runs: its process
-    identity, or on a shared store its instance and that instance's epoch."""
-    if instance is not None:
-        name, epoch = instance
-        return f"{INSTANCE_CLAIM}{name}:{epoch}:{uuid.uuid4().hex[:6]}"
-    return f"router-{process_identity()}-{uuid.uuid4().hex[:6]}"
-
-
-#: how an instance's claims begin: ``i:<instance name>:<epoch>:<router>``
-INSTANCE_CLAIM = "i:"
-
-
-def claimer_alive(claimer: str | None) -> bool:
-    """Whether the process that made a claim still runs (not counting this one:
-    at start-up this process has no router yet). Instance claims: see
-    :func:`instance_claim_alive`."""
-    parts = (claimer or "").split("-")
-    if len(parts) != 4 or parts[0] != "router":
-        return False
-    identity = f"{parts[1]}-{parts[2]}"
-    return identity != process_identity() and identity_alive(identity)
-
-
-def instance_claim_alive(conn: sqlite3.Connection, claimer: str, now: float) -> bool:
-    """An instance's claim lives while that life of the instance holds its lease: a
-    newer epoch of the name, a clean stop or a lease run out end it — on any host."""
-    parts = claimer[len(INSTANCE_CLAIM):].rsplit(":", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
-        return False
-    row = conn.execute(
-        "SELECT 1 FROM instances WHERE name = ? AND epoch = ? AND stopped_at IS NULL "
-        "AND lease_expires_at >= ?", (parts[0], int(parts[1]), now)).fetchone()
-    return row is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,16 +116,23 @@ class Outbox:
 
         # a row waits while an earlier one of its conversation waits for a retry,
         # so a conversation's notices arrive in the order they were made
+        # on a shared store, rows another instance is taking are left to it
+        skip_taken = " FOR UPDATE OF n SKIP LOCKED" if self.db.shared else ""
+
         def take(conn: sqlite3.Connection) -> list[Notification]:
+            # (materialized: a subquery that locks rows may run more than once, and give
+            # more than ``limit``, when it is left in the UPDATE's WHERE)
             rows = conn.execute(
-                f"UPDATE notifications SET state = 'claimed', claimed_by = ?, claimed_at = ? "
-                f"WHERE id IN (SELECT n.id FROM notifications n WHERE n.state = 'pending' "
+                f"WITH due AS MATERIALIZED (SELECT n.id FROM notifications n "
+                f"WHERE n.state = 'pending' "
                 f"AND (n.not_before IS NULL OR n.not_before <= ?) AND NOT EXISTS ("
                 f"  SELECT 1 FROM notifications e WHERE e.session_key = n.session_key "
                 f"  AND e.id < n.id AND e.state = 'pending' AND e.not_before IS NOT NULL "
                 f"  AND e.not_before > ?) "
-                f"ORDER BY n.id LIMIT ?) "
-                f"RETURNING {NOTIFICATION_COLUMNS}", (claimer, now, now, now, limit),
+                f"ORDER BY n.id LIMIT ?{skip_taken}) "
+                f"UPDATE notifications SET state = 'claimed', claimed_by = ?, claimed_at = ? "
+                f"WHERE id IN (SELECT id FROM due) AND state = 'pending' "
+                f"RETURNING {NOTIFICATION_COLUMNS}", (now, now, limit, claimer, now),
             ).fetchall()
             return sorted((Notification(*row) for row in rows), key=lambda n: n.id)
 
@@ -286,9 +256,7 @@ class Outbox:
             claimers = [r[0] for r in conn.execute(
                 "SELECT DISTINCT claimed_by FROM notifications WHERE state = 'claimed'")]
             now = writer_now(conn)
-            dead = [c for c in claimers
-                    if not (instance_claim_alive(conn, c, now) if c.startswith(INSTANCE_CLAIM)
-                            else claimer_alive(c))]
+            dead = [c for c in claimers if not claim_alive(conn, c, now)]
             marks = ",".join("?" * len(dead))
             if not dead:
                 return 0, 0

@@ -70,6 +70,8 @@ class PgConnection:
 
 
 class PgDatabase(GroupCommit[PgConnection]):
+    shared = True  # instances on any host
+
     def __init__(self, url: str) -> None:
         super().__init__()
         self.url = url
@@ -92,19 +94,20 @@ class PgDatabase(GroupCommit[PgConnection]):
             await self._close_connections()
             raise
 
-    def listen(self, channel: str, wake: Callable[[], None]) -> None:
-        """Call ``wake`` for each NOTIFY on ``channel``, from any instance, until closed.
+    def listen(self, channel: str, heard: Callable[[str | None], None]) -> None:
+        """Call ``heard(payload)`` for each NOTIFY on ``channel``, from any instance
+        (this one too), until closed.
 
         A connection of its own, in autocommit. When it is lost it is made again
-        (with the redelivery backoff), and ``wake`` is called once then: what was
-        notified meanwhile is not kept by PostgreSQL for a listener that was away.
+        (with the redelivery backoff), and ``heard(None)`` is called once then: what
+        was notified meanwhile is not kept by PostgreSQL for a listener that was away.
         """
-        task = asyncio.get_running_loop().create_task(self._listen(channel, wake),
+        task = asyncio.get_running_loop().create_task(self._listen(channel, heard),
                                                       name=f"listen:{channel}")
         self._listeners.add(task)
         task.add_done_callback(self._listeners.discard)
 
-    async def _listen(self, channel: str, wake: Callable[[], None]) -> None:
+    async def _listen(self, channel: str, heard: Callable[[str | None], None]) -> None:
         failures = 0
         while True:
             try:
@@ -112,10 +115,10 @@ class PgDatabase(GroupCommit[PgConnection]):
                         self.url, autocommit=True, connect_timeout=CONNECT_SECONDS) as conn:
                     await conn.execute(f'LISTEN "{channel}"')
                     if failures:
-                        wake()  # notices committed while this listener was away
+                        heard(None)  # what was notified while this listener was away
                     failures = 0
-                    async for _ in conn.notifies():
-                        wake()
+                    async for notice in conn.notifies():
+                        heard(notice.payload)
             except psycopg.Error as exc:
                 log.warning("store_listener_lost", channel=channel, error=str(exc))
                 await LISTEN_RETRY.pause(failures)

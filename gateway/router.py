@@ -18,10 +18,11 @@ import structlog
 
 from .database import Op
 from .events import SendResult
+from .lives import claimer_name
 from .migrations import OUTBOX_CHANNEL
 from .notifications import Notification
 from .outbox import DeliveryOutcome as _Outcome
-from .outbox import Outbox, claimer_name
+from .outbox import Outbox
 from .ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from .retry import RetryPolicy
 from .runner import GatewayRunner
@@ -68,7 +69,7 @@ class Router:
     async def start(self) -> None:
         self.outbox.subscribe(self.wake)
         # notices committed by other processes or instances (PostgreSQL's NOTIFY)
-        self.outbox.db.listen(OUTBOX_CHANNEL, self.wake)
+        self.outbox.db.listen(OUTBOX_CHANNEL, lambda _payload: self.wake())
         self.runner.platform_listeners.append(self._platform_back)
         self._loop_task = asyncio.create_task(self._run(), name=self.name)
 

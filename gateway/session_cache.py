@@ -47,6 +47,10 @@ class LiveSessionCache:
         if self._by_id.get(entry.id) is not None:
             self.put(entry)
 
+    def clear(self) -> None:
+        self._by_key.clear()
+        self._by_id.clear()
+
     def forget(self, session_id: str) -> None:
         entry = self._by_id.pop(session_id, None)
         if entry is not None and self._by_key.get(entry.session_key) is entry:

@@ -25,6 +25,8 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 class StateDatabase(Protocol):
     #: transactions committed so far (each holds a batch of writes)
     commits: int
+    #: several instances may share it (PostgreSQL): a statement taking rows locks them
+    shared: bool
 
     async def open(self) -> None: ...
 
@@ -49,8 +51,9 @@ class StateDatabase(Protocol):
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
-    def listen(self, channel: str, wake: Callable[[], None]) -> None:
-        """Call ``wake`` when another process or instance notifies ``channel``."""
+    def listen(self, channel: str, heard: Callable[[str | None], None]) -> None:
+        """Call ``heard(payload)`` when an instance notifies ``channel``; ``heard(None)``
+        when some notifications may have been missed (a listener made again)."""
 
 
 def is_postgres(location: str | Path) -> bool:

@@ -23,6 +23,7 @@ import structlog
 
 from .database import Op
 from .events import NoticeInfo
+from .migrations import SESSIONS_CHANNEL
 from .route import Route
 from .session_cache import LiveSessionCache
 from .session_entry import SessionEntry
@@ -81,6 +82,16 @@ class SessionStore:
 
     async def initialize(self) -> None:
         await self.db.open()
+        if self.db.shared:
+            # another instance may end a session (/new there): this cache must not go
+            # on calling it live (rule 5); a listener that was away forgets them all
+            self.db.listen(SESSIONS_CHANNEL, self._ended_elsewhere)
+
+    def _ended_elsewhere(self, session_id: str | None) -> None:
+        if session_id is None:
+            self._live.clear()
+        else:
+            self._live.forget(session_id)
 
     async def close(self) -> None:
         await self.db.close()

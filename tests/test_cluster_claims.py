@@ -10,8 +10,9 @@ A live instance's claims are left alone.
 from __future__ import annotations
 
 from gateway.cluster import Instance
+from gateway.lives import claimer_name
 from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import Outbox, claimer_name
+from gateway.outbox import Outbox
 from gateway.route import Route
 from gateway.store import SessionStore
 

@@ -8,7 +8,6 @@ a busy owner's notices, schedules at their times, and runs across a restart.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from gateway.daemon import Gateway, running_gateway
 from gateway.platforms.memory import MemoryAdapter
 
 from .conftest import make_config
-from .real_daemon import home_env, run_cli
+from .helpers import eventually_async
 from .test_jobs import (  # noqa: F401  (collected here with the PostgreSQL gateway)
     test_a_busy_owner_keeps_its_notice_until_its_turn_ends,
     test_a_job_started_before_new_reports_as_a_labelled_notice_without_a_turn,
@@ -61,38 +60,13 @@ async def test_the_web_chat_answers_and_nothing_is_written_to_the_home(
             await ws.receive_json(timeout=5)
             await ws.send_json({"type": "message", "text": "hello postgres"})
             assert "hello postgres" in (await ws.receive_json(timeout=5))["text"]
-        await gw.store.db.flush()  # transcript lines are written behind
-        (count,) = await gw.store.db.fetchone("SELECT COUNT(*) FROM messages")
-        assert count >= 2  # the message and its answer, in PostgreSQL
+        async def both_recorded() -> bool:  # transcript lines are written behind
+            await gw.store.db.flush()
+            (count,) = await gw.store.db.fetchone("SELECT COUNT(*) FROM messages")
+            return bool(count >= 2)  # the message and its answer, in PostgreSQL
+
+        await eventually_async(both_recorded, what="the message and its answer recorded")
     assert not (home / "state.db").exists()
-
-
-async def test_a_second_instance_on_the_store_is_refused_until_the_first_stops(
-        tmp_path: Path, pg_fresh_url: str) -> None:
-    """Polling, claims and jobs are not shared between instances yet: a second daemon on
-    the same database would poll the same bots and take the first one's work."""
-    from gateway.daemon import StartupError
-
-    first = make_config(tmp_path / "a", store__url=pg_fresh_url, instance__name="vps1")
-    second = make_config(tmp_path / "b", store__url=pg_fresh_url, instance__name="vps2")
-    async with running_gateway(first):
-        with pytest.raises(StartupError, match=r"another instance \(vps1\) is running"):
-            async with running_gateway(second):
-                pass
-        code, out, err = await run_cli(
-            "status", "--json", "--config", _config_file(tmp_path / "a", pg_fresh_url),
-            env=home_env(tmp_path / "a"))
-        assert code == 0, err
-        (row,) = json.loads(out)["instances"]
-        assert (row["name"], row["state"]) == ("vps1", "live")
-    async with running_gateway(second):  # the first stopped cleanly: its row says so
-        pass
-
-
-def _config_file(home: Path, url: str) -> str:
-    path = home / "config.yaml"
-    path.write_text(f"store: {{url: '{url}'}}\n")
-    return str(path)
 
 
 async def test_a_notice_committed_elsewhere_wakes_the_router_without_a_poll(

@@ -20,6 +20,7 @@ import structlog
 from gateway.database import Op
 from gateway.events import Outcome
 from gateway.inbound import acted_ops
+from gateway.lives import instance_life, life_alive
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.processes import identity_alive, process_identity
@@ -176,7 +177,7 @@ class DelegationManager:
         for row in rows:
             record = DelegationRecord.from_row(row)
             if record.id in self._records or record.owner == self.owner or (
-                    _runs_elsewhere(record.owner)):
+                    await _runs_elsewhere(self.db, record.owner)):
                 continue
             lost += 1
             text = (f"Delegation {record.id} was lost: the gateway stopped while it ran, so "
@@ -208,8 +209,11 @@ class DelegationManager:
         return DelegationRecord.from_row(row) if row else None
 
 
-def _runs_elsewhere(owner: str | None) -> bool:
-    """The owner is a manager in another daemon process that still runs."""
+async def _runs_elsewhere(db: StateDatabase, owner: str | None) -> bool:
+    """The owner is a manager in another daemon process, or on a shared store another
+    instance's life (gateway/lives.py), that still runs."""
+    if owner is not None and instance_life(owner) is not None:
+        return await life_alive(db, owner)
     process = (owner or "").rsplit("-", 1)[0]
     return process != process_identity() and identity_alive(process)
 

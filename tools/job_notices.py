@@ -28,6 +28,8 @@ class EndDetails:
     #: matching lines the watch breaker kept from the chat
     dropped: int = 0
     global_max_per_minute: int = 0
+    #: lost with the instance that ran it (a shared store): that instance's name
+    instance_lost: str | None = None
 
 
 def completion_text(record: JobRecord, tail: list[str],
@@ -45,7 +47,11 @@ def _completion_body(record: JobRecord, tail: list[str], details: EndDetails,
     if record.state == "failed":
         return (f"Job {record.id} did not start: the gateway stopped while starting it. "
                 f"Run it again if it is still needed.\n$ {_short(record.command)}")
-    if record.state == "lost":
+    if record.state == "lost" and details.instance_lost:
+        head = (f"Job {record.id} was running on instance {details.instance_lost}, which "
+                f"stopped answering: its end cannot be known from here (its output stays "
+                f"on that host).")
+    elif record.state == "lost":
         head = (f"Job {record.id} ended without recording an exit code: its shell was "
                 f"killed from outside Homing.")
     elif record.killed and details.escalated:
@@ -57,7 +63,9 @@ def _completion_body(record: JobRecord, tail: list[str], details: EndDetails,
         head = f"Job {record.id} finished: {describe_exit(record.exit_code)} after {took}."
     title = (f"last {len(tail)} lines of its output (/log {record.id} has more)" if cut
              else "output")
-    lines = [head, f"$ {_short(record.command)}", _output_block(tail, title)]
+    lines = [head, f"$ {_short(record.command)}"]
+    if not details.instance_lost:  # (what it printed is on the other host)
+        lines.append(_output_block(tail, title))
     if record.left_running:
         n = record.left_running
         lines.append(f"It left {n} process{'es' if n != 1 else ''} running; their output "

@@ -90,15 +90,16 @@ class JobRecord:
             "left_running": self.left_running, "origin": self.origin,
         }
 
-    def insert_op(self) -> Op:
+    def insert_op(self, instance: str | None = None) -> Op:
+        """``instance``: on a shared store, the instance whose host runs the job."""
         return (
-            f"INSERT INTO jobs ({JOB_COLUMNS}) "
-            f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO jobs ({JOB_COLUMNS}, instance) "
+            f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (self.id, self.command, self.cwd, self.state, self.pid, self.proc_start,
              self.started_at, self.ended_at, self.exit_code, int(self.killed),
              int(self.notify_on_complete), json.dumps(self.watch_patterns), self.watch_notices,
              int(self.watch_disabled), self.session_key, self.session_id,
              self.address.to_json(), str(self.log_path), str(self.exit_path),
              self.watch_offset, self.left_running,
-             json.dumps(self.origin) if self.origin is not None else None),
+             json.dumps(self.origin) if self.origin is not None else None, instance),
         )

@@ -117,6 +117,9 @@ class JobManager:
         self.watching = WatchReporter(outbox, self.output, self.limits)
         #: told of every job's end (set before :meth:`recover`, so re-attached jobs are too)
         self.observer: JobObserver | None = None
+        #: on a shared store, this instance's name: its jobs run on this host, and only
+        #: its own are re-attached here (gateway/takeover.py reports a dead one's)
+        self.instance: str | None = None
         self._live: dict[str, _Live] = {}
 
     # starting --------------------------------------------------------------
@@ -179,11 +182,11 @@ class JobManager:
         # the message that asked for it must not start it again after a crash
         acted = acted_ops()
         if also is None:
-            await self.db.write([record.insert_op(), *acted])
+            await self.db.write([record.insert_op(self.instance), *acted])
             return
 
         def register(conn: sqlite3.Connection) -> None:
-            conn.execute(*record.insert_op())
+            conn.execute(*record.insert_op(self.instance))
             for op in acted:
                 conn.execute(*op)
             also(conn, record.id)
@@ -343,7 +346,8 @@ class JobManager:
         cut short is finished.
         """
         rows = await self.db.fetchall(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'running' ORDER BY started_at")
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'running' "
+            "AND (instance IS NULL OR instance = ?) ORDER BY started_at", (self.instance,))
         for row in rows:
             record = JobRecord.from_row(row)
             if record.id in self._live:

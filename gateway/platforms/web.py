@@ -31,6 +31,7 @@ from ..route import Route
 from ..runner import GatewayClosed
 from .base import Adapter, LiveReply
 from .web_conversations import conversation_routes
+from .web_fanout import FrameFanout
 from .web_files import file_json, file_routes
 from .web_live import WebLiveReply
 from .web_ops import ops_routes
@@ -39,6 +40,7 @@ from .web_sessions import session_routes
 
 if TYPE_CHECKING:
     from ..host import AdapterHost
+    from ..state_database import StateDatabase
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +69,7 @@ class WebAdapter(Adapter):
         self._site_runner: web.AppRunner | None = None
         self._tabs: dict[str, dict[str, _Tab]] = {}
         self._frames_sent = 0
+        self.fanout: FrameFanout | None = None
 
     # lifecycle -------------------------------------------------------------
 
@@ -89,9 +92,13 @@ class WebAdapter(Adapter):
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        if self.fanout is not None:
+            self.fanout.start()
         log.info("web_chat_listening", url=f"http://{self.config.host}:{self.port}/")
 
     async def disconnect(self) -> None:
+        if self.fanout is not None:
+            await self.fanout.stop()
         for tabs in list(self._tabs.values()):
             for tab in list(tabs.values()):
                 await tab.ws.close(code=1001, message=b"gateway stopping")
@@ -179,10 +186,24 @@ class WebAdapter(Adapter):
     async def _broadcast(self, conversation: str, frame: dict[str, Any],
                          skip_tab: str | None = None, echo_only: bool = False,
                          live_only: bool = False) -> None:
+        """To every tab open on the conversation, here and on other instances."""
+        await self._to_tabs_here(conversation, frame, echo_only, live_only, skip_tab)
+        if self.fanout is not None:
+            await self.fanout.publish(conversation, frame, echo_only=echo_only,
+                                      live_only=live_only)
+
+    async def _to_tabs_here(self, conversation: str, frame: dict[str, Any],
+                            echo_only: bool = False, live_only: bool = False,
+                            skip_tab: str | None = None) -> None:
         tabs = [t.ws for tab, t in self._tabs.get(conversation, {}).items()
                 if tab != skip_tab and (t.echo or not echo_only) and (t.live or not live_only)]
         if tabs:
             await asyncio.gather(*(self._send_frame(ws, frame) for ws in tabs))
+
+    def share_frames(self, db: StateDatabase, origin: str) -> None:
+        """On a shared store: frames reach this conversation's tabs on other instances,
+        and theirs reach the tabs here (gateway/platforms/web_fanout.py)."""
+        self.fanout = FrameFanout(db, origin, self._to_tabs_here)
 
     @staticmethod
     async def _send_frame(ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:

@@ -1,0 +1,78 @@
+"""Whose work is it: the names a life of a daemon gives what it takes on — outbox
+claims, journal entries, delegations — and whether that life is over.
+
+On one host a life is a process (``router-<process identity>-…``): it is over when
+that process is gone. On a shared store it is an epoch of an instance
+(``i:<instance name>:<epoch>:…``): over once that epoch's lease ran out, it stopped,
+or its name started again — on any host. A life that is over never comes back, so a
+survivor may act on what it left without a race against its return.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from typing import TYPE_CHECKING
+
+from .processes import identity_alive, process_identity
+
+if TYPE_CHECKING:
+    from .state_database import StateDatabase
+
+#: how an instance's lives begin: ``i:<instance name>:<epoch>:<random>``
+INSTANCE_CLAIM = "i:"
+_INSTANCE_LIVE = ("SELECT 1 FROM instances WHERE name = ? AND epoch = ? AND stopped_at IS NULL "
+                  "AND lease_expires_at >= ?")
+
+
+def claimer_name(instance: tuple[str, int] | None = None) -> str:
+    """A name for what this life takes on, so a later start — or another instance —
+    can tell it from that of a gateway that still runs: its process identity, or on a
+    shared store its instance and that instance's epoch."""
+    if instance is not None:
+        name, epoch = instance
+        return f"{INSTANCE_CLAIM}{name}:{epoch}:{uuid.uuid4().hex[:6]}"
+    return f"router-{process_identity()}-{uuid.uuid4().hex[:6]}"
+
+
+def instance_life(claimer: str) -> tuple[str, int] | None:
+    """(instance name, epoch) of an instance's life's name; None for any other name."""
+    if not claimer.startswith(INSTANCE_CLAIM):
+        return None
+    parts = claimer[len(INSTANCE_CLAIM):].rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
+def claimer_alive(claimer: str | None) -> bool:
+    """Whether the process named still runs (not counting this one: at start-up this
+    process has taken on nothing yet)."""
+    parts = (claimer or "").split("-")
+    if len(parts) != 4 or parts[0] != "router":
+        return False
+    identity = f"{parts[1]}-{parts[2]}"
+    return identity != process_identity() and identity_alive(identity)
+
+
+def claim_alive(conn: sqlite3.Connection, claimer: str | None, now: float) -> bool:
+    """Whether the life named still runs, inside a write transaction (``now``: the
+    store's clock there). An unnamed or unreadable name belongs to nobody alive."""
+    if claimer is None:
+        return False
+    life = instance_life(claimer)
+    if life is None:
+        return claimer_alive(claimer)
+    return conn.execute(_INSTANCE_LIVE, (*life, now)).fetchone() is not None
+
+
+async def life_alive(db: StateDatabase, claimer: str | None) -> bool:
+    """:func:`claim_alive` outside a transaction (a life that is over stays over)."""
+    from .cluster_store import store_now
+
+    if claimer is None:
+        return False
+    life = instance_life(claimer)
+    if life is None:
+        return claimer_alive(claimer)
+    return await db.fetchone(_INSTANCE_LIVE, (*life, await store_now(db))) is not None

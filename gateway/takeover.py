@@ -1,0 +1,99 @@
+"""On a shared store: what an instance that is gone left behind, taken over by a live one.
+
+When an instance crashes (or its host goes away, or it is cut off from the store past
+its lease), its work is left half done: notices it had claimed, messages it had
+journaled and not answered, delegations it was running, jobs on its host. A live
+instance notices the life is over (gateway/lives.py) and settles each by the rules of
+a crash: a claimed notice whose send was recorded is delivered, any other goes out
+again once (gateway/outbox.py); an unanswered message is handled once, or its
+conversation told it may not have finished (gateway/replay.py); a delegation is
+reported lost; a job is reported lost once its instance's lease has run out, unless
+the instance came back first and re-attached it (tools/job_takeover.py).
+
+Every one of those takes its rows in one conditional write, so two survivors never
+both take one thing. A cleanly stopped instance leaves no claims and keeps its jobs
+(they go on running, for its next start); its unfinished messages, if the drain ran
+out, are taken over like a crashed one's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+
+from tools.job_takeover import report_lost
+
+from .cluster_store import list_instances, store_now
+from .group_commit import StoreClosed
+
+if TYPE_CHECKING:
+    from tools.delegation import DelegationManager
+    from tools.jobs import JobManager
+
+    from .cluster import Instance
+    from .outbox import Outbox
+    from .runner import GatewayRunner
+
+log = structlog.get_logger(__name__)
+
+
+class Takeover:
+    """Looks every third of a lease for lives that are over; settles what they left."""
+
+    def __init__(self, instance: Instance, outbox: Outbox, runner: GatewayRunner,
+                 jobs: JobManager, delegations: DelegationManager) -> None:
+        self.instance = instance
+        self.outbox = outbox
+        self.runner = runner
+        self.jobs = jobs
+        self.delegations = delegations
+        #: lives already settled here: (name, epoch, state) — a dead name that comes
+        #: back and dies again is a new life, looked at again
+        self._settled: set[tuple[str, int, str]] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._every_third_of_a_lease(), name="takeover")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _every_third_of_a_lease(self) -> None:
+        while True:
+            await asyncio.sleep(self.instance.lease_seconds / 3)
+            try:
+                await self.sweep()
+            except StoreClosed:
+                return
+            except Exception:  # the next round tries again
+                log.exception("takeover_failed")
+
+    async def sweep(self) -> dict[str, int]:
+        """Settle what lives that are over left, when there is a new one; counts."""
+        if not self.instance.alive:
+            return {}
+        db = self.outbox.db
+        now = await store_now(db)
+        over = {(i.name, i.epoch, i.state(now)) for i in await list_instances(db)
+                if i.name != self.instance.name and i.state(now) != "live"}
+        new = over - self._settled
+        if not new:
+            return {}
+        delivered, requeued = await self.outbox.reconcile_claimed()
+        replayed = await self.runner.replay()
+        delegations = await self.delegations.recover()
+        dead = sorted({name for name, _, state in new if state == "expired"})
+        jobs = await report_lost(self.jobs, dead)
+        self._settled |= new
+        counts = {"notices_delivered": delivered, "notices_requeued": requeued,
+                  "messages_replayed": replayed, "delegations_lost": delegations,
+                  "jobs_lost": jobs}
+        if any(counts.values()):
+            log.warning("instance_work_taken_over", instances=sorted(f"{n}:{e}" for n, e, _
+                                                                     in new), **counts)
+        return counts
