@@ -13,6 +13,13 @@ Each figure is the median of ``--runs`` runs with the lowest and highest.
 
 With ``--store``, the state is on PostgreSQL: each run gets a database of its own,
 created beside the URL's (the user needs CREATEDB) and dropped after.
+
+``--instances 1,2,4`` (with ``--store``) routes with that many Homing instances, each
+a process of its own on the run's one database (bench/instances_worker.py); this
+process commits the notices and routes nothing. Every count in such a list, 1
+included, is measured that way, so the rows compare; the default (``1`` alone) is
+the single process above. Besides the figures: each instance's share of the
+notices, and duplicates (a notice sent by two instances; must be 0).
 """
 
 from __future__ import annotations
@@ -106,10 +113,18 @@ async def main() -> None:
                         help="a postgresql:// URL: the state on PostgreSQL (default SQLite)")
     parser.add_argument("--plain-gc", action="store_true",
                         help="without the daemon's gc.freeze and threshold (to compare)")
+    parser.add_argument("--instances", default="1",
+                        help="instance counts sharing the --store database, e.g. 1,2,4")
     args = parser.parse_args()
+    instances = [int(x) for x in args.instances.split(",")]
+    if instances != [1] and not args.store:
+        parser.error("--instances needs --store: instances share a PostgreSQL store")
     quiet()
     where = urlsplit(args.store).netloc.split("@")[-1] if args.store else None
     print(f"store: PostgreSQL at {where}" if where else "store: SQLite")
+    if instances != [1]:
+        await main_instances(args, instances)
+        return
     print(f"{'sessions':>8}  {'routed/s':>22}  {'per CPU-s':>22}  {'committed/s':>22}  "
           f"misroutes  undelivered")
     for sessions in (int(x) for x in args.sessions.split(",")):
@@ -124,6 +139,39 @@ async def main() -> None:
               f"{spread(figures['produce_per_second']):>22}  {misroutes:>9}  {undelivered:>11}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {peak:.0f} MiB; {load_average()}")
+
+
+async def main_instances(args: argparse.Namespace, instances: list[int]) -> None:
+    """The table for several instances: a row per session and instance count, then
+    each instance's share of the sends and the load average after that row's runs."""
+    # (here: psycopg and multiprocessing stay out of the SQLite run's peak RSS)
+    from bench.instances_worker import measure_instances
+
+    print(f"{'sessions':>8}  {'instances':>9}  {'routed/s':>22}  {'per CPU-s':>22}  "
+          f"{'committed/s':>22}  misroutes  duplicates  undelivered")
+    peak = 0.0
+    for sessions in (int(x) for x in args.sessions.split(",")):
+        for count in instances:
+            runs = []
+            for _ in range(args.runs):
+                with fresh_database(args.store) as url:
+                    assert url is not None
+                    runs.append(await measure_instances(url, count, args.notifications,
+                                                        sessions, settled=not args.plain_gc))
+            figures = {key: [r[key] for r in runs]
+                       for key in ("per_second", "per_cpu_second", "produce_per_second")}
+            misroutes = sum(r["misroutes"] for r in runs)
+            duplicates = sum(r["duplicates"] for r in runs)
+            undelivered = sum(args.notifications - r["delivered"] for r in runs)
+            print(f"{sessions:>8}  {count:>9}  {spread(figures['per_second']):>22}  "
+                  f"{spread(figures['per_cpu_second']):>22}  "
+                  f"{spread(figures['produce_per_second']):>22}  {misroutes:>9}  "
+                  f"{duplicates:>10}  {undelivered:>11}")
+            shares = ", ".join(f"bench-{i + 1} {spread([r['shares'][i] for r in runs], '.0%')}"
+                               for i in range(count))
+            print(f"{'':>21}share: {shares}; {load_average()}")
+            peak = max(peak, *(r["peak_rss_mib"] for r in runs))
+    print(f"peak RSS of an instance: {peak:.0f} MiB; {load_average()}")
 
 
 if __name__ == "__main__":
