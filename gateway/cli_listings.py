@@ -205,7 +205,11 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
             # the instances sharing this store (gateway/cluster.py) and what each holds
             now = await cluster.store_now(db)
             leases = await cluster.list_leases(db)
+            jobs_on = dict(await db.fetchall(
+                "SELECT instance, COUNT(*) FROM jobs WHERE state = 'running' "
+                "AND instance IS NOT NULL GROUP BY instance"))
             instances = [i.to_dict(now) | {
+                "running_jobs": jobs_on.get(i.name, 0),
                 "lease_age_seconds": round(now - i.renewed_at, 1),
                 "expires_in_seconds": round(i.lease_expires_at - now, 1),
                 "leases": [lease.name for lease in leases if lease.held(now)
@@ -244,6 +248,7 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
                  else f"since {when(i['stopped_at'] or i['lease_expires_at'])}")
         print(f"  {i['name']}  epoch {i['epoch']}  {i['state']} ({lease}; renewed "
               f"{i['lease_age_seconds']} s ago)  host {i['host'] or '-'} pid {i['pid'] or '-'}"
+              f"  {i['running_jobs']} running jobs"
               + (f"  holds {', '.join(i['leases'])}" if i["leases"] else ""))
     if report["leases"]:
         print("leases:")

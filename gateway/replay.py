@@ -40,6 +40,8 @@ class Replay:
         runner = self.runner
         entries = await runner.inbound.unfinished()
         for entry in entries:
+            log.info("message_replayed", entry_id=entry.id, platform=entry.platform,
+                     platform_id=entry.platform_id, state=entry.state)
             if entry.state == "replied":  # answered; only its end was not recorded
                 runner.inbound.finished(entry.id)
             elif entry.state == "acted":  # it started something: never twice

@@ -435,7 +435,7 @@ async def test_status_lists_instances_and_the_leases_they_hold(tmp_path: Path) -
              "expires_in_seconds")
     assert {k: v for k, v in live.items() if k not in times} == {
         "name": "vps1-homing", "epoch": 1, "host": "vps1", "pid": 4242, "stopped_at": None,
-        "state": "live", "leases": ["telegram:123"]}
+        "state": "live", "leases": ["telegram:123"], "running_jobs": 0}
     assert live["lease_expires_at"] - live["renewed_at"] == pytest.approx(600)
     assert 0 < live["expires_in_seconds"] <= 600 and live["lease_age_seconds"] >= 0
     assert by_name["vps2-homing"]["state"] == "stopped" and by_name["vps2-homing"]["leases"] == []

@@ -1,9 +1,13 @@
-"""The stateful property test of the way back with its store on PostgreSQL.
+"""The stateful property test of the way back with its store on PostgreSQL, and two
+routers claiming from it.
 
 The same machine as tests/test_stateful_routing.py — messages, work started
 and finishing, ``/new``, ``/compress``, crashes with notices in flight,
 restarts — over a database of its own per example on the throwaway cluster,
-so every invariant it checks is checked on the second backend too.
+so every invariant it checks is checked on the second backend too. A second
+router, on connections of its own (as another instance would be), claims from the
+same outbox and delivers through the same conversations' lanes: every notice still
+goes to its owner once, whichever router took it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from hypothesis import settings
+
+from gateway.outbox import Outbox
+from gateway.router import Router
+from gateway.store import SessionStore
 
 from .pg_cluster import PgCluster
 from .test_stateful_routing import RoutingMachine
@@ -35,6 +43,56 @@ class PgRoutingMachine(RoutingMachine):
     def state_location(self) -> str:
         return self.url
 
+    async def _start(self) -> None:
+        await self._close_second()  # (a crash closed the first store only)
+        await super()._start()
+        self.second_store = SessionStore(self.url)
+        await self.second_store.initialize()
+        second = Router(Outbox(self.second_store.db), self.second_store, self.runner)
+        await second.start()
+        self.router = BothRouters(self.router, second)  # type: ignore[assignment]
+
+    async def _stop(self) -> None:
+        await super()._stop()
+        await self._close_second()
+
+    async def _kill(self) -> None:
+        await super()._kill()
+        await self._close_second()
+
+    async def _close_second(self) -> None:
+        store: SessionStore | None = getattr(self, "second_store", None)
+        if store is not None and store.is_open:
+            await self.router.stop()
+            await store.close()
+
+
+class BothRouters:
+    """Two routers as the machine's one: started, stopped and settled together."""
+
+    def __init__(self, *routers: Router) -> None:
+        self.routers = routers
+
+    async def start(self) -> None:
+        for router in self.routers:
+            await router.start()
+
+    async def stop(self) -> None:
+        for router in self.routers:
+            await router.stop()
+
+    async def settle(self) -> None:
+        for router in self.routers:
+            await router.settle()
+
+    def wake(self) -> None:
+        for router in self.routers:
+            router.wake()
+
+    @property
+    def unsettled(self) -> int:
+        return sum(router.unsettled for router in self.routers)
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _on_the_cluster(pg_cluster: PgCluster) -> Iterator[None]:
@@ -48,4 +106,4 @@ PgRoutingMachine.TestCase.settings = settings(
     stateful_step_count=int(os.environ.get("HOMING_STATEFUL_STEPS", "50")),
     deadline=None,
 )
-test_routing_state_machine_on_postgresql = PgRoutingMachine.TestCase
+test_routing_state_machine_with_two_routers_on_postgresql = PgRoutingMachine.TestCase

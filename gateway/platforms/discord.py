@@ -12,7 +12,6 @@ and the router is woken when the session is back.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,10 +32,12 @@ from ..runner import GatewayClosed
 from .base import Adapter, LiveReply
 from .discord_approvals import answer_click, post_request, show_outcome
 from .discord_preview import DiscordPreview
+from .discord_routes import bot_id, nonce_of, point_library_at, route_of
 from .flow import FlowControl, RateLimits
 
 if TYPE_CHECKING:
     from ..approval_records import ApprovalRecord
+    from ..cluster import Lease
     from ..host import AdapterHost
 
 log = structlog.get_logger(__name__)
@@ -50,9 +51,6 @@ SEND_LATER_PART = SEND.times(3)
 #: logging in, until it works
 CONNECT = RetryPolicy((1.0, 2.0, 5.0, 10.0, 30.0, 60.0))
 _CATCH_UP_LIMIT = 200  # messages read back per channel after a new session
-_THREAD_TYPES = {discord.ChannelType.public_thread, discord.ChannelType.private_thread,
-                 discord.ChannelType.news_thread}
-
 
 class DiscordAdapter(Adapter):
     platform = "discord"
@@ -78,13 +76,18 @@ class DiscordAdapter(Adapter):
         #: live messages that came while the session was lost or catching up: taken in
         #: after the history, so the missed ones keep their order (None: not holding)
         self._held: list[discord.Message] | None = None
+        #: on a shared store: the gateway session is opened by the instance holding
+        #: this lease (daemon._share_pollers); every instance sends over REST
+        self.poll_lease: Lease | None = None
+        self._session: asyncio.Task[None] | None = None
+        self._logged_in = False
 
     # lifecycle ---------------------------------------------------------------
 
     async def connect(self, runner: AdapterHost) -> None:
         self._runner = runner
         await self._lost()  # before any live message can be journaled
-        _point_library_at(self.config)
+        point_library_at(self.config)
         intents = discord.Intents.none()
         intents.guilds = intents.guild_messages = intents.dm_messages = True
         intents.message_content = True  # privileged, and needed; member intents stay off
@@ -100,18 +103,68 @@ class DiscordAdapter(Adapter):
 
     async def _run(self, client: discord.Client) -> None:
         try:
-            for attempt in CONNECT.tries():
-                try:
-                    await client.login(secret(self.config.token) or "")
-                    break
-                except discord.LoginFailure:
-                    log.error("discord_login_failed", hint="check platforms.discord.token; "
-                              "Discord stays offline")
-                    return
-                except (discord.HTTPException, OSError) as exc:
-                    delay = CONNECT.delay(attempt)
-                    log.warning("discord_login_retry", error=str(exc), retry_in=delay)
-                    await asyncio.sleep(delay)
+            if not await self._login(client):
+                return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("discord_stopped")
+            return
+        self._logged_in = True
+        if self.poll_lease is None:
+            await self._open_session(client)
+            return
+        # REST works here at once; the session only where the lease is held
+        self._ready.set()
+        if self._runner is not None:
+            self._runner.platform_connected(self.platform)
+        self.poll_lease.watch(self._session_here, self._session_elsewhere)
+
+    async def _login(self, client: discord.Client) -> bool:
+        for attempt in CONNECT.tries():
+            try:
+                await client.login(secret(self.config.token) or "")
+                return True
+            except discord.LoginFailure:
+                log.error("discord_login_failed", hint="check platforms.discord.token; "
+                          "Discord stays offline")
+                return False
+            except (discord.HTTPException, OSError) as exc:
+                delay = CONNECT.delay(attempt)
+                log.warning("discord_login_retry", error=str(exc), retry_in=delay)
+                await asyncio.sleep(delay)
+        return False
+
+    @property
+    def poll_lease_name(self) -> str:
+        """One gateway session per bot: Discord would dispatch every message to each."""
+        return f"discord:{bot_id(secret(self.config.token) or '')}"
+
+    @property
+    def gateway_here(self) -> bool:
+        """Whether this instance has the bot's gateway session (or is the only one)."""
+        return self._gateway_up
+
+    async def _session_here(self, epoch: int) -> None:
+        assert self._client is not None
+        await self._lost()  # read back from where the journal stands now
+        log.info("discord_session_here", lease=self.poll_lease_name, lease_epoch=epoch)
+        self._session = asyncio.create_task(self._open_session(self._client),
+                                            name="discord-session")
+
+    async def _session_elsewhere(self) -> None:
+        """Close the session (not the client: sending goes on over REST)."""
+        session, self._session = self._session, None
+        self._gateway_up = False
+        if session is not None:
+            session.cancel()
+            await asyncio.gather(session, return_exceptions=True)
+        client = self._client
+        if client is not None and client.ws is not None:
+            await client.ws.close(code=1000)
+
+    async def _open_session(self, client: discord.Client) -> None:
+        try:
             await client.connect(reconnect=True)  # resumes and reconnects on its own
         except discord.PrivilegedIntentsRequired:
             log.error("discord_intent_missing", hint="turn on the message content intent for "
@@ -139,6 +192,8 @@ class DiscordAdapter(Adapter):
 
     async def disconnect(self) -> None:
         self._receiving = False
+        if self.poll_lease is not None:  # the session closes first, then the lease goes
+            await self.poll_lease.stop()
         self._gateway_up = False
         if self._catching_up is not None:
             self._catching_up.cancel()
@@ -155,7 +210,14 @@ class DiscordAdapter(Adapter):
 
     @property
     def connected(self) -> bool:
-        return self._gateway_up
+        """The session is up — or, on a shared store, another instance has it and this
+        one is logged in to send."""
+        return self._gateway_up or self._session_is_elsewhere
+
+    @property
+    def _session_is_elsewhere(self) -> bool:
+        return (self.poll_lease is not None and self._logged_in
+                and not self.poll_lease.held)
 
     # gateway events --------------------------------------------------------------
 
@@ -322,7 +384,7 @@ class DiscordAdapter(Adapter):
         client = self._client
         if client is None or client.is_closed():
             return SendResult.failed("discord is not connected")
-        if kind == "notification" and not self._gateway_up:
+        if kind == "notification" and not self.connected:
             # REST would work, but notices wait for the session, in the outbox
             return SendResult.failed("discord gateway is reconnecting")
         return await self.send_parts(route, message_parts(text), dedupe_key=dedupe_key,
@@ -347,7 +409,7 @@ class DiscordAdapter(Adapter):
                 # once part one is out, a failure would make the whole text be sent
                 # again: push the rest through patiently
                 policy = SEND_LATER_PART if index > 0 else SEND
-                nonce = _nonce(dedupe_key, index) if dedupe_key else None
+                nonce = nonce_of(dedupe_key, index) if dedupe_key else None
                 result = await self._send_part(channel, route, part, reference, policy,
                                                nonce)
                 if not result.ok:
@@ -431,36 +493,3 @@ class DiscordAdapter(Adapter):
                     return SendResult.failed(what)
                 await policy.pause(attempt)
         return SendResult.failed("discord did not accept the message")
-
-
-def _nonce(dedupe_key: str, part: int) -> str:
-    """Discord's nonce holds 25 characters: a digest of the key and the part."""
-    return hashlib.blake2b(f"{dedupe_key}#{part}".encode(), digest_size=12).hexdigest()
-
-
-def route_of(message: discord.Message, kind: discord.ChannelType | None,
-             parent: int | None) -> Route:
-    """A guild channel is a group, a thread its own conversation, a DM a dm."""
-    channel = message.channel
-    author = message.author
-    user_id, user_name = str(author.id), author.name
-    if message.guild is None:
-        return Route("discord", "dm", str(channel.id), user_id=user_id, user_name=user_name,
-                     message_id=str(message.id))
-    if kind in _THREAD_TYPES:
-        return Route("discord", "thread", str(channel.id), thread_id=str(channel.id),
-                     user_id=user_id, user_name=user_name,
-                     chat_name=getattr(channel, "name", None),
-                     parent_chat_id=str(parent) if parent else None,
-                     message_id=str(message.id))
-    return Route("discord", "group", str(channel.id), user_id=user_id, user_name=user_name,
-                 chat_name=getattr(channel, "name", None), message_id=str(message.id))
-
-
-def _point_library_at(config: DiscordConfig) -> None:
-    """discord.py reads its endpoints from class attributes: set them from the config.
-
-    These are process-wide by the library's design; one Discord bot per daemon.
-    """
-    discord.http.Route.BASE = config.api_base.rstrip("/")
-    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)

@@ -47,6 +47,8 @@ class SentRecord:
     parse_mode: str | None
     message_id: int
     params: dict[str, Any] = field(repr=False)  # the request parameters, values as sent
+    #: when it was sent (time.monotonic: tests compare it with when they killed a peer)
+    at: float = field(default_factory=time.monotonic, repr=False)
 
 
 @dataclass

@@ -311,6 +311,8 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
             params = await read_params(request)
         except web.HTTPRequestEntityTooLarge:
             return error_response(413, "Request Entity Too Large")
+        except ConnectionResetError:  # the client went away mid-request (a killed daemon)
+            return error_response(400, "Bad Request: the request was cut off")
         self.calls.append((method, params))
         handler = self._methods.get(method.lower())
         if handler is None:

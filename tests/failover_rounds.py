@@ -1,0 +1,135 @@
+"""Two real daemons on one PostgreSQL store with the Telegram fake, and the instance
+polling Telegram killed with SIGKILL round after round, at random points of its work.
+For tests/test_pg_failover.py (which checks what users saw) and bench/failover.py (which
+prints how fast polling moved on).
+
+Each round, messages go into three topics of a forum — chatter, and a ``/bg`` job —
+then the instance holding the Telegram lease is killed and started again under its
+name, as systemd would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from .fakes.telegram_server import FakeTelegram, SentRecord
+from .helpers import eventually, eventually_async
+from .real_daemon import home_env, start_daemon
+
+ALICE, FORUM = 1, -1001
+TOPICS = (42, 17, 5)
+NAMES = ("vps1", "vps2")
+LEASE_SECONDS, FAILOVER_SECONDS = 1.0, 3.0
+
+
+@dataclass
+class Rounds:
+    """What the rounds did and what the fake saw."""
+
+    seed: int
+    chatter: dict[str, int] = field(default_factory=dict)  # marker: topic
+    started: dict[str, int] = field(default_factory=dict)  # job marker: topic
+    kills: list[float] = field(default_factory=list)  # time.monotonic()
+    #: seconds from a kill until another life held the Telegram lease
+    takeovers: list[float] = field(default_factory=list)
+    sent: list[SentRecord] = field(default_factory=list)
+    jobs: dict[str, list[str]] = field(default_factory=dict)  # job marker: job ids
+
+
+def instance_env(home: Path, fake: FakeTelegram, url: str, name: str) -> dict[str, str]:
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        f"store: {{url: '{url}'}}\n"
+        f"instance: {{name: {name}}}\n"
+        f"cluster: {{lease_seconds: {LEASE_SECONDS}, failover_seconds: {FAILOVER_SECONDS}}}\n"
+        "platforms:\n  web: {port: 0}\n"
+        f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
+        f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}'], "
+        "messages_per_second: 1000, group_messages_per_minute: 1000}\n")
+    return home_env(home)
+
+
+async def kill_the_poller(root: Path, url: str, rounds: int, seed: int) -> Rounds:
+    """Run ``rounds`` rounds, then wait until nothing is left to do."""
+    rng = random.Random(seed)
+    result = Rounds(seed)
+    async with FakeTelegram() as fake:
+        envs = {name: instance_env(root / name, fake, url, name) for name in NAMES}
+        procs = {name: (await start_daemon(env))[0] for name, env in envs.items()}
+        try:
+            held_by = await eventually_async(lambda: _holder(url), timeout=30,
+                                             what="a first poller")
+            for round_ in range(rounds):
+                for i in range(3):
+                    topic, marker = rng.choice(TOPICS), f"r{round_}m{i}"
+                    if i == 0:
+                        result.started[marker] = topic
+                        text = f"/bg sleep {rng.uniform(0, 1.5):.2f}; echo done-{marker}"
+                    else:
+                        result.chatter[marker] = topic
+                        text = f"hello {marker}"
+                    fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True,
+                                      thread_id=topic, is_topic_message=True, text=text)
+                await asyncio.sleep(rng.uniform(0, 0.8))  # a random point of its work
+                name = held_by[0]
+                procs[name].send_signal(signal.SIGKILL)
+                result.kills.append(time.monotonic())
+                await procs[name].wait()
+                procs[name] = (await start_daemon(envs[name]))[0]  # systemd's restart
+                held_by = await eventually_async(lambda old=held_by: _holder(url, old),
+                                                 timeout=30, what=f"a poller after {round_}")
+                result.takeovers.append(time.monotonic() - result.kills[-1])
+            await eventually(lambda: not fake.pending_updates, timeout=60,
+                             what="every update acknowledged")
+            await eventually_async(lambda: _nothing_left(url), timeout=90,
+                                   what="every message finished and every notice delivered")
+            result.sent = list(fake.sent)
+            result.jobs = await _jobs_by_marker(url)
+        finally:
+            for proc in procs.values():
+                if proc.returncode is None:
+                    proc.terminate()
+                    await proc.wait()
+    return result
+
+
+async def _holder(url: str, not_this: tuple[str, int] | None = None
+                  ) -> tuple[str, int] | None:
+    """(instance, its epoch) holding the Telegram lease now by the store's clock, when
+    it is not the tenure ``not_this`` (the one just killed)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        row = await (await conn.execute(
+            "SELECT holder, holder_epoch FROM leases WHERE name LIKE 'telegram:%' "
+            "AND holder IS NOT NULL "
+            "AND expires_at >= EXTRACT(EPOCH FROM clock_timestamp())")).fetchone()
+    held = (str(row[0]), int(row[1])) if row else None
+    return held if held != not_this else None
+
+
+async def _nothing_left(url: str) -> bool:
+    """No notice waiting, no job running, no message unfinished."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for sql in ("SELECT COUNT(*) FROM notifications WHERE state IN ('pending', 'claimed')",
+                    "SELECT COUNT(*) FROM jobs WHERE state = 'running'",
+                    "SELECT COUNT(*) FROM inbound WHERE state IN "
+                    "('received', 'started', 'acted', 'replied')"):
+            row = await (await conn.execute(sql)).fetchone()
+            if row is None or row[0]:
+                return False
+    return True
+
+
+async def _jobs_by_marker(url: str) -> dict[str, list[str]]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        rows = await (await conn.execute("SELECT id, command FROM jobs")).fetchall()
+    found: dict[str, list[str]] = {}
+    for job_id, command in rows:
+        found.setdefault(command.rsplit("done-", 1)[1], []).append(job_id)
+    return found
