@@ -27,6 +27,8 @@ from tools.approval_rules import ApprovalPolicy, Need
 from .approval_records import COLUMNS, ApprovalRecord, ApprovalState, Decision
 from .context import SessionContext, current_session, session_context
 from .events import SendResult
+from .lives import life_alive
+from .migrations import APPROVALS_CHANNEL
 from .notifications import ReturnAddress
 from .state_database import StateDatabase
 
@@ -81,11 +83,18 @@ class Approvals:
         self._shown: dict[str, asyncio.Future[str | None]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: on a shared store, this life's name (gateway/lives.py): a choice that comes in
+        #: through another instance runs in the turn waiting here
+        self.life: str | None = None
+        #: decided by this instance (so the store's notification of it is no news here)
+        self._decided_here: set[str] = set()
 
     # lifecycle ---------------------------------------------------------------
 
     async def start(self) -> int:
         """Arm the expiry of every pending approval (an earlier process's too)."""
+        if self.db.shared:
+            self.db.listen(APPROVALS_CHANNEL, self._decided_elsewhere)
         rows = await self.db.fetchall(
             f"SELECT {COLUMNS} FROM approvals WHERE state = 'pending'")
         for row in rows:
@@ -142,7 +151,8 @@ class Approvals:
         self._waiting[record.id] = waiter
         self._shown[record.id] = loop.create_future()
         try:
-            await self.db.write([record.insert_op()])
+            await self.db.write([record.insert_op(), (
+                "UPDATE approvals SET waiter = ? WHERE id = ?", (self.life, record.id))])
             log.info("approval_requested", approval_id=record.id, tool=tool,
                      reason=need.reason, session_key=address.session_key)
             await self._post(record)
@@ -157,6 +167,7 @@ class Approvals:
         finally:
             self._waiting.pop(record.id, None)
             self._shown.pop(record.id, None)
+            self._decided_here.discard(record.id)
 
     async def _post(self, record: ApprovalRecord) -> None:
         """The request in its conversation; ``_shown`` tells a decision made meanwhile
@@ -216,7 +227,7 @@ class Approvals:
         by = user_name or user_id
         if decision == "deny":
             settled = await self._settle(record, "denied", decision, by, None)
-        elif record.id in self._waiting:
+        elif record.id in self._waiting or await self._waits_elsewhere(record.id):
             settled = await self._settle(record, "approved", decision, by, "run in the turn")
         else:
             settled = await self._run_late(record, decision, by)
@@ -261,10 +272,40 @@ class Approvals:
         await self._after(decided[0])
         return decided[0]
 
+    async def _waits_elsewhere(self, approval_id: str) -> bool:
+        """Its turn waits in another instance that still runs (a shared store)."""
+        if self.life is None:
+            return False
+        row = await self.db.fetchone("SELECT waiter FROM approvals WHERE id = ?",
+                                     (approval_id,))
+        waiter = row[0] if row else None
+        return waiter is not None and waiter != self.life and await life_alive(self.db, waiter)
+
+    def _decided_elsewhere(self, approval_id: str | None) -> None:
+        """The store says an approval was decided (by any instance); None: maybe some."""
+        for waiting in [approval_id] if approval_id is not None else list(self._waiting):
+            if waiting in self._waiting and waiting not in self._decided_here:
+                self._spawn(self._take_decision(waiting))
+
+    async def _take_decision(self, approval_id: str) -> None:
+        """A turn here waits for what another instance decided (and showed): go on."""
+        record = await self.get(approval_id)
+        waiter = self._waiting.get(approval_id)
+        if (record is None or record.state == "pending" or waiter is None or waiter.done()
+                or approval_id in self._decided_here):
+            return
+        timer = self._timers.pop(approval_id, None)
+        if timer is not None:
+            timer.cancel()
+        log.info("approval_decided_elsewhere", approval_id=approval_id, state=record.state)
+        waiter.set_result(record)
+
     async def _settle(self, record: ApprovalRecord, state: ApprovalState,
                       decision: Decision | None, by: str | None,
                       ran: str | None) -> ApprovalRecord | None:
         """Decide ``record`` if it is still pending; None when it was not."""
+        if record.id in self._waiting:
+            self._decided_here.add(record.id)
         settled = await self.db.write(
             lambda conn: _settle_in(conn, record, state, decision, by, ran))
         if settled is not None:

@@ -208,6 +208,8 @@ def _join(instance: Instance, router: Router, jobs: JobManager,
     router.name = life
     router.outbox.own_claims = life.rsplit(":", 1)[0] + ":"
     router.runner.inbound.handler = life
+    if router.runner.approvals is not None:
+        router.runner.approvals.life = life
     delegations.owner = life
     jobs.instance = instance.name  # a job runs on this host
 

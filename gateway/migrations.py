@@ -327,11 +327,13 @@ MIGRATIONS: list[str] = [
     """,
     # 20: work belongs to an instance on a shared store: a journal entry to the life of
     # the instance handling it (``i:<name>:<epoch>:…``, as claims), a job to the instance
-    # whose host runs it. NULL: the one process of an SQLite store. A web frame too big
+    # whose host runs it, an approval to the life whose turn waits for it. NULL: the one
+    # process of an SQLite store. A web frame too big
     # for a NOTIFY payload waits in web_frames for the other instances' tabs.
     """
     ALTER TABLE inbound ADD COLUMN handler TEXT;
     ALTER TABLE jobs ADD COLUMN instance TEXT;
+    ALTER TABLE approvals ADD COLUMN waiter TEXT;
     CREATE INDEX jobs_instance ON jobs(instance, state);
     CREATE TABLE web_frames (
         id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -410,17 +412,24 @@ POSTGRES_EXTRAS: dict[int, list[str]] = {
         "FOR EACH ROW WHEN (NEW.state = 'pending' AND OLD.state <> 'pending') "
         "EXECUTE FUNCTION homing_outbox_wake()",
     ],
-    20: [
+    19: [
         # a session ended by one instance drops out of every instance's cache
         "CREATE FUNCTION homing_session_ended() RETURNS trigger LANGUAGE plpgsql AS $$ "
         "BEGIN PERFORM pg_notify('homing_sessions', NEW.id); RETURN NULL; END $$",
         "CREATE TRIGGER sessions_ended AFTER UPDATE OF ended_at ON sessions "
         "FOR EACH ROW WHEN (NEW.ended_at IS NOT NULL AND OLD.ended_at IS NULL) "
         "EXECUTE FUNCTION homing_session_ended()",
+        # a choice made through one instance reaches the turn waiting on another
+        "CREATE FUNCTION homing_approval_decided() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN PERFORM pg_notify('homing_approvals', NEW.id); RETURN NULL; END $$",
+        "CREATE TRIGGER approvals_decided AFTER UPDATE OF state ON approvals "
+        "FOR EACH ROW WHEN (OLD.state = 'pending' AND NEW.state <> 'pending') "
+        "EXECUTE FUNCTION homing_approval_decided()",
     ],
 }
 OUTBOX_CHANNEL = "homing_outbox"
 SESSIONS_CHANNEL = "homing_sessions"
+APPROVALS_CHANNEL = "homing_approvals"
 
 
 def postgres_statements(version: int) -> list[str]:

@@ -41,6 +41,15 @@ def test_placeholders_are_translated_outside_strings_names_and_comments() -> Non
         "SELECT 'it''s 100%%' WHERE x %% 2 = %s")
 
 
+async def test_the_postgresql_only_triggers_are_installed(db: PgDatabase) -> None:
+    """What wakes the other instances: a notice added or due again, a session ended, an
+    approval decided."""
+    rows = await db.fetchall("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
+    assert {name for (name,) in rows} == {
+        "notifications_added", "notifications_pending_again", "sessions_ended",
+        "approvals_decided"}
+
+
 async def test_every_migration_applies_and_the_tables_match_sqlites(db: PgDatabase,
                                                                     tmp_path: Path) -> None:
     (version,) = await db.fetchone("SELECT version FROM homing_schema")

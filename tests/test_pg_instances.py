@@ -8,6 +8,7 @@ tests/test_pg_failover.py, with real processes.)
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -19,9 +20,13 @@ from gateway.daemon import Gateway, running_gateway
 from gateway.platforms.memory import MemoryAdapter
 from gateway.platforms.web_fanout import PAYLOAD_BYTES
 
+from .approval_support import runs as marker_runs
 from .conftest import make_config
+from .fakes.openai_server import FakeOpenAI
 from .helpers import eventually_async
+from .model_support import model_config
 from .real_daemon import home_env, run_cli
+from .test_approvals import choose, next_of
 from .test_schedules import CHAT, START, Clock, move_to, runs, say, schedule_id
 from .test_web import Tab, open_tab
 
@@ -38,16 +43,26 @@ def _config(home: Path, url: str, name: str, **more: object):
 
 
 async def test_two_instances_run_side_by_side_and_status_lists_both(
-        tmp_path: Path, pg_fresh_url: str) -> None:
+        tmp_path: Path, pg_fresh_url: str, http: aiohttp.ClientSession) -> None:
     async with running_gateway(_config(tmp_path / "a", pg_fresh_url, "vps1")), \
-            running_gateway(_config(tmp_path / "b", pg_fresh_url, "vps2")):
+            running_gateway(_config(tmp_path / "b", pg_fresh_url, "vps2")) as two:
+        tab = await open_tab(http, _base(two))
+        await tab.say("/bg sleep 30")  # a job on the second instance
+        started = (await tab.frame())["text"]
+        job_id = re.search(r"Started job (j[0-9a-f]+)", started)[1]  # type: ignore[index]
         config = tmp_path / "a" / "config.yaml"
         config.write_text(f"store: {{url: '{pg_fresh_url}'}}\n")
         code, out, err = await run_cli("status", "--json", "--config", str(config),
                                        env=home_env(tmp_path / "a"))
         assert code == 0, err
         rows = json.loads(out)["instances"]
-        assert [(r["name"], r["state"]) for r in rows] == [("vps1", "live"), ("vps2", "live")]
+        assert [(r["name"], r["state"], r["running_jobs"]) for r in rows] == [
+            ("vps1", "live", 0), ("vps2", "live", 1)]
+        code, out, err = await run_cli("status", "--config", str(config),
+                                       env=home_env(tmp_path / "a"))
+        assert "vps2  epoch 1  live" in out and "1 running jobs" in out, out
+        await tab.say(f"/kill {job_id}")
+        assert f"Stopped job {job_id}" in (await tab.frame(10))["text"]
 
 
 async def test_two_tabs_of_one_conversation_on_two_instances_both_get_every_frame(
@@ -122,3 +137,48 @@ async def test_a_scheduled_job_runs_once_per_due_time_with_two_instances(
         jobs = {line.split("run-")[1].split()[0] for m in all_runs for line in m.text.splitlines()
                 if line.startswith("run-")}
         assert len(jobs) == 5  # five jobs, each run on one instance
+
+
+async def test_an_approval_pressed_on_the_other_instance_runs_in_the_turn_that_asked(
+        tmp_path: Path, pg_fresh_url: str, model: FakeOpenAI, marker: Path,
+        http: aiohttp.ClientSession) -> None:
+    """The turn waits in one instance's memory; the press may come in through another
+    (its tab, its platform connection): the waiting turn runs the command, once."""
+    configs = [model_config(tmp_path / name, model, store__url=pg_fresh_url,
+                            instance__name=name) for name in ("vps1", "vps2")]
+    async with running_gateway(configs[0]) as one, running_gateway(configs[1]) as two:
+        asking = await open_tab(http, _base(one))
+        pressing = await open_tab(http, _base(two), asking.ready["conversation"])
+        await asking.say("clean up")
+        asked = await next_of(pressing, "approval")  # shown on the other instance too
+        assert marker_runs(marker) == 0
+        await choose(pressing, asked["id"], "once")
+        for tab in (asking, pressing):
+            decided = await next_of(tab, "approval_decided")
+            assert (decided["id"], decided["state"]) == (asked["id"], "approved")
+        reply = await next_of(asking, "message", timeout=15)  # the turn went on
+        assert reply["text"].startswith("tool said: ")
+        assert json.loads(reply["text"].removeprefix("tool said: "))["exit"] == "exit code 0"
+        record = await one.runner.approvals.get(asked["id"])  # type: ignore[union-attr]
+        assert record is not None and record.ran == "run in the turn"
+        assert marker_runs(marker) == 1
+
+
+async def test_a_session_ended_on_one_instance_is_not_live_on_the_other(
+        tmp_path: Path, pg_fresh_url: str, http: aiohttp.ClientSession) -> None:
+    async with running_gateway(_config(tmp_path / "a", pg_fresh_url, "vps1")) as one, \
+            running_gateway(_config(tmp_path / "b", pg_fresh_url, "vps2")) as two:
+        here = await open_tab(http, _base(one))
+        there = await open_tab(http, _base(two), here.ready["conversation"])  # cached there
+        old, key = here.ready["session_id"], here.ready["session_key"]
+        assert two.store.is_live_session(old)
+        await here.say("/new")
+        await here.frame()
+
+        async def forgotten() -> bool:
+            return not two.store.is_live_session(old)
+
+        await eventually_async(forgotten, what="the other instance to forget the session")
+        live = await two.store.live_session(key)
+        assert live is not None and live.id != old
+        assert (await there.frame())["text"].startswith("Started a new session")
