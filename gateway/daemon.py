@@ -24,7 +24,7 @@ from tools.terminal import Terminal
 from .approvals import Approvals
 from .config import Config
 from .lifecycle import Lifecycle
-from .lives import claimer_name
+from .lives import claimer_name, life_prefix
 from .outbox import Outbox
 from .pairing import Pairing
 from .platforms.base import Adapter
@@ -206,7 +206,7 @@ def _join(instance: Instance, router: Router, jobs: JobManager,
     or a survivor, finds the last life's by its epoch, not by a process id."""
     life = claimer_name((instance.name, instance.epoch))
     router.name = life
-    router.outbox.own_claims = life.rsplit(":", 1)[0] + ":"
+    router.outbox.own_claims = life_prefix(life)
     router.runner.inbound.handler = life
     if router.runner.approvals is not None:
         router.runner.approvals.life = life

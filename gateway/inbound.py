@@ -173,7 +173,9 @@ class Inbound:
         return row is not None
 
 
-_OPEN = "'received', 'started', 'acted', 'replied'"
+#: a message not finished yet: taken in, its turn under way, or answered and not closed
+OPEN_STATES = "'received', 'started', 'acted', 'replied'"
+_OPEN = OPEN_STATES
 #: the journal entry whose turn runs in this task (set by the runner around the turn)
 _handling: contextvars.ContextVar[int | None] = contextvars.ContextVar("homing_inbound",
                                                                         default=None)

@@ -35,6 +35,11 @@ def claimer_name(instance: tuple[str, int] | None = None) -> str:
     return f"router-{process_identity()}-{uuid.uuid4().hex[:6]}"
 
 
+def life_prefix(claimer: str) -> str:
+    """What every name of one life begins with (``i:<name>:<epoch>:``)."""
+    return claimer.rsplit(":", 1)[0] + ":"
+
+
 def instance_life(claimer: str) -> tuple[str, int] | None:
     """(instance name, epoch) of an instance's life's name; None for any other name."""
     if not claimer.startswith(INSTANCE_CLAIM):

@@ -425,6 +425,15 @@ POSTGRES_EXTRAS: dict[int, list[str]] = {
         "CREATE TRIGGER approvals_decided AFTER UPDATE OF state ON approvals "
         "FOR EACH ROW WHEN (OLD.state = 'pending' AND NEW.state <> 'pending') "
         "EXECUTE FUNCTION homing_approval_decided()",
+        # a turn ended: a notice of its conversation that other instances left to this
+        # one's lane (gateway/affinity.py) may be claimed by any of them now
+        "CREATE FUNCTION homing_turn_ended() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN IF EXISTS (SELECT 1 FROM notifications WHERE session_key = NEW.session_key "
+        "AND state = 'pending') THEN PERFORM pg_notify('homing_outbox', ''); END IF; "
+        "RETURN NULL; END $$",
+        "CREATE TRIGGER inbound_finished AFTER UPDATE OF state ON inbound FOR EACH ROW "
+        "WHEN (NEW.state IN ('handled', 'skipped') AND OLD.state NOT IN ('handled', 'skipped')) "
+        "EXECUTE FUNCTION homing_turn_ended()",
     ],
 }
 OUTBOX_CHANNEL = "homing_outbox"

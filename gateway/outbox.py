@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from .affinity import NOT_BUSY_ELSEWHERE, elsewhere
 from .cluster_store import writer_now
 from .database import Op
 from .lives import claim_alive
@@ -116,8 +117,12 @@ class Outbox:
 
         # a row waits while an earlier one of its conversation waits for a retry,
         # so a conversation's notices arrive in the order they were made
-        # on a shared store, rows another instance is taking are left to it
-        skip_taken = " FOR UPDATE OF n SKIP LOCKED" if self.db.shared else ""
+        # on a shared store, rows another instance is taking are left to it, and so is a
+        # conversation another instance has in hand (gateway/affinity.py)
+        shared = self.db.shared
+        skip_taken = " FOR UPDATE OF n SKIP LOCKED" if shared else ""
+        not_elsewhere = NOT_BUSY_ELSEWHERE if shared else ""
+        mine = elsewhere(self.own_claims) if shared else ()
 
         def take(conn: sqlite3.Connection) -> list[Notification]:
             # (materialized: a subquery that locks rows may run more than once, and give
@@ -128,11 +133,11 @@ class Outbox:
                 f"AND (n.not_before IS NULL OR n.not_before <= ?) AND NOT EXISTS ("
                 f"  SELECT 1 FROM notifications e WHERE e.session_key = n.session_key "
                 f"  AND e.id < n.id AND e.state = 'pending' AND e.not_before IS NOT NULL "
-                f"  AND e.not_before > ?) "
+                f"  AND e.not_before > ?){not_elsewhere} "
                 f"ORDER BY n.id LIMIT ?{skip_taken}) "
                 f"UPDATE notifications SET state = 'claimed', claimed_by = ?, claimed_at = ? "
                 f"WHERE id IN (SELECT id FROM due) AND state = 'pending' "
-                f"RETURNING {NOTIFICATION_COLUMNS}", (now, now, limit, claimer, now),
+                f"RETURNING {NOTIFICATION_COLUMNS}", (now, now, *mine, limit, claimer, now),
             ).fetchall()
             return sorted((Notification(*row) for row in rows), key=lambda n: n.id)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
+from .affinity import wait_until_not_delivered_elsewhere
 from .attachments import take_files, transcript_text
 from .auth import admitted, offer_pairing
 from .commands import parse_command, run_gateway_command
@@ -26,6 +27,7 @@ from .events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from .inbound import Inbound, JournalEntry, handling
 from .intake import Intake
 from .lanes import Lane, Lanes, Work
+from .lives import life_prefix
 from .metrics import Metrics
 from .notifications import Notification
 from .outgoing_files import post_artifact, send_file
@@ -214,6 +216,9 @@ class GatewayRunner:
             return "skipped"
         if not await self.inbound.started(entry.id, replayed=replayed):
             return "duplicate"  # queued live and replayed both: the other one has it
+        if self.inbound.handler is not None:  # a shared store: one instance at a time
+            await wait_until_not_delivered_elsewhere(self.store.db, key,
+                                                     life_prefix(self.inbound.handler))
         try:
             return await self._handle(
                 key, entry.event, note=self.intake.late_note(entry, replayed=replayed),

@@ -19,16 +19,19 @@ from gateway.store import SessionStore
 from .helpers import eventually_async
 from .test_cluster import crash
 
-TOPIC = Route("memory", "group", "-100", thread_id="42", user_id="1")
-
-
 async def notices(store: SessionStore, count: int) -> Outbox:
+    """One notice into each of ``count`` topics (on a shared store one conversation's
+    notices are claimed by one claimer at a time: gateway/affinity.py)."""
     outbox = Outbox(store.db)
-    key = "agent:main:memory:group:-100:42"
-    session = await store.get_or_create(key, TOPIC)
-    await outbox.produce([NewNotification(f"j{n}:completion:0", "completion",
-                                          ReturnAddress(key, session.id, TOPIC), f"notice {n}",
-                                          job_id=f"j{n}") for n in range(count)])
+    made = []
+    for n in range(count):
+        topic = Route("memory", "group", "-100", thread_id=str(42 + n), user_id="1")
+        key = f"agent:main:memory:group:-100:{42 + n}"
+        session = await store.get_or_create(key, topic)
+        made.append(NewNotification(f"j{n}:completion:0", "completion",
+                                    ReturnAddress(key, session.id, topic), f"notice {n}",
+                                    job_id=f"j{n}"))
+    await outbox.produce(made)
     return outbox
 
 

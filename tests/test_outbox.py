@@ -122,7 +122,11 @@ async def test_claims_of_a_gateway_process_that_still_runs_are_left_alone(
     other = await asyncio.create_subprocess_exec("sleep", "30")
     try:
         outbox = Outbox(store.db)
-        await outbox.produce([notice(KEY, "s1", ROUTE, i) for i in range(2)])
+        # two conversations: on a shared store, one conversation's notices are claimed
+        # by one claimer at a time (gateway/affinity.py)
+        await outbox.produce([notice(KEY, "s1", ROUTE, 0),
+                              notice("agent:main:memory:dm:2", "s2",
+                                     Route("memory", "dm", "2", user_id="2"), 1)])
         live_claimer = f"router-{other.pid}-{process_start_time(other.pid)}-abc123"
         await outbox.claim(live_claimer, limit=1)
         await outbox.claim("router-999999999-0-dead00", limit=1)

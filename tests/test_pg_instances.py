@@ -182,3 +182,19 @@ async def test_a_session_ended_on_one_instance_is_not_live_on_the_other(
         live = await two.store.live_session(key)
         assert live is not None and live.id != old
         assert (await there.frame())["text"].startswith("Started a new session")
+
+
+async def test_a_notice_waits_for_the_turn_another_instance_has_in_hand(
+        tmp_path: Path, pg_fresh_url: str, http: aiohttp.ClientSession) -> None:
+    """The busy owner keeps its mail across instances: the second instance does not
+    deliver into a conversation while the first is in the middle of its turn."""
+    async with running_gateway(_config(tmp_path / "a", pg_fresh_url, "vps1")) as one, \
+            running_gateway(_config(tmp_path / "b", pg_fresh_url, "vps2")):
+        tab = await open_tab(http, _base(one))
+        await tab.say("/bg sleep 1; echo marker-A")
+        assert "Started job" in (await tab.frame())["text"]
+        await one.router.stop()  # only the second instance routes from here
+        await tab.say("/run sleep 3; echo slow-done")  # mid-turn when the job ends
+        first, second = await tab.frame(15), await tab.frame(15)
+        assert (first["kind"], "slow-done" in first["text"]) == ("reply", True), first
+        assert (second["kind"], "marker-A" in second["text"]) == ("notification", True)
