@@ -219,7 +219,7 @@ def _unwrap_secrets(value: Any) -> None:
 def _run(config: Config, args: argparse.Namespace) -> int:
     import structlog
 
-    from .daemon import StartupError, run_daemon
+    from .daemon import InstanceEnded, StartupError, run_daemon
     from .logs import configure_logging, secrets_of
 
     try:
@@ -241,6 +241,9 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"homing: cannot start: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except InstanceEnded as exc:
+        print(f"homing: stopped: {exc}", file=sys.stderr)
+        return 1
     except (OSError, sqlite3.Error, RuntimeError) as exc:
         print(f"homing: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -58,6 +58,12 @@ class StartupError(RuntimeError):
     """The daemon cannot start with this configuration."""
 
 
+class InstanceEnded(RuntimeError):
+    """This daemon's life among the instances is over (its lease ran out while the store
+    was out of reach, or another process took its name): it stops, and its service
+    manager starts it again under a new epoch."""
+
+
 @dataclass(slots=True)
 class Gateway:
     """The running parts, for whoever needs to reach them (tests, ops endpoints)."""
@@ -70,6 +76,8 @@ class Gateway:
     runner: GatewayRunner
     router: Router
     scheduler: Scheduler
+    #: on a shared store, this daemon's life among the instances
+    instance: Instance | None = None
 
 
 def build_adapters(config: Config) -> list[Adapter]:
@@ -196,7 +204,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                      delegations_lost=lost, messages_replayed=replayed,
                      approvals_pending=pending_approvals, agent=config.agent.backend,
                      model=config.agent.model if model is not None else None)
-            yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler)
+            yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler,
+                          instance)
         log.info("gateway_stopped")
 
 
@@ -313,6 +322,7 @@ async def run_daemon(config: Config) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     started_at = time.time()
+    ended: str | None = None
     try:
         async with running_gateway(config) as gw:
             write_status(config.home_path, {}, "starting", started_at)
@@ -331,7 +341,7 @@ async def run_daemon(config: Config) -> None:
             back_online = BackOnline(gw.runner, gw.store.db)
             gw.runner.platform_listeners.append(back_online.platform_connected)
             await back_online.announce()
-            await stop.wait()
+            ended = await _until_stopped(stop, gw.instance)
             status.cancel()
             await asyncio.gather(status, return_exceptions=True)
             write_status(config.home_path, {n: a.connected for n, a in gw.runner.adapters.items()},
@@ -350,3 +360,24 @@ async def run_daemon(config: Config) -> None:
         await notifier.close()
         if config.home_path.exists():
             write_status(config.home_path, {}, "stopped", time.time())
+    if ended is not None:
+        raise InstanceEnded(f"this instance stopped taking part: {ended}; it starts again "
+                            f"under a new epoch")
+
+
+async def _until_stopped(stop: asyncio.Event, instance: Instance | None) -> str | None:
+    """Wait for a stop signal — or, on a shared store, for this life to end; say why."""
+    if instance is None:
+        await stop.wait()
+        return None
+    signalled = asyncio.ensure_future(stop.wait())
+    ended = asyncio.ensure_future(instance.wait_ended())
+    await asyncio.wait({signalled, ended}, return_when=asyncio.FIRST_COMPLETED)
+    for waiting in (signalled, ended):
+        waiting.cancel()
+    if stop.is_set():
+        return None
+    why = instance.ended
+    log.error("instance_ended_stopping", reason=why,
+              hint="the service manager starts it again (systemd: Restart=on-failure)")
+    return why

@@ -80,6 +80,7 @@ class PgDatabase(GroupCommit[PgConnection]):
         self._thread: ThreadPoolExecutor | None = None
         #: LISTEN connections, one task per channel (see :meth:`listen`)
         self._listeners: set[asyncio.Task[None]] = set()
+        self._reconnecting = asyncio.Lock()
 
     async def open(self) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="homing-pg-writer")
@@ -167,12 +168,42 @@ class PgDatabase(GroupCommit[PgConnection]):
     # reading ---------------------------------------------------------------
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        cursor = await self._read().execute(translate(sql), params)
+        cursor = await self._execute_read(sql, params)
         return await cursor.fetchone()
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        cursor = await self._read().execute(translate(sql), params)
+        cursor = await self._execute_read(sql, params)
         return await cursor.fetchall()
+
+    async def _execute_read(self, sql: str, params: Sequence[Any]
+                            ) -> psycopg.AsyncCursor[TupleRow]:
+        """A read, on a connection made again if the server dropped the last one (a
+        restart of PostgreSQL): a read may simply be asked again."""
+        reader = self._read()
+        if reader.broken or reader.closed:
+            reader = await self._reconnect_reader(reader)
+        try:
+            return await reader.execute(translate(sql), params)
+        except psycopg.OperationalError:
+            if not reader.broken:
+                raise
+            reader = await self._reconnect_reader(reader)
+            return await reader.execute(translate(sql), params)
+
+    async def _reconnect_reader(self, broken: psycopg.AsyncConnection[TupleRow]
+                                ) -> psycopg.AsyncConnection[TupleRow]:
+        """A new reader in place of ``broken`` — once, however many reads found it so."""
+        async with self._reconnecting:
+            current = self._read()
+            if current is not broken:  # another read made it again meanwhile
+                return current
+            reader = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=CONNECT_SECONDS)
+            _adapt(reader)
+            self._reader = reader
+            await broken.close()
+            log.info("store_reconnected", connection="reader")
+            return reader
 
     def _read(self) -> psycopg.AsyncConnection[TupleRow]:
         if self._reader is None:
@@ -184,6 +215,14 @@ class PgDatabase(GroupCommit[PgConnection]):
     async def _transaction(self, batch: list[Queued[PgConnection]]) -> list[Any]:
         if self._writer is None:
             raise StoreClosed("the state database is not open")
+        if self._writer.raw.broken or self._writer.raw.closed:
+            # the server dropped it (a restart): the batch that saw it go failed — it may
+            # have committed, so it is not run again — and this one goes on a new one
+            old = self._writer.raw
+            await self._in_writer_thread(old.close)
+            raw = await self._in_writer_thread(_connect, self.url)
+            self._writer = PgConnection(raw)
+            log.info("store_reconnected", connection="writer")
         results: list[Any] = await self._in_writer_thread(_run_batch, self._writer, batch)
         return results
 

@@ -164,6 +164,12 @@ class PgCluster:
                     raise RuntimeError(f"PostgreSQL did not start (port {self.port}):\n"
                                        f"{log[-2000:]}") from None
 
+    def restart(self) -> None:
+        """Stop the server (its sessions are ended) and start it again on its port, as
+        an upgrade of the package would: clients must connect again."""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-m", "fast",
+                  "-w", "-t", "60", "restart")
+
     def stop(self) -> None:
         """Stop the server (fast: open sessions are ended) and remove its directory."""
         if self.root is None:

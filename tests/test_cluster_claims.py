@@ -19,6 +19,7 @@ from gateway.store import SessionStore
 from .helpers import eventually_async
 from .test_cluster import crash
 
+
 async def notices(store: SessionStore, count: int) -> Outbox:
     """One notice into each of ``count`` topics (on a shared store one conversation's
     notices are claimed by one claimer at a time: gateway/affinity.py)."""

@@ -8,6 +8,7 @@ a busy owner's notices, schedules at their times, and runs across a restart.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from gateway.platforms.memory import MemoryAdapter
 
 from .conftest import make_config
 from .helpers import eventually_async
+from .pg_cluster import PgCluster
+from .real_daemon import home_env, start_daemon
 from .test_jobs import (  # noqa: F401  (collected here with the PostgreSQL gateway)
     test_a_busy_owner_keeps_its_notice_until_its_turn_ends,
     test_a_job_started_before_new_reports_as_a_labelled_notice_without_a_turn,
@@ -101,3 +104,54 @@ async def test_a_notice_committed_elsewhere_wakes_the_router_without_a_poll(
             lambda: [m for m in adapter.sent if "made by another instance" in m.text],
             what="the notice from elsewhere")
         assert sent[0].route.thread_id == "42"
+
+
+async def test_the_daemon_carries_on_after_postgresql_restarts(
+        tmp_path: Path, pg_cluster: PgCluster, pg_fresh_url: str) -> None:
+    """An upgrade of the server's package restarts it: every connection is cut, and the
+    next reads and writes go on new ones."""
+    async with running_gateway(make_config(tmp_path / "home", store__url=pg_fresh_url)) as gw:
+        port = gw.runner.adapters["web"].port  # type: ignore[attr-defined]
+        async with aiohttp.ClientSession() as http, \
+                http.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
+            await ws.receive_json(timeout=5)
+            await ws.send_json({"type": "message", "text": "before the restart"})
+            assert "before the restart" in (await ws.receive_json(timeout=5))["text"]
+            await asyncio.to_thread(pg_cluster.restart)
+            await ws.send_json({"type": "message", "text": "after the restart"})
+            reply = await ws.receive_json(timeout=15)
+            assert "after the restart" in reply["text"], reply
+
+        async def recorded() -> bool:
+            await gw.store.db.flush()
+            rows = await gw.store.db.fetchall("SELECT text FROM messages")
+            return any("after the restart" in text for (text,) in rows)
+
+        await eventually_async(recorded, what="the message after the restart recorded")
+        assert gw.instance is not None and gw.instance.alive
+
+
+async def test_a_daemon_whose_name_another_process_took_stops_for_its_restart(
+        tmp_path: Path, pg_fresh_url: str) -> None:
+    """Two processes under one instance name: the older life ends at its next renewal and
+    exits 1, so that systemd starts it again (under a new epoch), never 2."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        f"store: {{url: '{pg_fresh_url}'}}\ninstance: {{name: vps1}}\n"
+        "cluster: {lease_seconds: 1, failover_seconds: 1}\nplatforms: {web: {port: 0}}\n")
+    env = home_env(home)
+    first, _ = await start_daemon(env)
+    second, _ = await start_daemon(env)
+    try:
+        code = await asyncio.wait_for(first.wait(), 20)
+        assert code == 1
+        assert second.returncode is None  # the newer life goes on
+    finally:
+        for proc in (first, second):
+            if proc.returncode is None:
+                proc.terminate()
+                await proc.wait()
+    logged = (home / "logs" / "homing.log").read_text()
+    assert '"event": "instance_ended_stopping"' in logged
+    assert "another process started as vps1" in logged
