@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -53,16 +55,29 @@ async def gateway(tmp_path: Path, pg_fresh_url: str, clock: Clock
         yield gw, adapter
 
 
+@asynccontextmanager
+async def web_socket(gw: Gateway) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
+    """A web chat tab's socket, past its ``ready`` frame."""
+    port = gw.runner.adapters["web"].port  # type: ignore[attr-defined]
+    async with aiohttp.ClientSession() as http, \
+            http.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
+        await ws.receive_json(timeout=5)
+        yield ws
+
+
+async def say(ws: aiohttp.ClientWebSocketResponse, text: str, timeout: float = 5
+              ) -> dict[str, Any]:
+    await ws.send_json({"type": "message", "text": text})
+    frame: dict[str, Any] = await ws.receive_json(timeout=timeout)
+    return frame
+
+
 async def test_the_web_chat_answers_and_nothing_is_written_to_the_home(
         tmp_path: Path, pg_fresh_url: str) -> None:
     home = tmp_path / "home"
     async with running_gateway(make_config(home, store__url=pg_fresh_url)) as gw:
-        port = gw.runner.adapters["web"].port  # type: ignore[attr-defined]
-        async with aiohttp.ClientSession() as http, \
-                http.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
-            await ws.receive_json(timeout=5)
-            await ws.send_json({"type": "message", "text": "hello postgres"})
-            assert "hello postgres" in (await ws.receive_json(timeout=5))["text"]
+        async with web_socket(gw) as ws:
+            assert "hello postgres" in (await say(ws, "hello postgres"))["text"]
         async def both_recorded() -> bool:  # transcript lines are written behind
             await gw.store.db.flush()
             (count,) = await gw.store.db.fetchone("SELECT COUNT(*) FROM messages")
@@ -111,15 +126,10 @@ async def test_the_daemon_carries_on_after_postgresql_restarts(
     """An upgrade of the server's package restarts it: every connection is cut, and the
     next reads and writes go on new ones."""
     async with running_gateway(make_config(tmp_path / "home", store__url=pg_fresh_url)) as gw:
-        port = gw.runner.adapters["web"].port  # type: ignore[attr-defined]
-        async with aiohttp.ClientSession() as http, \
-                http.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
-            await ws.receive_json(timeout=5)
-            await ws.send_json({"type": "message", "text": "before the restart"})
-            assert "before the restart" in (await ws.receive_json(timeout=5))["text"]
+        async with web_socket(gw) as ws:
+            assert "before the restart" in (await say(ws, "before the restart"))["text"]
             await asyncio.to_thread(pg_cluster.restart)
-            await ws.send_json({"type": "message", "text": "after the restart"})
-            reply = await ws.receive_json(timeout=15)
+            reply = await say(ws, "after the restart", timeout=15)
             assert "after the restart" in reply["text"], reply
 
         async def recorded() -> bool:
