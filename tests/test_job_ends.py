@@ -103,7 +103,8 @@ async def test_kill_escalates_and_reports_only_when_nothing_of_the_job_is_left(
     gw, adapter = gateway
     job_id = await start(adapter, f"/bg {command}")
     record = await gw.jobs.get(job_id)
-    await eventually(lambda: job_process.group_members(record.pid) >= 2, what="the job's processes")
+    # (the subshell may be forked before it ran its trap: wait for the trap itself)
+    await eventually(lambda: _ignores_sigterm(record.pid), what="the job's trap set")
     await adapter.receive(f"/kill {job_id}", CHAT)
     assert adapter.sent_to(CHAT)[-1].text == f"Stopped job {job_id}."
     assert job_process.group_members(record.pid) == 0
@@ -111,6 +112,23 @@ async def test_kill_escalates_and_reports_only_when_nothing_of_the_job_is_left(
     assert "did not stop within 0.5 s of SIGTERM, so it got SIGKILL" in notice.text
     await gw.router.settle()
     assert len(notices(adapter, job_id)) == 1
+
+
+def _ignores_sigterm(pgid: int) -> bool:
+    """Some live process of the job's group ignores SIGTERM (its SigIgn mask says so)."""
+    for entry in os.scandir("/proc"):
+        stat = job_process.read_stat(entry.name) if entry.name.isdigit() else None
+        if stat is None or not stat.alive or stat.pgrp != pgid:
+            continue
+        try:
+            status = Path(f"/proc/{entry.name}/status").read_text()
+        except OSError:
+            continue
+        ignored = next((int(line.split()[1], 16) for line in status.splitlines()
+                        if line.startswith("SigIgn:")), 0)
+        if ignored & (1 << (signal.SIGTERM - 1)):
+            return True
+    return False
 
 
 async def test_a_job_that_stops_on_sigterm_is_reported_killed_by_it(gateway) -> None:
