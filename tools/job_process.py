@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +171,21 @@ def read_exit_code(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def ended_at(exit_path: Path) -> float:
+    """When a job ended while the daemon was down: its exit file's time."""
+    try:
+        return exit_path.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def read_pid_file(path: Path) -> tuple[int, str] | None:

@@ -359,7 +359,7 @@ class JobManager:
                 compiled = []
             if record.watch_notices and not record.watch_offset:
                 # a job of a version that kept no offset: read on from the log's end
-                record.watch_offset = _size(record.log_path)
+                record.watch_offset = job_process.file_size(record.log_path)
             live = self._track(record, compiled)
             files = record.files
             # alive first, then the exit file: a job ending between the two checks
@@ -376,7 +376,8 @@ class JobManager:
                 log.info("job_reattached", job_id=record.id, pid=record.pid)
             else:
                 state = _end_state(code, record, spawned=job_process.was_spawned(files))
-                end = _already(_End(code, state, _ended_at(files.exit_code), observed=False))
+                ended = job_process.ended_at(files.exit_code)
+                end = _already(_End(code, state, ended, observed=False))
             live.task = asyncio.create_task(self._follow(live, end), name=f"job:{record.id}")
         return len(rows)
 
@@ -488,17 +489,3 @@ def _failed_op(job_id: str) -> Op:
 async def _already(end: _End) -> _End:
     return end
 
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _ended_at(exit_path: Path) -> float:
-    """When a job ended while the daemon was down: its exit file's time."""
-    try:
-        return exit_path.stat().st_mtime
-    except OSError:
-        return time.time()
