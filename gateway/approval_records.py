@@ -58,14 +58,15 @@ class ApprovalRecord:
                    ReturnAddress.from_json(address), requester, state, decision, by,
                    message_id, ran, created, expires, decided)
 
-    def insert_op(self) -> tuple[str, tuple[Any, ...]]:
-        return (f"INSERT INTO approvals ({COLUMNS}) VALUES "
-                f"(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    def insert_op(self, waiter: str | None = None) -> tuple[str, tuple[Any, ...]]:
+        """``waiter``: on a shared store, the life whose turn waits for the choice."""
+        return (f"INSERT INTO approvals ({COLUMNS}, waiter) VALUES "
+                f"(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (self.id, self.tool, self.command, json.dumps(self.action, ensure_ascii=False),
                  self.reason, self.grant_key, self.address.session_key,
                  self.address.session_id, self.address.to_json(), self.requester, self.state,
                  self.decision, self.decided_by, self.message_id, self.ran, self.created_at,
-                 self.expires_at, self.decided_at))
+                 self.expires_at, self.decided_at, waiter))
 
     @property
     def platform(self) -> str:

@@ -151,8 +151,7 @@ class Approvals:
         self._waiting[record.id] = waiter
         self._shown[record.id] = loop.create_future()
         try:
-            await self.db.write([record.insert_op(), (
-                "UPDATE approvals SET waiter = ? WHERE id = ?", (self.life, record.id))])
+            await self.db.write([record.insert_op(self.life)])
             log.info("approval_requested", approval_id=record.id, tool=tool,
                      reason=need.reason, session_key=address.session_key)
             await self._post(record)

@@ -14,6 +14,7 @@ import sqlite3
 import uuid
 from typing import TYPE_CHECKING
 
+from .cluster_store import store_now
 from .processes import identity_alive, process_identity
 
 if TYPE_CHECKING:
@@ -73,8 +74,6 @@ def claim_alive(conn: sqlite3.Connection, claimer: str | None, now: float) -> bo
 
 async def life_alive(db: StateDatabase, claimer: str | None) -> bool:
     """:func:`claim_alive` outside a transaction (a life that is over stays over)."""
-    from .cluster_store import store_now
-
     if claimer is None:
         return False
     life = instance_life(claimer)

@@ -62,7 +62,7 @@ async def test_two_instances_keep_one_gateway_session_and_hand_it_over(
                                   and s.content.startswith("Job ")], timeout=15,
                          what="the job's notice")
 
-        await stack.enter_async_context(_stopped(one))
+        await _adapter(one).disconnect()  # the holder stops: its lease goes with it
         await fake.user_message(channel_id=CHANNEL, content="while moving", author_id=ALICE)
         await eventually(lambda: _adapter(two).gateway_here, timeout=15,
                          what="the session on the second instance")
@@ -73,19 +73,3 @@ async def test_two_instances_keep_one_gateway_session_and_hand_it_over(
         assert [len(answers(fake, t)) for t in ("first", "while moving", "after")] == [1, 1, 1]
         assert fake.identify_count == 2  # one session at a time
 
-
-class _stopped:
-    """Stop a running gateway now (its context exits), as a clean stop of its daemon."""
-
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
-
-    async def __aenter__(self) -> None:
-        adapter = _adapter(self.gw)
-        await adapter.stop_receiving()
-        await adapter.disconnect()
-        for lease in list(adapter.poll_lease.instance._leases if adapter.poll_lease else ()):
-            await lease.stop()
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None

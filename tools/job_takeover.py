@@ -32,7 +32,7 @@ log = structlog.get_logger(__name__)
 #: only while the job's instance is still dead (not stopped cleanly, not back)
 _MARK_LOST = (
     "UPDATE jobs SET state = 'lost', ended_at = ? WHERE id = ? AND state = 'running' "
-    "AND instance = ? AND EXISTS (SELECT 1 FROM instances i WHERE i.name = ? "
+    "AND instance = ? AND EXISTS (SELECT 1 FROM instances i WHERE i.name = jobs.instance "
     "AND i.stopped_at IS NULL AND i.lease_expires_at < ?)")
 
 
@@ -61,7 +61,7 @@ async def _report(jobs: JobManager, record: JobRecord, instance: str) -> bool:
     from .jobs import completion_key
 
     notify = record.notify_on_complete and jobs.notify_mode != "off"
-    note = await jobs._ending_note(record, notify)
+    note = await jobs.ending_note(record, notify)
     text = completion_text(record, [], EndDetails(instance_lost=instance),
                            header=note.header, footer=note.footer)
     notice = NewNotification(
@@ -70,8 +70,7 @@ async def _report(jobs: JobManager, record: JobRecord, instance: str) -> bool:
 
     def commit(conn: sqlite3.Connection) -> bool:
         now = writer_now(conn)
-        if conn.execute(_MARK_LOST, (now, record.id, instance, instance,
-                                     now)).rowcount != 1:
+        if conn.execute(_MARK_LOST, (now, record.id, instance, now)).rowcount != 1:
             return False  # its instance came back (and re-attached it), or it ended
         for op in note.ops:
             conn.execute(*op)

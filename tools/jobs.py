@@ -281,7 +281,7 @@ class JobManager:
             details = EndDetails(escalated, self.settings.kill_grace_seconds, dropped,
                                  self.limits.global_max_per_minute)
             notify = self._should_notify_completion(record)
-            note = await self._ending_note(record, notify)
+            note = await self.ending_note(record, notify)
             if notify:
                 tail, cut = await asyncio.to_thread(job_process.tail_of, record.log_path,
                                                     self.settings.tail_lines)
@@ -316,7 +316,7 @@ class JobManager:
                 if not END_RECORD.is_last(attempt):
                     await END_RECORD.pause(attempt)
 
-    async def _ending_note(self, record: JobRecord, notified: bool) -> EndNote:
+    async def ending_note(self, record: JobRecord, notified: bool) -> EndNote:
         if self.observer is None:
             return EndNote()
         try:

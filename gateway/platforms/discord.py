@@ -52,6 +52,7 @@ SEND_LATER_PART = SEND.times(3)
 CONNECT = RetryPolicy((1.0, 2.0, 5.0, 10.0, 30.0, 60.0))
 _CATCH_UP_LIMIT = 200  # messages read back per channel after a new session
 
+
 class DiscordAdapter(Adapter):
     platform = "discord"
     message_limit = MESSAGE_LIMIT

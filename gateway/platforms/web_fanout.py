@@ -65,7 +65,7 @@ class FrameFanout:
             if len(payload.encode()) <= PAYLOAD_BYTES:
                 await self.db.fetchone("SELECT pg_notify(?, ?)", (FRAMES_CHANNEL, payload))
             else:
-                await self.db.write(_stored(payload, json.dumps(envelope)))
+                await self.db.write(_stored(payload, envelope))
         except Exception as exc:  # the store is away: this frame stays on this instance
             log.warning("web_frame_not_shared", conversation=conversation,
                         type=frame.get("type"), error=str(exc))
@@ -94,13 +94,13 @@ class FrameFanout:
                 log.exception("web_frame_not_handed_on")
 
 
-def _stored(payload: str, envelope: str) -> Callable[[sqlite3.Connection], None]:
+def _stored(payload: str, envelope: dict[str, Any]) -> Callable[[sqlite3.Connection], None]:
     def store(conn: sqlite3.Connection) -> None:
         now = time.time()
         conn.execute("DELETE FROM web_frames WHERE created_at < ?", (now - KEEP_SECONDS,))
         row = conn.execute("INSERT INTO web_frames (payload, created_at) VALUES (?, ?) "
                            "RETURNING id", (payload, now)).fetchone()
-        notice = {**json.loads(envelope), "id": int(row[0])}
+        notice = {**envelope, "id": int(row[0])}
         # sent at commit, once the row can be read
         conn.execute("SELECT pg_notify(?, ?)", (FRAMES_CHANNEL, json.dumps(notice)))
     return store
