@@ -156,6 +156,9 @@ class DiscordGateway:
             await ws.close(code=4014, message=b"Disallowed intent(s).")
             return
         async with self._lock:
+            # one session at a time, unlike Discord, which would keep both and dispatch
+            # every event to each: a test that needs one session per bot counts
+            # identify_count (tests/test_pg_discord.py), it never relies on this
             if self._session is not None and self._session.ws is not None:
                 await self._session.ws.close(code=4000, message=b"session replaced")
             self._session = Session(session_id=uuid.uuid4().hex, intents=intents, ws=ws)
