@@ -114,16 +114,16 @@ async def _holder(url: str, not_this: tuple[str, int] | None = None
 
 
 async def _nothing_left(url: str) -> bool:
-    """No notice waiting, no job running, no message unfinished."""
+    """No notice waiting, no job running, no message unfinished — in one statement, so
+    in one snapshot: counted one by one, a job that ends between two counts has left
+    "running" and its notice was not yet there when the notices were counted."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        for sql in ("SELECT COUNT(*) FROM notifications WHERE state IN ('pending', 'claimed')",
-                    "SELECT COUNT(*) FROM jobs WHERE state = 'running'",
-                    "SELECT COUNT(*) FROM inbound WHERE state IN "
-                    "('received', 'started', 'acted', 'replied')"):
-            row = await (await conn.execute(sql)).fetchone()
-            if row is None or row[0]:
-                return False
-    return True
+        row = await (await conn.execute(
+            "SELECT (SELECT COUNT(*) FROM notifications WHERE state IN ('pending', 'claimed'))"
+            " + (SELECT COUNT(*) FROM jobs WHERE state = 'running')"
+            " + (SELECT COUNT(*) FROM inbound WHERE state IN "
+            "('received', 'started', 'acted', 'replied'))")).fetchone()
+    return row is not None and row[0] == 0
 
 
 async def _jobs_by_marker(url: str) -> dict[str, list[str]]:
