@@ -12,6 +12,15 @@ had not committed. After the crash it goes out again — the outbox's rule and t
 journal's. So a second copy is allowed only as that: the first sent before a kill (by
 then the record could still be waiting, on a loaded machine, for about a lease), the
 second after it. Any other repeat, a third copy, or a copy elsewhere fails the test.
+
+"Before the kill" is as the fake saw it, and the fake shares this test's event loop: a
+request the killed process had already written is read by the fake only after the kill
+was noted, so its copy may come up to ``IN_FLIGHT`` after the kill. No survivor can send
+that early (the lease, renewed every third of a lease, has about two thirds left to run),
+so the allowance does not cover a survivor's double take.
+
+A job whose instance was killed between registering it and spawning it never ran; its
+end is told as "did not start", which is an end as good as its exit.
 """
 
 from __future__ import annotations
@@ -28,6 +37,10 @@ from .fakes.telegram_server import SentRecord
 ROUNDS = 20
 #: how long before a kill a send may still have been waiting for its record
 RECORD_WINDOW = 3 * LEASE_SECONDS
+#: how long after a kill the fake may still read a request the killed process had sent
+IN_FLIGHT = LEASE_SECONDS / 2
+#: the ends a job's notice may tell: its exit, its instance gone, or never started
+ENDS = ("stopped answering", "did not start: the gateway stopped while starting it")
 
 
 @pytest.mark.timeout(420)
@@ -51,14 +64,15 @@ async def test_the_poller_killed_20_times_loses_and_doubles_nothing(
         assert {s.message_thread_id for s in notices} == {topic}, where
         _at_most_a_crash_repeat(notices, rounds, f"job {job_id} {where}")
         told = notices[0].text
-        assert (f"done-{marker}" in told and "finished: exit code 0" in told) or (
-            "stopped answering" in told), told
+        assert (f"done-{marker}" in told and "finished: exit code 0" in told) or any(
+            end in told for end in ENDS), told
     assert not [s for s in sent if s.message_thread_id not in (*TOPICS, None)], where
     assert len(rounds.takeovers) == ROUNDS  # polling moved on after every kill
 
 
 def _at_most_a_crash_repeat(copies: list[SentRecord], rounds: Rounds, what: str) -> None:
-    """One copy; two only when a kill fell between them, soon after the first."""
+    """One copy; two only when a kill fell between them, soon after the first (or the
+    first was still on its way to the fake when the kill came)."""
     by_text: dict[str, list[float]] = {}
     for s in copies:
         by_text.setdefault(s.text, []).append(s.at)
@@ -66,7 +80,9 @@ def _at_most_a_crash_repeat(copies: list[SentRecord], rounds: Rounds, what: str)
         if len(times) == 1:
             continue
         first, second, *more = sorted(times)
-        between = [k for k in rounds.kills if first <= k <= second]
-        assert not more and between and between[0] - first <= RECORD_WINDOW, (
-            f"{what}: sent {len(times)} times, {second - first:.2f} s apart, with "
-            f"{len(between)} kills between")
+        between = [k for k in rounds.kills
+                   if first - IN_FLIGHT <= k <= min(second, first + RECORD_WINDOW)]
+        nearest = min(rounds.kills, key=lambda k: abs(k - first), default=None)
+        assert not more and between, (
+            f"{what}: sent {len(times)} times, {second - first:.2f} s apart; the nearest "
+            f"kill {'none' if nearest is None else f'{nearest - first:+.2f} s'} from the first")
