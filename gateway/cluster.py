@@ -1,15 +1,18 @@
 """Instances sharing one store, and the single connections one of them holds at a time.
 
 Several Homing instances may share one PostgreSQL store (issue 21). Each is an
-:class:`Instance`: a row in ``instances`` under its configured name, taken at start
-with the next *epoch* (one more than that name's previous life), and a lease it renews
-every third of ``cluster.lease_seconds``. An instance that has not renewed by the time
-its lease runs out stops counting itself alive (:attr:`Instance.alive`): it fences
-itself. Whatever it does for the cluster — claims, polling — asks that first, so by the
-time a survivor may act on the expiry, the instance has stopped acting on its own. Once
-the store says the lease ran out, or another process started under the same name, that
-life is over for good and does not come back by itself (a survivor may already have
-taken over its work): the daemon starts again, under a new epoch.
+:class:`Instance`: a row in ``instances`` under its configured name, taken at start with
+the next *epoch* (one more than that name's previous life), and a lease it renews every
+third of ``cluster.lease_seconds``. An instance that has not renewed by the time its
+lease runs out stops counting itself alive (:attr:`Instance.alive`): it fences itself.
+What it does for the cluster — polling, taking over a dead life's work — asks that
+first, and what a survivor could do for it too — posting to a chat, beginning a
+message's turn, starting a job or a delegation — waits in :meth:`Instance.until_alive`
+for the renewal or the end; so by the time a survivor may act on the expiry, the
+instance has stopped acting on its own. Once the store says the lease ran out, or
+another process started under the same name, that life is over for good and does not
+come back by itself (a survivor may already have taken over its work): the daemon starts
+again, under a new epoch.
 
 A :class:`Lease` is a resource only one instance may use at a time: a Telegram token's
 ``getUpdates`` poller (``telegram:<bot id>``), a Discord bot's gateway session
@@ -87,10 +90,14 @@ class Instance:
         self.pid = pid if pid is not None else os.getpid()
         self._epoch: int | None = None
         self._deadline = 0.0  # monotonic: the lease is ours until then, by our own count
+        #: monotonic: by then the store's count has run out too (a lease after the last
+        #: renewal came back: it committed before that)
+        self._surely_over = 0.0
         self._ended: str | None = None
         self._ended_event = asyncio.Event()
         self._stopping = False
         self._wake = asyncio.Event()
+        self._heard = asyncio.Event()  # set at each renewal, at the end and at stop
         self._renewer: asyncio.Task[None] | None = None
         self._leases: list[Lease] = []
         self._log = log.bind(instance=name)
@@ -126,6 +133,24 @@ class Instance:
         closed), or None."""
         return self._ended
 
+    async def until_alive(self) -> bool:
+        """Before this life acts where a survivor could act too (posts a reply, starts a
+        job): True once it is :attr:`alive`, False once it never will be again. A life
+        whose renewal is overdue — the process stalled, the store was slow — waits here
+        for the renewal or for the end, so after a stall it does not answer a message a
+        survivor has taken over. (A send already under way as the lease runs out still
+        goes: no platform can be told to refuse it.)"""
+        while not self.alive:
+            if self._epoch is None or self._ended is not None or self._stopping:
+                return False
+            self._heard.clear()
+            try:
+                await asyncio.wait_for(self._heard.wait(),
+                                       self._surely_over - time.monotonic())
+            except TimeoutError:
+                self._ran_out_unheard()
+        return True
+
     async def wait_ended(self) -> str:
         """Wait until this life is over for good (not at a clean stop); say why."""
         await self._ended_event.wait()
@@ -144,6 +169,7 @@ class Instance:
             rows.register, name=self.name, host=self.host, pid=self.pid,
             lease_seconds=self.lease_seconds))
         self._epoch, self._deadline = epoch, asked + self.lease_seconds
+        self._surely_over = time.monotonic() + self.lease_seconds
         self._log = self._log.bind(epoch=epoch)
         if previous is not None and previous.state(now) == "live":
             # a crash and a quick restart look the same; the other life, if there is one,
@@ -162,6 +188,7 @@ class Instance:
             await lease.stop()
         self._stopping = True
         self._wake.set()
+        self._heard.set()
         if self._renewer is not None:
             await asyncio.gather(self._renewer, return_exceptions=True)
             self._renewer = None
@@ -203,6 +230,9 @@ class Instance:
                     self._log.warning("instance_lease_renewal_failed", error=str(exc),
                                       attempt=attempt + 1,
                                       seconds_left=round(self.seconds_left, 3))
+                    if time.monotonic() >= self._surely_over:
+                        self._ran_out_unheard()
+                        return
                     await _pause(self._wake, again.delay(attempt))
 
     async def _renew(self) -> None:
@@ -215,6 +245,8 @@ class Instance:
             self._end(renewal.ended)
             return
         self._deadline = asked + self.lease_seconds
+        self._surely_over = time.monotonic() + self.lease_seconds
+        self._heard.set()
         lost = set(renewal.lost)
         for lease, epoch in held:
             if (lease.name, epoch) in lost:
@@ -222,11 +254,17 @@ class Instance:
             else:
                 lease._renewed(epoch, self._deadline)
 
+    def _ran_out_unheard(self) -> None:
+        """A lease after the last renewal came back, the store's count has run out too:
+        this life is over, whether the store is slow, out of reach or says so later."""
+        self._end("its lease ran out before a renewal got through to the store")
+
     def _end(self, why: str) -> None:
         if self._ended is not None:
             return
         self._ended = why
         self._ended_event.set()
+        self._heard.set()
         self._log.error("instance_fenced", reason=why,
                         note="this instance takes no more part; restart it to rejoin")
         for lease in self._leases:

@@ -217,6 +217,9 @@ def _join(instance: Instance, router: Router, jobs: JobManager,
     router.name = life
     router.outbox.own_claims = life_prefix(life)
     router.runner.inbound.handler = life
+    # a life whose renewal is overdue waits before it acts; one that is over acts no more
+    router.runner.acting = jobs.acting = delegations.acting = instance.until_alive
+    router.runner.inbound.over = lambda: instance.ended is not None
     if router.runner.approvals is not None:
         router.runner.approvals.life = life
     delegations.owner = life

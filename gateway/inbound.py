@@ -22,10 +22,12 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
 
 from .cluster_store import writer_now
 from .database import Op
@@ -33,6 +35,8 @@ from .events import MessageEvent
 from .lives import claim_alive
 from .route import Route
 from .state_database import StateDatabase
+
+log = structlog.get_logger(__name__)
 
 _COLUMNS = ("id, platform, platform_id, session_key, event, sent_at, received_at, state, "
             "handled_at")
@@ -63,6 +67,10 @@ class Inbound:
         #: on a shared store, this life's name (gateway/lives.py): what it journals is
         #: its own to handle, and only a life that is over leaves entries to take over
         self.handler: str | None = None
+        #: whether that life is over: then it writes no more ends, and a survivor takes
+        #: its unfinished entries as they are (a stalled instance's turn that could not
+        #: answer must not leave its message marked handled)
+        self.over: Callable[[], bool] = lambda: False
 
     async def record(self, event: MessageEvent, session_key: str, *,
                      platform_id: str | None = None,
@@ -94,10 +102,11 @@ class Inbound:
         one whose turn began in the stopped process and did nothing that lasts.) From
         here a crash means "may not have finished", not "replay"."""
         states = "('received', 'started')" if replayed else "('received')"
+        mine, params = self._mine(entry_id)
 
         def claim(conn: sqlite3.Connection) -> bool:
             return conn.execute(f"UPDATE inbound SET state = 'started' WHERE id = ? "
-                                f"AND state IN {states}", (entry_id,)).rowcount == 1
+                                f"AND state IN {states}{mine}", params).rowcount == 1
         return bool(await self.db.write(claim))
 
     @staticmethod
@@ -107,8 +116,20 @@ class Inbound:
                 "AND state IN ('started', 'acted')", (entry_id,))
 
     def finished(self, entry_id: int, state: str = "handled") -> None:
+        if self.over():
+            log.warning("message_left_to_survivor", entry_id=entry_id,
+                        reason="this instance's life is over")
+            return
+        mine, params = self._mine(entry_id)
         self.db.write_behind([("UPDATE inbound SET state = ?, handled_at = ? WHERE id = ? "
-                               f"AND state IN ({_OPEN})", (state, time.time(), entry_id))])
+                               f"AND state IN ({_OPEN}){mine}", (state, time.time(), *params))])
+
+    def _mine(self, entry_id: int) -> tuple[str, tuple[Any, ...]]:
+        """On a shared store, a condition that the entry is still this life's: a
+        survivor may have taken it over while this write waited (a stall)."""
+        if self.handler is None:
+            return "", (entry_id,)
+        return " AND handler = ?", (entry_id, self.handler)
 
     async def unfinished(self) -> list[JournalEntry]:
         """What a stopped process had taken in and not finished, oldest first. On a

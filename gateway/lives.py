@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+import structlog
+
 from .cluster_store import store_now
+from .events import SendResult
 from .processes import identity_alive, process_identity
 
 if TYPE_CHECKING:
+    from .route import Route
     from .state_database import StateDatabase
+
+log = structlog.get_logger(__name__)
 
 #: how an instance's lives begin: ``i:<instance name>:<epoch>:<random>``
 INSTANCE_CLAIM = "i:"
+#: asked before a life acts where a survivor could act too — posts to a chat, begins a
+#: message's turn, starts a job or a delegation: True once it may, False once it never
+#: will (on a shared store, :meth:`gateway.cluster.Instance.until_alive`)
+Acting = Callable[[], Awaitable[bool]]
 _INSTANCE_LIVE = ("SELECT 1 FROM instances WHERE name = ? AND epoch = ? AND stopped_at IS NULL "
                   "AND lease_expires_at >= ?")
 
@@ -80,3 +91,29 @@ async def life_alive(db: StateDatabase, claimer: str | None) -> bool:
     if life is None:
         return claimer_alive(claimer)
     return await db.fetchone(_INSTANCE_LIVE, (*life, await store_now(db))) is not None
+
+
+async def may_always_act() -> bool:
+    """A gateway alone on its store: no survivor could act for it."""
+    return True
+
+
+class LifeOver(Exception):
+    """This instance's life ended while the work waited: a survivor does it instead."""
+
+
+async def still_acting(acting: Acting) -> None:
+    """Wait until this life may act; raise :class:`LifeOver` once it never will."""
+    if not await acting():
+        raise LifeOver("this instance's lease ran out; another instance takes over")
+
+
+async def withheld(acting: Acting, route: Route) -> SendResult | None:
+    """None when this life may post to ``route`` now; else the failed send it gets."""
+    try:
+        await still_acting(acting)
+    except LifeOver as exc:
+        log.warning("send_withheld", platform=route.platform, chat_id=route.chat_id,
+                    reason=str(exc))
+        return SendResult.failed(str(exc))
+    return None

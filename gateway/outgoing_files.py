@@ -12,6 +12,7 @@ import structlog
 
 from .attachments import FileRefused, conversation_dir, sendable
 from .events import SendResult
+from .lives import withheld
 from .route import Route
 from .session_entry import SessionEntry
 
@@ -33,6 +34,8 @@ async def send_file(runner: GatewayRunner, session: SessionEntry, route: Route, 
     adapter = runner.adapters.get(route.platform)
     if adapter is None:
         return SendResult.failed(f"platform {route.platform!r} is not running")
+    if (refused := await withheld(runner.acting, route)) is not None:
+        return refused  # a survivor answers for this life now
     result = await adapter.send_file(route, target, caption, session_id=session.id)
     if result.ok:
         runner.store.record_message(session.id, "reply",

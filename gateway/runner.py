@@ -27,7 +27,7 @@ from .events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from .inbound import Inbound, JournalEntry, handling
 from .intake import Intake
 from .lanes import Lane, Lanes, Work
-from .lives import life_prefix
+from .lives import Acting, life_prefix, may_always_act, withheld
 from .metrics import Metrics
 from .notifications import Notification
 from .outgoing_files import post_artifact, send_file
@@ -103,6 +103,8 @@ class GatewayRunner:
         self.session_end_listeners: list[Callable[[SessionEntry], Awaitable[object]]] = []
         #: called with a platform's name when it (re)connects
         self.platform_listeners: list[Callable[[str], None]] = []
+        #: on a shared store, whether this instance's life may still act (gateway/lives.py)
+        self.acting: Acting = may_always_act
 
     # wiring ------------------------------------------------------------------
 
@@ -211,6 +213,9 @@ class GatewayRunner:
     async def handle_entry(self, key: str, entry: JournalEntry, *,
                             replayed: bool = False) -> Outcome:
         """A journaled message's turn: not run when too old, noted when late."""
+        if not await self.acting():  # this life is over: a survivor takes the entry
+            log.warning("message_left_to_survivor", entry_id=entry.id, session_key=key)
+            return "shutdown"
         if self.intake.too_old(entry, replayed=replayed):
             self.intake.skip(entry)  # recorded as skipped once its note went out
             return "skipped"
@@ -409,6 +414,8 @@ class GatewayRunner:
         if adapter is None:
             log.error("send_no_adapter", platform=route.platform, session_id=session_id)
             return SendResult.failed(f"platform {route.platform!r} is not running")
+        if (refused := await withheld(self.acting, route)) is not None:
+            return refused  # a survivor answers for this life now
         if live is not None:
             result = await live.finish(text, kind=kind, session_id=session_id,
                                        dedupe_key=dedupe_key)

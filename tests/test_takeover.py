@@ -70,6 +70,26 @@ async def test_a_dead_lifes_messages_go_to_one_survivor_each(pg_store: SessionSt
     assert [await s.unfinished() for s in survivors] == [[], []]  # and only once
 
 
+async def test_a_stalled_lifes_late_writes_leave_what_a_survivor_took(
+        pg_store: SessionStore) -> None:
+    stalled, stalled_life = await life(pg_store, "vps1", lease=0.3)
+    journal = Inbound(pg_store.db)
+    journal.handler = stalled_life
+    entries = [await journal.record(MessageEvent(text=f"m{n}", route=TOPIC), KEY,
+                                    platform_id=f"u{n}") for n in range(2)]
+    survivor = Inbound(pg_store.db)
+    survivor.handler = (await life(pg_store, "vps2"))[1]
+    await expired(stalled)
+    assert len(await survivor.unfinished()) == 2
+    # the stalled life's writes, queued before the stall, come through only now
+    first, second = (e.id for e in entries if e is not None)
+    assert not await journal.started(first)  # its turn does not begin: it is vps2's
+    journal.finished(second)
+    await pg_store.db.flush()
+    assert await survivor.started(first, replayed=True)
+    assert await survivor.started(second, replayed=True)  # not marked handled by vps1
+
+
 @pytest.fixture
 async def job_of_vps1(pg_store: SessionStore, tmp_path: Path
                       ) -> AsyncIterator[tuple[JobManager, str]]:

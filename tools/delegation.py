@@ -20,7 +20,7 @@ import structlog
 from gateway.database import Op
 from gateway.events import Outcome
 from gateway.inbound import acted_ops
-from gateway.lives import instance_life, life_alive
+from gateway.lives import Acting, instance_life, life_alive, may_always_act, still_acting
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.processes import identity_alive, process_identity
@@ -93,6 +93,7 @@ class DelegationManager:
         self._closing = False
         #: this manager in this process: an in-process restart (tests) is a new owner
         self.owner = f"{process_identity()}-{uuid.uuid4().hex[:6]}"
+        self.acting: Acting = may_always_act  # (gateway/lives.py)
 
     async def delegate(self, task: str, address: ReturnAddress) -> DelegationRecord:
         """Start ``task`` in the background, reporting to ``address``; refuse past the limit."""
@@ -102,6 +103,7 @@ class DelegationManager:
             raise DelegationRefused(
                 f"{len(running)} delegations are already running in this conversation "
                 f"({ids}); the limit is {self.max_running}. Wait for one to finish.")
+        await still_acting(self.acting)  # (LifeOver: a survivor's turn starts it)
         record = DelegationRecord(
             id="d" + uuid.uuid4().hex[:7], task=task, state="dispatched",
             session_key=address.session_key, session_id=address.session_id,

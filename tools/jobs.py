@@ -26,6 +26,7 @@ import structlog
 
 from gateway.config import Config
 from gateway.inbound import acted_ops
+from gateway.lives import Acting, may_always_act, still_acting
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.private_files import private_dir
@@ -120,6 +121,7 @@ class JobManager:
         #: on a shared store, this instance's name: its jobs run on this host, and only
         #: its own are re-attached here (gateway/takeover.py reports a dead one's)
         self.instance: str | None = None
+        self.acting: Acting = may_always_act  # (gateway/lives.py)
         self._live: dict[str, _Live] = {}
 
     # starting --------------------------------------------------------------
@@ -144,6 +146,7 @@ class JobManager:
         workdir = (cwd or Path.cwd()).resolve()
         if not workdir.is_dir():
             raise JobError(f"the working directory {workdir} does not exist")
+        await still_acting(self.acting)  # (LifeOver: a survivor's turn starts it)
         job_id = "j" + uuid.uuid4().hex[:10]
         files = JobFiles(self.jobs_dir / job_id)
         private_dir(files.folder)

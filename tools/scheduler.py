@@ -29,6 +29,7 @@ import structlog
 
 from gateway.config import SchedulesConfig
 from gateway.inbound import acted_ops
+from gateway.lives import LifeOver
 from gateway.notifications import NewNotification, Notification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.state_database import StateDatabase
@@ -299,6 +300,8 @@ class Scheduler:
                 await self._start_run(record, run)
             except RunTaken:
                 continue
+            except LifeOver:  # left claimed: a live instance (or the next life) starts it
+                return
             except Exception as exc:
                 await self._start_failed(record, run, exc)
             else:
