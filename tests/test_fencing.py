@@ -40,11 +40,14 @@ DEADLINE = 15.0
 
 
 @pytest.fixture
-async def gateway(tmp_path: Path, pg_fresh_url: str
+async def gateway(request: pytest.FixtureRequest, tmp_path: Path, pg_fresh_url: str
                   ) -> AsyncIterator[tuple[Gateway, MemoryAdapter]]:
+    """The whole gateway as instance vps1 (its lease ``LEASE``, or the test's parameter),
+    with a memory platform beside its web chat."""
+    lease = getattr(request, "param", LEASE)
     config = make_config(tmp_path / "home", store__url=pg_fresh_url,
-                         instance__name="vps1", cluster__lease_seconds=LEASE,
-                         cluster__failover_seconds=4 * LEASE)
+                         instance__name="vps1", cluster__lease_seconds=lease,
+                         cluster__failover_seconds=4 * lease)
     async with running_gateway(config) as gw:
         adapter = MemoryAdapter("memory")
         gw.runner.add_adapter(adapter)
@@ -94,6 +97,7 @@ async def test_a_stalled_instance_whose_life_ended_sends_nothing_and_leaves_its_
         await survivor.stop()
 
 
+@pytest.mark.parametrize("gateway", [60.0], indirect=True)  # no renewal due meanwhile
 async def test_a_renewal_that_comes_late_lets_the_held_send_go_once(
         gateway: tuple[Gateway, MemoryAdapter]) -> None:
     gw, adapter = gateway
@@ -105,6 +109,7 @@ async def test_a_renewal_that_comes_late_lets_the_held_send_go_once(
     for _ in range(5):
         await asyncio.sleep(0)
     assert not sending.done() and adapter.sent == []  # held
+    instance._wake.set()  # the renewal comes (its next one would, 20 s on)
     result = await asyncio.wait_for(sending, DEADLINE)
     assert result.ok and instance.alive and instance.ended is None
     assert [m.text for m in adapter.sent] == ["sent after the renewal"]
