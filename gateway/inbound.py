@@ -122,7 +122,8 @@ class Inbound:
             return
         mine, params = self._mine(entry_id)
         self.db.write_behind([("UPDATE inbound SET state = ?, handled_at = ? WHERE id = ? "
-                               f"AND state IN ({_OPEN}){mine}", (state, time.time(), *params))])
+                               f"AND state IN ({OPEN_STATES}){mine}",
+                               (state, time.time(), *params))])
 
     def _mine(self, entry_id: int) -> tuple[str, tuple[Any, ...]]:
         """On a shared store, a condition that the entry is still this life's: a
@@ -139,13 +140,13 @@ class Inbound:
         me = self.handler
         if me is None:
             rows = await self.db.fetchall(
-                f"SELECT {_COLUMNS} FROM inbound WHERE state IN ({_OPEN}) ORDER BY id")
+                f"SELECT {_COLUMNS} FROM inbound WHERE state IN ({OPEN_STATES}) ORDER BY id")
             return [JournalEntry.from_row(r) for r in rows]
 
         def take(conn: sqlite3.Connection) -> list[Any]:
             now = writer_now(conn)
             handlers = [r[0] for r in conn.execute(
-                f"SELECT DISTINCT handler FROM inbound WHERE state IN ({_OPEN}) "
+                f"SELECT DISTINCT handler FROM inbound WHERE state IN ({OPEN_STATES}) "
                 "AND (handler IS NULL OR handler <> ?)", (me,))]
             over = [h for h in handlers if not claim_alive(conn, h, now)]
             if not over:
@@ -155,7 +156,7 @@ class Inbound:
                 (["handler IS NULL"] if None in over else [])
                 + ([f"handler IN ({','.join('?' * len(named))})"] if named else []))
             return conn.execute(
-                f"UPDATE inbound SET handler = ? WHERE state IN ({_OPEN}) AND ({which}) "
+                f"UPDATE inbound SET handler = ? WHERE state IN ({OPEN_STATES}) AND ({which}) "
                 f"RETURNING {_COLUMNS}", (me, *named)).fetchall()
 
         rows = await self.db.write(take)
@@ -196,7 +197,6 @@ class Inbound:
 
 #: a message not finished yet: taken in, its turn under way, or answered and not closed
 OPEN_STATES = "'received', 'started', 'acted', 'replied'"
-_OPEN = OPEN_STATES
 #: the journal entry whose turn runs in this task (set by the runner around the turn)
 _handling: contextvars.ContextVar[int | None] = contextvars.ContextVar("homing_inbound",
                                                                         default=None)
