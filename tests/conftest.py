@@ -17,6 +17,7 @@ from gateway.platforms.web import WebAdapter
 from gateway.runner import GatewayRunner
 from gateway.store import SessionStore
 
+from .daemon_logs import pytest_runtest_makereport  # noqa: F401  (logs of failed tests)
 from .fakes.openai_server import FakeOpenAI
 from .pg_cluster import pg_cluster, pg_fresh_url, pg_url  # noqa: F401  (PostgreSQL fixtures)
 

@@ -15,6 +15,7 @@ from typing import Any
 from .helpers import eventually_async
 
 HOMING = [sys.executable, "-m", "gateway.cli"]
+_DRAINS: set[asyncio.Task[None]] = set()
 
 
 async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
@@ -59,8 +60,11 @@ async def start_daemon(env: dict[str, str]) -> tuple[asyncio.subprocess.Process,
                                                 stderr=asyncio.subprocess.PIPE)
     assert proc.stderr is not None
     url = await listening_url(proc.stderr)
-    # keep draining its log so the daemon never blocks on a full pipe
-    asyncio.get_running_loop().create_task(_drain(proc.stderr))
+    # keep draining its log so the daemon never blocks on a full pipe (the task is kept:
+    # the loop holds only a weak reference to a task, and a collected one drains nothing)
+    drain = asyncio.get_running_loop().create_task(_drain(proc.stderr))
+    _DRAINS.add(drain)
+    drain.add_done_callback(_DRAINS.discard)
     return proc, url
 
 
