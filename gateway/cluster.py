@@ -220,19 +220,23 @@ class Instance:
             for attempt in again.tries():
                 if self._stopping:
                     return
+                # a renewal that hangs (the store's lock held, a partition) must not leave
+                # a life that neither acts nor ends: once the store's count ran out, it is over
+                hangs = asyncio.timeout(max(0.0, self._surely_over - time.monotonic()))
                 try:
-                    await self._renew()
+                    async with hangs:
+                        await self._renew()
                     break
                 except StoreClosed:
                     self._end("the state database was closed")
                     return
-                except STORE_ERRORS as exc:
+                except STORE_ERRORS as exc:  # (TimeoutError is an OSError)
+                    if hangs.expired() or time.monotonic() >= self._surely_over:
+                        self._ran_out_unheard()
+                        return
                     self._log.warning("instance_lease_renewal_failed", error=str(exc),
                                       attempt=attempt + 1,
                                       seconds_left=round(self.seconds_left, 3))
-                    if time.monotonic() >= self._surely_over:
-                        self._ran_out_unheard()
-                        return
                     await _pause(self._wake, again.delay(attempt))
 
     async def _renew(self) -> None:
