@@ -41,6 +41,8 @@ class Rounds:
     takeovers: list[float] = field(default_factory=list)
     sent: list[SentRecord] = field(default_factory=list)
     jobs: dict[str, list[str]] = field(default_factory=dict)  # job marker: job ids
+    #: daemons that ended by themselves (a stall fenced them) and were started again
+    self_ended: list[str] = field(default_factory=list)
 
 
 def instance_env(home: Path, fake: FakeTelegram, url: str, name: str) -> dict[str, str]:
@@ -78,6 +80,10 @@ async def kill_the_poller(root: Path, url: str, rounds: int, seed: int) -> Round
                     fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True,
                                       thread_id=topic, is_topic_message=True, text=text)
                 await asyncio.sleep(rng.uniform(0, 0.8))  # a random point of its work
+                for other, proc in procs.items():  # fenced by a stall (a busy machine):
+                    if proc.returncode is not None:  # exit 1, and systemd starts it again
+                        result.self_ended.append(other)
+                        procs[other] = (await start_daemon(envs[other]))[0]
                 name = held_by[0]
                 procs[name].send_signal(signal.SIGKILL)
                 result.kills.append(time.monotonic())

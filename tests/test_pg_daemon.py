@@ -149,7 +149,7 @@ async def test_a_daemon_whose_name_another_process_took_stops_for_its_restart(
     home.mkdir()
     (home / "config.yaml").write_text(
         f"store: {{url: '{pg_fresh_url}'}}\ninstance: {{name: vps1}}\n"
-        "cluster: {lease_seconds: 1, failover_seconds: 1}\nplatforms: {web: {port: 0}}\n")
+        "cluster: {lease_seconds: 3, failover_seconds: 3}\nplatforms: {web: {port: 0}}\n")
     env = home_env(home)
     first, _ = await start_daemon(env)
     second, _ = await start_daemon(env)

@@ -27,7 +27,7 @@ def answers(server: FakeDiscord, text: str) -> list[str]:
 
 def _config(home: Path, server: FakeDiscord, url: str, name: str) -> Config:
     return make_config(home, store__url=url, instance__name=name,
-                       cluster__lease_seconds=1.0, cluster__failover_seconds=3.0,
+                       cluster__lease_seconds=3.0, cluster__failover_seconds=3.0,
                        platforms__discord__enabled=True, platforms__discord__token=server.token,
                        platforms__discord__api_base=server.api_base,
                        platforms__discord__gateway_url=server.gateway_url,

@@ -48,7 +48,8 @@ async def test_the_poller_killed_20_times_loses_and_doubles_nothing(
         tmp_path: Path, pg_fresh_url: str) -> None:
     seed = int(os.environ.get("HOMING_FAILOVER_SEED", time.time()))
     rounds = await kill_the_poller(tmp_path, pg_fresh_url, ROUNDS, seed)
-    where = f"(seed {seed}; HOMING_FAILOVER_SEED repeats the run)"
+    where = (f"(seed {seed}; HOMING_FAILOVER_SEED repeats the run; ended by a stall and "
+             f"started again: {rounds.self_ended or 'none'})")
     sent = rounds.sent
     for marker, topic in rounds.chatter.items():  # every message answered, in its topic
         answers = [s for s in sent if s.text.startswith(f"Received: hello {marker}\n")]

@@ -24,7 +24,9 @@ def daemon_env(home: Path, fake: FakeTelegram, url: str) -> dict[str, str]:
     (home / "config.yaml").write_text(
         f"store: {{url: '{url}'}}\n"
         "instance: {name: vps1}\n"
-        "cluster: {lease_seconds: 1, failover_seconds: 1}\n"
+        # a lease of seconds, not one: a busy CI machine may stall a process for a second,
+        # and a stalled life fences itself (tests/test_fencing.py) — not this test's subject
+        "cluster: {lease_seconds: 3, failover_seconds: 3}\n"
         "platforms:\n  web: {port: 0}\n"
         f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
         f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}']}}\n")
