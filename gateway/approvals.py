@@ -27,7 +27,7 @@ from tools.approval_rules import ApprovalPolicy, Need
 from .approval_records import COLUMNS, ApprovalRecord, ApprovalState, Decision
 from .context import SessionContext, current_session, session_context
 from .events import SendResult
-from .lives import life_alive
+from .lives import life_alive, withheld
 from .migrations import APPROVALS_CHANNEL
 from .notifications import ReturnAddress
 from .state_database import StateDatabase
@@ -176,8 +176,9 @@ class Approvals:
         shown = self._shown[record.id]
         result: SendResult | None = None
         try:
-            if adapter is not None:
-                result = await adapter.ask_approval(route, record)
+            if adapter is not None:  # held like every send while this life is overdue
+                result = (await withheld(self.runner.acting, route)
+                          or await adapter.ask_approval(route, record))
             if result is not None and result.ok and result.message_id is not None:
                 await self.db.write([("UPDATE approvals SET message_id = ? WHERE id = ?",
                                       (result.message_id, record.id))])
@@ -334,7 +335,7 @@ class Approvals:
     async def _display(self, settled: ApprovalRecord) -> None:
         route = settled.address.route
         adapter = self.runner.adapters.get(route.platform)
-        if adapter is None:
+        if adapter is None or not await self.runner.acting():  # a stalled life shows nothing
             return
         try:
             await adapter.settle_approval(route, settled)

@@ -14,6 +14,7 @@ from .events import MessageEvent
 from .pairing import pairing_message
 
 if TYPE_CHECKING:
+    from .lives import Acting
     from .pairing import Pairing
     from .platforms.base import Adapter
 
@@ -71,11 +72,12 @@ async def admitted(event: MessageEvent, config: Config, adapter: Adapter | None,
 
 
 async def offer_pairing(event: MessageEvent, adapter: Adapter | None,
-                        pairing: Pairing | None) -> None:
-    """An unknown user in a direct message may ask to be let in; in groups: silence."""
+                        pairing: Pairing | None, acting: Acting) -> None:
+    """An unknown user in a direct message may ask to be let in; in groups: silence.
+    (Not by a life that is over: a survivor handles that message.)"""
     route = event.route
     if (pairing is None or adapter is None or not adapter.supports_pairing
-            or route.chat_type != "dm" or route.user_id is None):
+            or route.chat_type != "dm" or route.user_id is None or not await acting()):
         return
     request = await pairing.request(route.platform, route.user_id, route.user_name, route)
     if request is not None:

@@ -181,7 +181,7 @@ class GatewayRunner:
         if not await admitted(event, self.config, adapter, self.pairing):
             log.info("message_unauthorized", platform=event.route.platform,
                      chat_id=event.route.chat_id, user_id=event.route.user_id)
-            await offer_pairing(event, adapter, self.pairing)
+            await offer_pairing(event, adapter, self.pairing, self.acting)
             return "unauthorized"
         entry = await self.inbound.record(event, key, platform_id=platform_id, sent_at=sent_at)
         if entry is None:
@@ -321,16 +321,16 @@ class GatewayRunner:
         if command is not None and await run_gateway_command(turn, *command):
             return
         adapter = self.adapters.get(turn.route.platform)
-        async with signs_of_life(adapter, turn.route):
+        async with signs_of_life(adapter, turn.route, self.acting):
             if not await take_files(turn, adapter, self.config):
                 return
-            async with live_reply(adapter, turn):
+            async with live_reply(adapter, turn, self.acting):
                 await self.agent.run_turn(turn)
 
     async def tool_status(self, route: Route, text: str) -> None:
         """Tell the conversation what the turn is doing (where its platform shows it)."""
         adapter = self.adapters.get(route.platform)
-        if adapter is not None:
+        if adapter is not None and await self.acting():
             try:
                 await adapter.status(route, text)
             except Exception as exc:
@@ -345,7 +345,7 @@ class GatewayRunner:
 
     async def _apologise_without_session(self, event: MessageEvent) -> None:
         adapter = self.adapters.get(event.route.platform)
-        if adapter is None:
+        if adapter is None or await withheld(self.acting, event.route) is not None:
             return
         # once a minute per chat: while the store is broken a platform that redelivers
         # (Telegram's offset does not move) would otherwise get one apology a second

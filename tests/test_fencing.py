@@ -8,6 +8,8 @@ store: once told its life is over, it sends nothing, starts nothing, and leaves 
 message unfinished for the survivor — never answered twice, never marked handled
 without an answer. The stall here is another client holding the store's write lock.
 A scheduled run such a life can no longer start stays claimed for a live instance.
+What is not a message is held the same way: "typing", tool status, the preview of a
+reply being written, an approval prompt, a pairing offer.
 """
 
 from __future__ import annotations
@@ -18,15 +20,20 @@ from pathlib import Path
 
 import pytest
 
+from gateway.approval_records import ApprovalRecord
+from gateway.auth import offer_pairing
 from gateway.cluster import Instance
 from gateway.cluster_store import dead_instances
+from gateway.context import SessionContext, session_context
 from gateway.daemon import Gateway, running_gateway
-from gateway.events import MessageEvent
+from gateway.events import MessageEvent, MessageKind, SendResult
 from gateway.inbound import Inbound
 from gateway.lives import LifeOver, claimer_name, may_always_act
 from gateway.notifications import ReturnAddress
 from gateway.platforms.memory import MemoryAdapter
 from gateway.route import Route
+from gateway.signs_of_life import HeldLive, signs_of_life
+from tools.approval_rules import Need
 
 from .conftest import make_config
 from .helpers import eventually
@@ -95,6 +102,73 @@ async def test_a_stalled_instance_whose_life_ended_sends_nothing_and_leaves_its_
                                                     (begun.id, "started")]
     finally:
         await survivor.stop()
+
+
+class Watched(MemoryAdapter):
+    """Records every call that shows something in a chat, not only sends."""
+
+    supports_pairing = True
+
+    def __init__(self) -> None:
+        super().__init__("watched", authenticates_users=False)
+        self.calls: list[str] = []
+
+    async def typing(self, route: Route, active: bool) -> None:
+        self.calls.append(f"typing {active}")
+
+    async def status(self, route: Route, text: str) -> None:
+        self.calls.append(f"status {text}")
+
+    async def ask_approval(self, route: Route, record: ApprovalRecord) -> SendResult:
+        self.calls.append(f"approval {record.command}")
+        return SendResult.sent("1")
+
+    async def show(self, text: str) -> None:  # the live reply's calls, below
+        self.calls.append(f"preview {text}")
+
+    async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
+                     dedupe_key: str | None = None) -> SendResult:
+        return await self.send(Route("watched", "dm", "7"), text, kind=kind)
+
+    async def close(self) -> None:
+        self.calls.append("preview closed")
+
+
+async def test_a_stalled_instance_shows_nothing_either_typing_previews_prompts_offers(
+        gateway: tuple[Gateway, MemoryAdapter], pg_fresh_url: str) -> None:
+    gw, _ = gateway
+    instance, runner = gw.instance, gw.runner
+    assert instance is not None and runner.approvals is not None
+    watched = Watched()
+    runner.add_adapter(watched)
+    await watched.connect(runner)
+    dm = Route("watched", "dm", "7", user_id="7", user_name="eve")
+    key = "agent:main:watched:dm:7"
+    session = await gw.store.get_or_create(key, dm)
+
+    async def a_turn_through_the_stall() -> None:
+        async with signs_of_life(watched, dm, runner.acting):
+            await asyncio.sleep(0.05)
+
+    async def its_preview() -> None:
+        live = HeldLive(watched, runner.acting)
+        await live.show("half a reply")
+        await live.status("running make")
+        await live.close()
+
+    async with _write_lock_held(pg_fresh_url):  # its renewals wait, as in a stall
+        await eventually(lambda: not instance.alive, DEADLINE, "vps1 overdue by its own count")
+        await asyncio.wait_for(asyncio.gather(
+            a_turn_through_the_stall(), its_preview(), runner.tool_status(dm, "reading"),
+            offer_pairing(MessageEvent(text="hi", route=dm), watched, runner.pairing,
+                          runner.acting)), DEADLINE)
+        assert instance.ended is not None  # they let go only when the life was over
+    with session_context(SessionContext(dm, key, session.id)):
+        asked = await asyncio.wait_for(runner.approvals.ask(
+            "terminal", "rm -rf build", {"command": "rm -rf build"},
+            Need("deletes files", "terminal:rm")), DEADLINE)
+    assert asked.state == "cancelled" and "lease ran out" in (asked.ran or "")
+    assert watched.calls == [] and watched.sent == []
 
 
 @pytest.mark.parametrize("gateway", [60.0], indirect=True)  # no renewal due meanwhile
