@@ -222,7 +222,7 @@ def _join(instance: Instance, router: Router, jobs: JobManager,
     router.runner.inbound.over = lambda: instance.ended is not None
     if router.runner.approvals is not None:
         router.runner.approvals.life = life
-    delegations.owner = life
+    delegations.owner = jobs.owner = life
     jobs.instance = instance.name  # a job runs on this host
 
 

@@ -189,6 +189,28 @@ async def test_a_renewal_that_comes_late_lets_the_held_send_go_once(
     assert [m.text for m in adapter.sent] == ["sent after the renewal"]
 
 
+@pytest.mark.parametrize("gateway", [60.0], indirect=True)  # its own count: still alive
+async def test_work_whose_registration_lands_after_the_life_ended_is_neither_kept_nor_run(
+        gateway: tuple[Gateway, MemoryAdapter], tmp_path: Path) -> None:
+    """The check before the write is not enough: the write itself may wait out a stall
+    in the queue. The store's count decides, inside the registering transaction."""
+    gw, _ = gateway
+    instance = gw.instance
+    assert instance is not None and instance.alive
+    await gw.store.db.write([("UPDATE instances SET lease_expires_at = 0 WHERE name = ?",
+                              ("vps1",))])  # as if this write had waited past the lease
+    session = await gw.store.get_or_create(KEY, TOPIC)
+    marker = tmp_path / "ran"
+    address = ReturnAddress(KEY, session.id, TOPIC)
+    with pytest.raises(LifeOver):
+        await gw.jobs.start(f"touch {marker}", address, cwd=tmp_path)
+    with pytest.raises(LifeOver):
+        await gw.delegations.delegate(f"touch {marker}", address)
+    await asyncio.sleep(0.5)  # what a started job would have taken to touch its file
+    assert await gw.jobs.list() == [] and not marker.exists()
+    assert await gw.store.db.fetchall("SELECT id FROM delegations") == []
+
+
 async def test_a_scheduled_run_a_life_that_is_over_cannot_start_waits_for_a_live_one(
         tmp_path: Path) -> None:
     clock, adapter = Clock(START), MemoryAdapter("memory")

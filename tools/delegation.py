@@ -9,6 +9,7 @@ marks it finished, and routed by the one ownership rule like every notice.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,10 +18,19 @@ from typing import Any
 
 import structlog
 
+from gateway.cluster_store import writer_now
 from gateway.database import Op
 from gateway.events import Outcome
 from gateway.inbound import acted_ops
-from gateway.lives import Acting, instance_life, life_alive, may_always_act, still_acting
+from gateway.lives import (
+    Acting,
+    LifeOver,
+    claim_alive,
+    instance_life,
+    life_alive,
+    may_always_act,
+    still_acting,
+)
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.processes import identity_alive, process_identity
@@ -109,11 +119,22 @@ class DelegationManager:
             session_key=address.session_key, session_id=address.session_id,
             tab_id=address.tab_id, address=address, result=None, created_at=time.time(),
             started_at=None, finished_at=None, owner=self.owner)
-        await self.db.write([(
-            f"INSERT INTO delegations ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (record.id, record.task, record.state, record.session_key, record.session_id,
-             record.tab_id, address.to_json(), None, record.created_at, None, None,
-             self.owner)), *acted_ops()])
+        acted, owner = acted_ops(), self.owner
+
+        def register(conn: sqlite3.Connection) -> None:
+            # on a shared store, only while this life is live by the store's count: the
+            # write may have waited out a stall, and a survivor's turn delegates it then
+            if instance_life(owner) is not None and not claim_alive(conn, owner,
+                                                                    writer_now(conn)):
+                raise LifeOver("this instance's lease ran out before the delegation began")
+            conn.execute(f"INSERT INTO delegations ({_COLUMNS}) VALUES "
+                         "(?,?,?,?,?,?,?,?,?,?,?,?)",
+                         (record.id, record.task, record.state, record.session_key,
+                          record.session_id, record.tab_id, address.to_json(), None,
+                          record.created_at, None, None, owner))
+            for op in acted:
+                conn.execute(*op)
+        await self.db.write(register)
         self._records[record.id] = record
         self._tasks[record.id] = asyncio.create_task(self._run(record),
                                                      name=f"delegation:{record.id}")

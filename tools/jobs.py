@@ -24,9 +24,10 @@ from typing import Any, Protocol
 
 import structlog
 
+from gateway.cluster_store import writer_now
 from gateway.config import Config
 from gateway.inbound import acted_ops
-from gateway.lives import Acting, may_always_act, still_acting
+from gateway.lives import Acting, LifeOver, claim_alive, may_always_act, still_acting
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.private_files import private_dir
@@ -121,6 +122,8 @@ class JobManager:
         #: on a shared store, this instance's name: its jobs run on this host, and only
         #: its own are re-attached here (gateway/takeover.py reports a dead one's)
         self.instance: str | None = None
+        #: on a shared store, this life's name (gateway/lives.py), checked as jobs register
+        self.owner: str | None = None
         self.acting: Acting = may_always_act  # (gateway/lives.py)
         self._live: dict[str, _Live] = {}
 
@@ -181,18 +184,20 @@ class JobManager:
 
     async def _register(self, record: JobRecord,
                         also: Callable[[sqlite3.Connection, str], None] | None = None) -> None:
-        """The job's row, committed before anything runs."""
-        # the message that asked for it must not start it again after a crash
-        acted = acted_ops()
-        if also is None:
-            await self.db.write([record.insert_op(self.instance), *acted])
-            return
+        """The job's row, committed before anything runs; on a shared store only while
+        this life is live by the store's count, in the same transaction: a write that
+        waited out a stall must not start what a survivor's turn starts too."""
+        acted = acted_ops()  # the message that asked must not start it again after a crash
+        owner = self.owner
 
         def register(conn: sqlite3.Connection) -> None:
+            if owner is not None and not claim_alive(conn, owner, writer_now(conn)):
+                raise LifeOver("this instance's lease ran out before the job was registered")
             conn.execute(*record.insert_op(self.instance))
             for op in acted:
                 conn.execute(*op)
-            also(conn, record.id)
+            if also is not None:
+                also(conn, record.id)
 
         await self.db.write(register)
 
