@@ -289,6 +289,28 @@ async def test_messages_arriving_during_shutdown_are_left_for_the_next_start(
                          what="the message served after the restart")
 
 
+async def test_a_stop_while_an_update_is_being_journaled_confirms_it_once_written(
+        tmp_path: Path, fake: FakeTelegram) -> None:
+    """Stopping cuts the long poll, not the journaling of what it returned: the update
+    is written, then confirmed to Telegram, so the next start is not handed it again."""
+    from .test_cluster import _write_lock_held
+
+    config = telegram_config(tmp_path / "home", fake)
+    async with running_gateway(config) as gw:
+        adapter = gw.runner.adapters["telegram"]
+        await adapter.wait_connected()
+        async with _write_lock_held(str(config.state_location)):  # the journal write waits
+            fake.user_message(chat_id=ALICE, text="journaled as the stop began")
+            await eventually(lambda: fake.handed_out >= 1, what="the update handed out")
+            stopping = asyncio.create_task(adapter.stop_receiving())
+            await asyncio.sleep(0.2)  # the stop is under way while the write waits
+        await asyncio.wait_for(stopping, 10)
+        assert fake.pending_updates == []  # confirmed: not handed out again
+        await eventually(lambda: [s for s in fake.sent if "journaled as the stop" in s.text],
+                         what="the message answered")
+        assert len(await gw.store.db.fetchall("SELECT id FROM inbound")) == 1
+
+
 async def test_a_graceful_restart_is_announced_where_work_is_going_on(
         fake: FakeTelegram, tmp_path: Path) -> None:
     import signal

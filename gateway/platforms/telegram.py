@@ -76,6 +76,8 @@ _MAX_INLINE_WAIT = 30.0
 _WANTED = ["message", "callback_query"]
 #: connecting and polling, until it works
 CONNECT = RetryPolicy((1.0, 2.0, 5.0, 10.0, 30.0, 60.0))
+#: at a stop, how long a batch of updates being journaled may take to finish
+BATCH_WAIT_SECONDS = 5.0
 
 
 class TelegramAdapter(Adapter):
@@ -95,6 +97,8 @@ class TelegramAdapter(Adapter):
         self._connected = False
         self._starter: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._asking = False  # the poller waits on getUpdates (not journaling a batch)
+        self._poll_stop = False
         #: the next update id wanted: everything before it is journaled
         self._offset: int | None = None
         #: on a shared store: the lease that makes this instance the token's one poller
@@ -148,6 +152,7 @@ class TelegramAdapter(Adapter):
         return f"telegram:{(secret(self.config.token) or '').split(':', 1)[0]}"
 
     def _start_polling(self) -> None:
+        self._poll_stop = False
         self._poller = asyncio.create_task(self._poll(), name="telegram-poll")
 
     async def _on_poll_lease(self, epoch: int) -> None:
@@ -157,10 +162,19 @@ class TelegramAdapter(Adapter):
         self._start_polling()
 
     async def _stop_polling(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-            self._poller = None
+        """Stop asking for updates. A batch being journaled is let finish (for a while),
+        so its offset can be confirmed: a restart, or the next poller, is not handed
+        those updates again."""
+        poller, self._poller = self._poller, None
+        if poller is None:
+            return
+        self._poll_stop = True
+        if self._asking:
+            poller.cancel()
+        _, journaling = await asyncio.wait({poller}, timeout=BATCH_WAIT_SECONDS)
+        if journaling:  # the store is stuck: what is not journaled is handed out again
+            poller.cancel()
+        await asyncio.gather(poller, return_exceptions=True)
 
     async def _poll(self) -> None:
         """Long-poll getUpdates. The offset — which tells Telegram to forget what came
@@ -169,7 +183,8 @@ class TelegramAdapter(Adapter):
         journal knows the ones it already has. Pending updates are never dropped."""
         assert self._app is not None
         failures = 0  # in a row
-        while True:
+        while not self._poll_stop:
+            self._asking = True
             try:
                 updates = await self._app.bot.get_updates(
                     offset=self._offset, timeout=10, allowed_updates=_WANTED, read_timeout=15)
@@ -184,10 +199,12 @@ class TelegramAdapter(Adapter):
                 await CONNECT.pause(failures)
                 failures += 1
                 continue
+            finally:
+                self._asking = False
             failures = 0
             for update in updates:
-                if not await self._take(update):
-                    break  # not journaled (the store failed): ask for it again
+                if self._poll_stop or not await self._take(update):
+                    break  # stopping, or not journaled (the store failed): asked again
                 self._offset = update.update_id + 1
 
     async def _take(self, update: Update) -> bool:
@@ -197,8 +214,13 @@ class TelegramAdapter(Adapter):
             approvals = self._runner.approvals if self._runner is not None else None
             taken = await self._approval_buttons.on_press(update.callback_query, approvals)
         else:
-            received = self._on_update(update)
-            taken = received is None or await received.journaled != "failed"
+            try:
+                received = self._on_update(update)
+            except GatewayClosed:  # not journaled, so not confirmed: the next start has it
+                log.info("telegram_message_refused_while_stopping")
+                taken = False
+            else:
+                taken = received is None or await received.journaled != "failed"
         if not taken:
             await asyncio.sleep(1.0)
         return taken
@@ -290,14 +312,10 @@ class TelegramAdapter(Adapter):
             return None
         assert self._runner is not None
         metadata = {FILES: [f.to_dict() for f in files]} if files else {}
-        try:
-            return self._runner.receive(
-                MessageEvent(text=text, route=route, message_id=str(message.message_id),
-                             metadata=metadata),
-                platform_id=str(update.update_id), sent_at=message.date.timestamp())
-        except GatewayClosed:
-            log.info("telegram_message_refused_while_stopping", chat_id=route.chat_id)
-            return None
+        return self._runner.receive(
+            MessageEvent(text=text, route=route, message_id=str(message.message_id),
+                         metadata=metadata),
+            platform_id=str(update.update_id), sent_at=message.date.timestamp())
 
     def _wanted_in_group(self, message: Any) -> bool:
         """Addressed to the bot at all (whether the chat is served is gateway/auth.py's)."""
