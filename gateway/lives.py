@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from .cluster_store import store_now
+from .cluster_store import store_now, writer_now
 from .events import SendResult
 from .processes import identity_alive, process_identity
 
@@ -106,6 +106,15 @@ async def still_acting(acting: Acting) -> None:
     """Wait until this life may act; raise :class:`LifeOver` once it never will."""
     if not await acting():
         raise LifeOver("this instance's lease ran out; another instance takes over")
+
+
+def still_live_here(conn: sqlite3.Connection, claimer: str | None, what: str) -> None:
+    """Inside the write that begins ``what`` (a job, a delegation): raise
+    :class:`LifeOver` when ``claimer`` is an instance's life the store no longer counts
+    live. The check before the write is not enough: the write may wait out a stall."""
+    if instance_life(claimer or "") is not None and not claim_alive(conn, claimer,
+                                                                    writer_now(conn)):
+        raise LifeOver(f"this instance's lease ran out before {what}")
 
 
 async def withheld(acting: Acting, route: Route) -> SendResult | None:

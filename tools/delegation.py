@@ -18,18 +18,16 @@ from typing import Any
 
 import structlog
 
-from gateway.cluster_store import writer_now
 from gateway.database import Op
 from gateway.events import Outcome
 from gateway.inbound import acted_ops
 from gateway.lives import (
     Acting,
-    LifeOver,
-    claim_alive,
     instance_life,
     life_alive,
     may_always_act,
     still_acting,
+    still_live_here,
 )
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
@@ -122,11 +120,7 @@ class DelegationManager:
         acted, owner = acted_ops(), self.owner
 
         def register(conn: sqlite3.Connection) -> None:
-            # on a shared store, only while this life is live by the store's count: the
-            # write may have waited out a stall, and a survivor's turn delegates it then
-            if instance_life(owner) is not None and not claim_alive(conn, owner,
-                                                                    writer_now(conn)):
-                raise LifeOver("this instance's lease ran out before the delegation began")
+            still_live_here(conn, owner, "the delegation began")
             conn.execute(f"INSERT INTO delegations ({_COLUMNS}) VALUES "
                          "(?,?,?,?,?,?,?,?,?,?,?,?)",
                          (record.id, record.task, record.state, record.session_key,

@@ -24,10 +24,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from gateway.cluster_store import writer_now
 from gateway.config import Config
 from gateway.inbound import acted_ops
-from gateway.lives import Acting, LifeOver, claim_alive, may_always_act, still_acting
+from gateway.lives import Acting, may_always_act, still_acting, still_live_here
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.private_files import private_dir
@@ -191,8 +190,7 @@ class JobManager:
         owner = self.owner
 
         def register(conn: sqlite3.Connection) -> None:
-            if owner is not None and not claim_alive(conn, owner, writer_now(conn)):
-                raise LifeOver("this instance's lease ran out before the job was registered")
+            still_live_here(conn, owner, "the job was registered")
             conn.execute(*record.insert_op(self.instance))
             for op in acted:
                 conn.execute(*op)
