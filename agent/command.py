@@ -152,7 +152,7 @@ class CommandAgent:
     async def _cmd_log(self, turn: Turn, args: str) -> None:
         _require(args, "/log <job>")
         job = await self._processes.own(args)
-        lines = self._processes.log(job, LOG_LINES)
+        lines = await self._processes.log(job, LOG_LINES)
         body = "\n".join(lines) or "(no output yet)"
         await turn.reply(f"{job_line(job)}\n```\n{body}\n```")
 

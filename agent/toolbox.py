@@ -239,13 +239,13 @@ class ToolBox:
         if args.action == "log":
             job = await self.processes.own(args.job_id)
             return {"job": job_line(job),
-                    "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
+                    "output": "\n".join(await self.processes.log(job, OUTPUT_LINES))}
         if args.action == "wait":
             await ctx.say_status(f"waiting for job {args.job_id}…")
             job, notices = await self.processes.wait(args.job_id, args.timeout_seconds)
             result: dict[str, Any] = {
                 "job": job_line(job), "ended": job.state != "running",
-                "output": "\n".join(self.processes.log(job, OUTPUT_LINES))}
+                "output": "\n".join(await self.processes.log(job, OUTPUT_LINES))}
             if notices:
                 result["notices"] = notices
                 result["note"] = "the job's notices, its completion last; none is sent again"

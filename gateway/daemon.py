@@ -17,6 +17,7 @@ from agent.command import CommandAgent, command_subagent
 from agent.toolbox import ToolBox
 from tools.delegation import DelegationManager, SubAgent
 from tools.jobs import JobManager
+from tools.jobs_elsewhere import JobsElsewhere
 from tools.scheduler import Scheduler
 from tools.send_message import MessageSender
 from tools.terminal import Terminal
@@ -169,6 +170,10 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             # nothing this process starts can be mistaken for it
             await outbox.reconcile_claimed()
             recovered = await life.start("jobs", jobs.recover(), shutdown=jobs.detach)
+            if instance is not None:  # its jobs stop when a conversation elsewhere asks
+                asked = JobsElsewhere(jobs)
+                asked.answer()
+                life.add("jobs-asked", stop=asked.stop)
             lost = await life.start("delegations", delegations.recover(),
                                     shutdown=delegations.shutdown)
             # turns and delegations under way may finish (together) for shutdown.drain_*

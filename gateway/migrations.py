@@ -341,6 +341,10 @@ MIGRATIONS: list[str] = [
         created_at REAL NOT NULL
     );
     """,
+    # 21: (PostgreSQL only) a job another instance asked to stop (its ``killed`` mark,
+    # which a restart finishes a kill from too) wakes the instance whose host runs it
+    """
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them
@@ -435,10 +439,18 @@ POSTGRES_EXTRAS: dict[int, list[str]] = {
         "WHEN (NEW.state IN ('handled', 'skipped') AND OLD.state NOT IN ('handled', 'skipped')) "
         "EXECUTE FUNCTION homing_turn_ended()",
     ],
+    20: [
+        "CREATE FUNCTION homing_job_kill_asked() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN PERFORM pg_notify('homing_jobs', NEW.id); RETURN NULL; END $$",
+        "CREATE TRIGGER jobs_kill_asked AFTER UPDATE OF killed ON jobs FOR EACH ROW "
+        "WHEN (NEW.killed = 1 AND OLD.killed = 0 AND NEW.state = 'running') "
+        "EXECUTE FUNCTION homing_job_kill_asked()",
+    ],
 }
 OUTBOX_CHANNEL = "homing_outbox"
 SESSIONS_CHANNEL = "homing_sessions"
 APPROVALS_CHANNEL = "homing_approvals"
+JOBS_CHANNEL = "homing_jobs"
 
 
 def postgres_statements(version: int) -> list[str]:

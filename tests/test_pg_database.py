@@ -43,11 +43,12 @@ def test_placeholders_are_translated_outside_strings_names_and_comments() -> Non
 
 async def test_the_postgresql_only_triggers_are_installed(db: PgDatabase) -> None:
     """What wakes the other instances: a notice added or due again, a session ended, an
-    approval decided, a turn ended with notices of its conversation waiting."""
+    approval decided, a turn ended with notices of its conversation waiting, a job asked
+    to stop."""
     rows = await db.fetchall("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
     assert {name for (name,) in rows} == {
         "notifications_added", "notifications_pending_again", "sessions_ended",
-        "approvals_decided", "inbound_finished"}
+        "approvals_decided", "inbound_finished", "jobs_kill_asked"}
 
 
 async def test_every_migration_applies_and_the_tables_match_sqlites(db: PgDatabase,

@@ -99,6 +99,39 @@ async def test_two_tabs_of_one_conversation_on_two_instances_both_get_every_fram
         await second.no_frame(0.05)
 
 
+async def test_a_job_on_one_host_is_stopped_and_waited_for_from_a_tab_on_the_other(
+        tmp_path: Path, pg_fresh_url: str, http: aiohttp.ClientSession) -> None:
+    """The job runs where it was started; a tab of its conversation on the other
+    instance asks its instance to stop it (/kill), and is told where its output is."""
+    async with running_gateway(_config(tmp_path / "a", pg_fresh_url, "vps1")) as one, \
+            running_gateway(_config(tmp_path / "b", pg_fresh_url, "vps2")) as two:
+        first = await open_tab(http, _base(one))
+        second = await open_tab(http, _base(two), first.ready["conversation"])
+        marker = tmp_path / "never"
+        await first.say(f"/bg sleep 30; touch {marker}")
+        started = await _text_in(second, "Started job")
+        job_id = re.search(r"Started job (j[0-9a-f]+)", started)[1]  # type: ignore[index]
+        assert one.jobs.here(job_id) and not two.jobs.here(job_id)
+
+        await second.say(f"/log {job_id}")
+        log_reply = await _text_in(second, job_id)
+        assert "on the host of instance vps1" in log_reply, log_reply
+        await second.say(f"/kill {job_id}")
+        assert f"Stopped job {job_id}" in await _text_in(second, "job")
+        ended = await one.jobs.get(job_id)
+        assert ended is not None and ended.state != "running" and ended.killed
+        assert "killed" in await _text_in(first, f"Job {job_id}")  # its end, reported
+        assert not one.jobs.here(job_id) and not marker.exists()
+
+
+async def _text_in(tab: Tab, text: str) -> str:
+    """The next message frame on ``tab`` that says ``text`` (others are passed over)."""
+    while True:
+        frame = await tab.frame(15)
+        if frame["type"] == "message" and text in frame["text"]:
+            return str(frame["text"])
+
+
 async def _both_get(first: Tab, second: Tab, text: str) -> None:
     for tab in (first, second):
         frame = await tab.frame(10)

@@ -456,6 +456,9 @@ class JobManager:
     def running(self) -> int:
         return len(self._live)
 
+    def here(self, job_id: str) -> bool:  # followed by this process: on this host
+        return job_id in self._live
+
     def running_routes(self) -> builtins.list[Route]:
         """Where the running jobs were started (and will report)."""
         return [lv.record.address.route for lv in self._live.values()]

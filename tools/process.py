@@ -16,11 +16,13 @@ from gateway.context import current_session
 from .job_notices import describe_exit
 from .job_record import JobRecord
 from .jobs import JobError, JobManager
+from .jobs_elsewhere import JobsElsewhere
 
 
 class Processes:
     def __init__(self, jobs: JobManager) -> None:
         self.jobs = jobs
+        self.elsewhere = JobsElsewhere(jobs)  # on a shared store: jobs on another host
 
     async def own(self, job_id: str) -> JobRecord:
         """The job ``job_id`` if this conversation started it; JobError otherwise."""
@@ -32,7 +34,11 @@ class Processes:
     async def list(self, limit: int = 20) -> list[JobRecord]:
         return await self.jobs.list(session_key=current_session().session_key, limit=limit)
 
-    def log(self, job: JobRecord, lines: int) -> builtins.list[str]:
+    async def log(self, job: JobRecord, lines: int) -> builtins.list[str]:
+        there = await self.elsewhere.where(job)
+        if there is not None:
+            return [f"(its output is on the host of instance {there}, which runs it; this "
+                    f"conversation is being served by instance {self.jobs.instance})"]
         return self.jobs.output_tail(job, lines)
 
     async def wait(self, job_id: str, timeout: float) -> tuple[JobRecord, builtins.list[str]]:
@@ -40,11 +46,14 @@ class Processes:
         ended, its notices not delivered yet (its completion), which then are not
         delivered again."""
         job = await self.own(job_id)
-        try:
-            async with asyncio.timeout(timeout):
-                await self.jobs.wait(job.id)
-        except TimeoutError:
-            pass
+        if await self.elsewhere.where(job) is not None:
+            await self.elsewhere.until_ended(job, timeout)
+        else:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.jobs.wait(job.id)
+            except TimeoutError:
+                pass
         job = await self.own(job_id)
         if job.state == "running":
             return job, []
@@ -52,6 +61,9 @@ class Processes:
 
     async def kill(self, job_id: str) -> JobRecord:
         job = await self.own(job_id)
+        there = await self.elsewhere.where(job) if job.state == "running" else None
+        if there is not None:
+            return await self.elsewhere.kill(job, there)
         return await self.jobs.kill(job.id)
 
 
