@@ -68,18 +68,28 @@ async def test_notices_go_to_the_topic_and_anchor_that_started_each_job(gateway)
             route.chat_id, route.thread_id, f"anchor-{i}"), name
 
 
-async def test_a_watch_reports_while_running_then_disables_then_completes_once(gateway) -> None:
+async def test_a_watch_reports_while_running_then_disables_then_completes_once(
+        gateway, tmp_path: Path) -> None:
     gw, adapter = gateway
     chat = Route("memory", "dm", "7", user_id="7")
+    stop = tmp_path / "stop"  # the job prints a match every 0.1 s for 10 s, or until this is
     await adapter.receive(
-        "/watch 'ERROR [0-9]+' for i in $(seq 1 100); do echo \"ERROR $i\"; sleep 0.1; done",
-        chat)
+        f"/watch 'ERROR [0-9]+' i=0; while [ $i -lt 100 ] && [ ! -e {stop} ]; do "
+        f"i=$((i + 1)); echo \"ERROR $i\"; sleep 0.1; done", chat)
     job_id = job_id_from(adapter.sent_to(chat)[-1])
     first = await eventually(lambda: notices(adapter), timeout=5, what="a watch notice")
     record = await gw.jobs.get(job_id)
     assert record is not None and record.state == "running"  # arrived while the job ran
     assert first[0].text.startswith(f"Job {job_id} output matched `ERROR [0-9]+`:")
 
+    # the watch turns itself off while the job runs; the job then goes on printing
+    # matches (ten more lines), which no notice may tell, before it is let end
+    await eventually(lambda: any("watch turned off" in m.text for m in notices(adapter)),
+                     timeout=20, what="the watch turned off")
+    printed = len(record.log_path.read_text().splitlines())
+    await eventually(lambda: len(record.log_path.read_text().splitlines()) >= printed + 10,
+                     timeout=20, what="ten more matching lines")
+    stop.touch()
     await gw.jobs.wait(job_id)
     await eventually(lambda: any(f"Job {job_id} finished" in m.text for m in notices(adapter)),
                      what="the completion")
