@@ -361,7 +361,7 @@ async def test_stop_while_the_final_edit_waits_out_a_429_leaves_no_preview(
             await gw.runner.adapters["telegram"].wait_connected()
             _topic_message(telegram, "go", 42)
             (preview,) = await telegram.wait_for_sent(1, timeout=10)
-            telegram.fail_next_edit(status=429, retry_after=5, count=10)
+            telegram.fail_next_edit(status=429, retry_after=2, count=10)
             await eventually(lambda: len([p for m, p in telegram.calls
                                           if m == "editMessageText"]) >= 2,
                              timeout=10, what="the final edit refused")
