@@ -218,7 +218,14 @@ async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
                 await proc.wait()
 
 
-async def test_409_conflicts_are_retried_and_polling_goes_on(gateway, fake) -> None:
+async def test_409_conflicts_are_retried_and_polling_goes_on(
+        gateway, fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.platforms import telegram
+    from gateway.retry import RetryPolicy
+
+    # the poller's own backoff, a tenth as long: three conflicts cost 0.8 s, not 8
+    monkeypatch.setattr(telegram, "CONNECT", RetryPolicy(
+        tuple(d / 10 for d in telegram.CONNECT.delays), telegram.CONNECT.attempts))
     fake.fail_next_poll(status=409, count=3)
     fake.user_message(chat_id=ALICE, text="after the conflicts")
     (reply,) = await fake.wait_for_sent(1, timeout=30)
