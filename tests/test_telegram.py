@@ -128,6 +128,16 @@ async def test_a_long_output_arrives_in_parts_with_code_blocks_intact(gateway, f
     assert "line 001" in parts[0] and "line 030" in parts[-1]
 
 
+@pytest.fixture
+def quick_router_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A welcome the CLI queued is found by the daemon's slow poll (SQLite wakes no other
+    process): every 0.5 s here, not 5. Set before the gateway starts its router."""
+    from gateway import router
+
+    monkeypatch.setattr(router, "IDLE_POLL_SECONDS", 0.5)
+
+
+@pytest.mark.usefixtures("quick_router_poll")
 async def test_unknown_users_pair_in_a_dm_and_are_ignored_in_groups(
         gateway, fake, tmp_path: Path) -> None:
     stranger = 99
