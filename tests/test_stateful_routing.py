@@ -36,7 +36,7 @@ from agent.command import CommandAgent
 from gateway.events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
-from gateway.platforms.memory import MemoryAdapter
+from gateway.platforms.memory import MemoryAdapter, SentMessage
 from gateway.route import Route
 from gateway.router import Router
 from gateway.runner import GatewayRunner
@@ -486,9 +486,9 @@ class RoutingMachine(RuleBasedStateMachine):
     def every_notice_went_to_its_owner_once_or_was_parked(self) -> None:
         async def check() -> None:
             parked = {n.text.split()[0]: n.reason for n in await self.outbox.list("parked")}
+            notifications = [m for m in self.adapter.sent if m.kind == "notification"]
             for e in self.expected:
-                sent = [m for m in self.adapter.sent
-                        if m.kind == "notification" and e.marker + " " in m.text + " "]
+                sent = [m for m in notifications if e.marker + " " in m.text + " "]
                 if e.outcome == "parked":
                     assert sent == [], f"{e.marker} should be parked, went to {sent}"
                     assert parked.get(e.marker) == "owner_ended", e
@@ -505,10 +505,10 @@ class RoutingMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_job_reported_its_real_end_once_in_its_conversation(self) -> None:
+        notifications = [m for m in self.adapter.sent if m.kind == "notification"]
         for e in self.jobs_expected:
             want = CONVERSATIONS[e.conversation]
-            mine = [m for m in self.adapter.sent if m.kind == "notification"
-                    and e.marker in m.text]
+            mine = [m for m in notifications if e.marker in m.text]
             ends = [m for m in mine if "output matched" not in m.text]
             assert len(ends) == 1, f"{e}: its end was told {len(ends)} times"
             text = ends[0].text
@@ -529,14 +529,19 @@ class RoutingMachine(RuleBasedStateMachine):
     @invariant()
     def every_message_was_answered_once_or_told_once_and_its_job_ran_once(self) -> None:
         jobs = Path(self.config.home_path) / "jobs"
+        outputs: list[tuple[Path, str]] | None = None  # each job's output, read once a check
+        by_place: dict[tuple[str, str | None], list[SentMessage]] = {}  # what each chat got
+        for m in self.adapter.sent:
+            by_place.setdefault((m.route.chat_id, m.route.thread_id), []).append(m)
         for e in self.messages_expected:
             want = CONVERSATIONS[e.conversation]
-            here = [m for m in self.adapter.sent
-                    if (m.route.chat_id, m.route.thread_id) == (want.chat_id, want.thread_id)]
+            here = by_place.get((want.chat_id, want.thread_id), [])
             told = [m for m in here if m.kind == "system" and e.marker in m.text
                     and "may not have finished" in m.text]
             if e.job:
-                folders = [f for f in jobs.iterdir() if e.marker in _read(f / "output.log")]
+                if outputs is None:
+                    outputs = [(f, _read(f / "output.log")) for f in jobs.iterdir()]
+                folders = [f for f, output in outputs if e.marker in output]
                 assert len(folders) == 1, f"{e}: its job ran {len(folders)} times"
                 replies = [m for m in here if m.kind == "reply"
                            and m.text.startswith(f"Started job {folders[0].name};")]
