@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,6 +24,28 @@ from .pg_cluster import pg_cluster, pg_fresh_url, pg_url  # noqa: F401  (Postgre
 
 # the real client libraries honour proxy variables; tests talk to 127.0.0.1 only
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
+
+#: free memory a tmpfs needs to hold the tests' files (a whole run leaves about 120 MB)
+_TMPFS_ROOM = 2 * 1024**3
+
+
+def _temp_files_in_memory() -> None:
+    """tmp_path (and tempfile) in /dev/shm when it is a tmpfs with room: the stores,
+    job logs and daemons' homes of the tests, whose every commit and job file otherwise
+    waits on a busy disk (as tests/pg_cluster.py keeps its cluster there). TMPDIR,
+    PYTEST_DEBUG_TEMPROOT or --basetemp still decide where, when given."""
+    if any(os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP", "PYTEST_DEBUG_TEMPROOT")):
+        return
+    shm = "/dev/shm"
+    try:
+        room = os.statvfs(shm)
+    except OSError:
+        return
+    if room.f_bavail * room.f_frsize >= _TMPFS_ROOM and os.access(shm, os.W_OK | os.X_OK):
+        tempfile.tempdir = shm
+
+
+_temp_files_in_memory()
 
 
 def make_config(home: Path, **overrides: object) -> Config:
