@@ -113,6 +113,10 @@ class DiscordConfig(_ChatPlatformConfig):
     require_mention: bool = False
     #: a streamed reply's preview is edited at most this often
     stream_edit_interval_seconds: float = Field(1.0, ge=0.2)
+    #: after a new gateway session's READY, how long without another server announced
+    #: (GUILD_CREATE) before the bot counts as connected and reads back what it missed;
+    #: a server announced later is taken in all the same
+    guild_ready_timeout_seconds: float = Field(0.5, ge=0)
 
     @field_validator("allowed_roles", mode="before")
     @classmethod

@@ -92,7 +92,8 @@ class DiscordAdapter(Adapter):
         intents = discord.Intents.none()
         intents.guilds = intents.guild_messages = intents.dm_messages = True
         intents.message_content = True  # privileged, and needed; member intents stay off
-        client = discord.Client(intents=intents, guild_ready_timeout=0.5,
+        client = discord.Client(intents=intents,
+                                guild_ready_timeout=self.config.guild_ready_timeout_seconds,
                                 chunk_guilds_at_startup=False, max_messages=None)
         client.event(self.on_ready)
         client.event(self.on_resumed)
