@@ -28,6 +28,7 @@ async def test_a_discord_role_member_is_answered_and_a_stranger_is_not(
             tmp_path / "home", platforms__discord__enabled=True,
             platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
             platforms__discord__gateway_url=fake.gateway_url,
+            platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"],
             platforms__discord__allowed_roles=[str(DEPLOYERS)])
         async with running_gateway(config) as gw:

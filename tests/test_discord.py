@@ -39,6 +39,7 @@ def discord_config(home: Path, fake: FakeDiscord) -> Config:
                        platforms__discord__token=fake.token,
                        platforms__discord__api_base=fake.api_base,
                        platforms__discord__gateway_url=fake.gateway_url,
+                       platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
                        platforms__discord__allowed_users=[str(ALICE)])
 
 

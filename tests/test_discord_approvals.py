@@ -41,6 +41,7 @@ def approvals_config(home: Path, fake: FakeDiscord, model: FakeOpenAI) -> Config
         home, platforms__discord__enabled=True,
         platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
         platforms__discord__gateway_url=fake.gateway_url,
+        platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
         platforms__discord__allowed_users=[str(ALICE), str(BOB)],
         approvals__approvers={"discord": [str(CAROL)]}, **model_settings(model))
 

@@ -136,6 +136,7 @@ async def test_a_discord_attachment_in_a_thread_is_saved_for_the_turn(
             tmp_path / "home", platforms__discord__enabled=True,
             platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
             platforms__discord__gateway_url=fake.gateway_url,
+            platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"])
         async with running_gateway(config) as gw:
             await gw.runner.adapters["discord"].wait_connected(timeout=15)
@@ -229,6 +230,7 @@ async def test_send_posts_a_file_into_a_discord_thread(tmp_path: Path,
             tmp_path / "home", platforms__discord__enabled=True,
             platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
             platforms__discord__gateway_url=fake.gateway_url,
+            platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"], attachments__send_roots=[str(root)])
         async with running_gateway(config) as gw:
             await gw.runner.adapters["discord"].wait_connected(timeout=15)

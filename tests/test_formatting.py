@@ -140,6 +140,7 @@ async def test_discord_sends_tables_as_code_and_pings_nobody(tmp_path: Path, mod
             tmp_path / "home", model, platforms__discord__enabled=True,
             platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
             platforms__discord__gateway_url=fake.gateway_url,
+            platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"])
         async with running_gateway(config) as gw:
             await gw.runner.adapters["discord"].wait_connected(timeout=15)

@@ -177,6 +177,7 @@ async def test_typing_shows_in_the_telegram_topic_and_the_discord_thread_of_the_
             platforms__discord__enabled=True, platforms__discord__token=discord_fake.token,
             platforms__discord__api_base=discord_fake.api_base,
             platforms__discord__gateway_url=discord_fake.gateway_url,
+            platforms__discord__guild_ready_timeout_seconds=discord_fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"])
         async with running_gateway(config) as gw:
             await gw.runner.adapters["telegram"].wait_connected()

@@ -31,6 +31,7 @@ def _config(home: Path, server: FakeDiscord, url: str, name: str) -> Config:
                        platforms__discord__enabled=True, platforms__discord__token=server.token,
                        platforms__discord__api_base=server.api_base,
                        platforms__discord__gateway_url=server.gateway_url,
+                       platforms__discord__guild_ready_timeout_seconds=server.guild_ready_timeout,
                        platforms__discord__allowed_users=[str(ALICE)])
 
 

@@ -282,6 +282,7 @@ async def test_a_discord_thread_streams_into_one_message_through_a_rate_limit(
             tmp_path / "home", model, platforms__discord__enabled=True,
             platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
             platforms__discord__gateway_url=fake.gateway_url,
+            platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"],
             platforms__discord__stream_edit_interval_seconds=0.2)
         async with running_gateway(config) as gw:

@@ -112,6 +112,9 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordGuild, DiscordInteractions
     """An in-process Discord REST API and gateway on ``127.0.0.1`` (a free port)."""
 
     heartbeat_interval_ms: int = 1000
+    #: ``platforms.discord.guild_ready_timeout_seconds`` for a gateway on this fake: its one
+    #: server is announced (GUILD_CREATE) right after READY, not over seconds as on Discord
+    guild_ready_timeout: float = 0.2
 
     def __init__(self, token: str = TOKEN, bot_id: int = 1000,
                  bot_name: str = "homing") -> None:
