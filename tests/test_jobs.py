@@ -273,7 +273,14 @@ async def test_a_thread_that_is_gone_parks_the_notice_as_route_gone(gateway) -> 
     assert notices(adapter) == []
 
 
-async def test_a_failed_send_is_retried_not_dropped(gateway) -> None:
+async def test_a_failed_send_is_retried_not_dropped(
+        gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway import router
+    from gateway.retry import RetryPolicy
+
+    # the outbox's redelivery backoff after the 502, a tenth as long
+    monkeypatch.setattr(router, "REDELIVERY", RetryPolicy(
+        tuple(d / 10 for d in router.REDELIVERY.delays), router.REDELIVERY.attempts))
     gw, adapter = gateway
     chat = Route("memory", "dm", "8", user_id="8")
     await adapter.receive("/bg sleep 0.3; echo eventually-sent", chat)
