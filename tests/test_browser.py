@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+import pytest_asyncio
 
 from gateway.daemon import Gateway, running_gateway
 
@@ -40,8 +41,12 @@ if not Path(CHROMIUM).exists():
 playwright_api = pytest.importorskip("playwright.async_api")
 expect = playwright_api.expect
 
+# one Chromium for the module (see ``browser``): its tests and their gateways run in the
+# module's event loop, where the browser's connection lives
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-@pytest.fixture
+
+@pytest_asyncio.fixture(loop_scope="module")
 async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     """The real gateway with the built-in command agent (it echoes what it is sent)."""
     async with running_gateway(make_config(tmp_path / "home")) as gw:
@@ -62,12 +67,22 @@ def artifacts(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[object]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def chromium() -> AsyncIterator[object]:
     async with playwright_api.async_playwright() as pw:
         b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         await b.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def browser(chromium) -> AsyncIterator[object]:
+    """The module's Chromium, started once; a test opens contexts of its own in it (each
+    with its own cookies, storage and cache), and whatever it left open is closed after
+    it, so no tab of one test is still there in the next."""
+    yield chromium
+    for context in list(chromium.contexts):
+        await context.close()
 
 
 async def open_page(context, url: str):
