@@ -141,16 +141,30 @@ async def test_unprovable_notifications_are_parked_and_sent_nowhere(gateway) -> 
     assert adapter.sent == []
 
 
-async def test_a_busy_owner_keeps_its_notice_until_its_turn_ends(gateway) -> None:
+async def test_a_busy_owner_keeps_its_notice_until_its_turn_ends(
+        gateway, tmp_path: Path) -> None:
     gw, adapter = gateway
     a, b = Route("memory", "dm", "10", user_id="10"), Route("memory", "dm", "11", user_id="11")
     await adapter.receive("/bg sleep 0.3; echo done-a", a)
+    job_a = job_id_from(adapter.sent_to(a)[-1])
     await adapter.receive("/bg sleep 0.3; echo done-b", b)
-    slow = adapter.receive("/run sleep 2; echo slow-done", a)
+    go_on = tmp_path / "go-on"  # A's turn lasts until this is there
+    slow = adapter.receive(f"/run while [ ! -e {go_on} ]; do sleep 0.05; done; echo slow-done",
+                           a)
     b_notice = await eventually(
         lambda: [m for m in notices(adapter) if "done-b" in m.text], what="B's notice")
     assert not slow.done()  # B got its notice while A was still mid-turn
     assert not [m for m in notices(adapter) if "done-a" in m.text]
+    await gw.jobs.wait(job_a)  # A's job ended and its notice is committed
+
+    async def a_notice_claimed() -> bool:  # the router has it in hand, in A's lane
+        return any(n.job_id == job_a for n in await gw.outbox.list("claimed"))
+
+    await eventually_async(a_notice_claimed, what="A's notice claimed")
+    await asyncio.sleep(0.2)  # it stays unsent while A's turn goes on
+    assert not slow.done()
+    assert not [m for m in notices(adapter) if "done-a" in m.text]
+    go_on.touch()
     await slow
     await eventually(lambda: [m for m in notices(adapter) if "done-a" in m.text],
                      what="A's notice")
