@@ -221,14 +221,17 @@ async def _frames_until(tab: Tab, predicate, timeout: float = 10) -> list[dict[s
 
 
 async def test_job_notices_reach_only_their_conversation_and_wait_for_a_busy_one(
-        web, http) -> None:
-    _, base = web
+        web, http, tmp_path: Path) -> None:
+    runner, base = web
     a, b = await open_tab(http, base), await open_tab(http, base)
     await a.say("/bg sleep 1; echo marker-A")
     await b.say("/bg sleep 1; echo marker-B")
-    assert "Started job" in (await a.frame())["text"]
+    started_a = (await a.frame())["text"]
+    assert "Started job" in started_a
     assert "Started job" in (await b.frame())["text"]
-    await a.say("/run sleep 3; echo slow-done")  # A is mid-turn when its job ends
+    job_a = started_a.split()[2].rstrip(",;")
+    go_on = tmp_path / "go-on"  # A is mid-turn when its job ends, until this is there
+    await a.say(f"/run while [ ! -e {go_on} ]; do sleep 0.05; done; echo slow-done")
 
     arrivals: list[tuple[str, dict[str, Any]]] = []  # both tabs, in arrival order
 
@@ -236,7 +239,15 @@ async def test_job_notices_reach_only_their_conversation_and_wait_for_a_busy_one
         for _ in range(count):
             arrivals.append((name, await tab.frame(15)))
 
-    await asyncio.gather(collect("A", a, 2), collect("B", b, 1))
+    async def a_notice_claimed() -> bool:  # the router has it in hand, in A's lane
+        return bool(await runner.store.db.fetchall(
+            "SELECT 1 FROM notifications WHERE job_id = ? AND state = 'claimed'", (job_a,)))
+
+    await collect("B", b, 1)  # while A's turn goes on
+    await eventually_async(a_notice_claimed, timeout=15, what="A's notice claimed")
+    await a.no_frame(0.2)  # and kept back
+    go_on.touch()
+    await collect("A", a, 2)
     order = [(name, f["kind"], _marker(f["text"])) for name, f in arrivals]
     assert order == [("B", "notification", "marker-B"),  # B at once, while A is busy
                      ("A", "reply", "slow-done"),         # A's turn ends first,
