@@ -225,9 +225,19 @@ async def test_a_notice_waits_for_the_turn_another_instance_has_in_hand(
             running_gateway(_config(tmp_path / "b", pg_fresh_url, "vps2")):
         tab = await open_tab(http, _base(one))
         await tab.say("/bg sleep 1; echo marker-A")
-        assert "Started job" in (await tab.frame())["text"]
+        started = (await tab.frame())["text"]
+        assert "Started job" in started
+        job_id = started.split()[2].rstrip(",;")
         await one.router.stop()  # only the second instance routes from here
-        await tab.say("/run sleep 3; echo slow-done")  # mid-turn when the job ends
+        go_on = tmp_path / "go-on"  # mid-turn when the job ends, until this is there
+        await tab.say(f"/run while [ ! -e {go_on} ]; do sleep 0.05; done; echo slow-done")
+
+        async def notice_waiting() -> bool:  # committed, and not taken by the second
+            return any(n.job_id == job_id for n in await one.outbox.list("pending"))
+
+        await eventually_async(notice_waiting, timeout=15, what="the job's notice")
+        await tab.no_frame(0.3)  # the second instance leaves it while the turn goes on
+        go_on.touch()
         first, second = await tab.frame(15), await tab.frame(15)
         assert (first["kind"], "slow-done" in first["text"]) == ("reply", True), first
         assert (second["kind"], "marker-A" in second["text"]) == ("notification", True)
