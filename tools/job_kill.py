@@ -17,6 +17,12 @@ POLL_SECONDS = 0.05
 SIGKILL_SETTLE_SECONDS = 5.0
 
 
+def kill_wait_seconds(grace: float) -> float:
+    """How long a /kill waits for the job's end: SIGTERM's grace, SIGKILL settling, and
+    a margin for the end to be recorded (on another host too)."""
+    return grace + SIGKILL_SETTLE_SECONDS + 5.0
+
+
 async def kill_group(pgid: int, grace: float) -> bool:
     """SIGTERM the group, SIGKILL what is left after ``grace`` seconds; True when it
     took SIGKILL. Returns once the group is empty (or SIGKILL had its time)."""

@@ -36,7 +36,7 @@ from gateway.route import Route
 from gateway.state_database import Op, StateDatabase
 
 from . import job_process
-from .job_kill import SIGKILL_SETTLE_SECONDS, kill_group
+from .job_kill import kill_group, kill_wait_seconds
 from .job_notices import EndDetails, completion_text, job_outcome
 from .job_output import OutputWatcher
 from .job_process import JobFiles
@@ -397,7 +397,7 @@ class JobManager:
             raise JobError(f"job {job_id} is not running")
         if live.kill is None:
             live.kill = asyncio.create_task(self._kill(live), name=f"kill:{job_id}")
-        limit = self.settings.kill_grace_seconds + SIGKILL_SETTLE_SECONDS + 5.0
+        limit = kill_wait_seconds(self.settings.kill_grace_seconds)
         try:
             async with asyncio.timeout(limit):
                 await self._ended(live)

@@ -20,7 +20,7 @@ import structlog
 from gateway.cluster_store import list_instances, store_now
 from gateway.migrations import JOBS_CHANNEL
 
-from .job_kill import SIGKILL_SETTLE_SECONDS
+from .job_kill import kill_wait_seconds
 from .job_record import JOB_COLUMNS, JobRecord
 from .jobs import JobError
 
@@ -60,9 +60,8 @@ class JobsElsewhere:
                            "instance is back, or it is reported lost.")
         await self.jobs.db.write([("UPDATE jobs SET killed = 1 WHERE id = ? "
                                    "AND state = 'running'", (job.id,))])
-        settings = self.jobs.settings
-        ended = await self.until_ended(job, settings.kill_grace_seconds
-                                       + SIGKILL_SETTLE_SECONDS + 5.0)
+        grace = self.jobs.settings.kill_grace_seconds
+        ended = await self.until_ended(job, kill_wait_seconds(grace))
         if ended.state == "running":
             raise JobError(f"job {job.id} on instance {there} was asked to stop but has not "
                            "ended yet")

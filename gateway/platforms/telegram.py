@@ -217,7 +217,7 @@ class TelegramAdapter(Adapter):
             try:
                 received = self._on_update(update)
             except GatewayClosed:  # not journaled, so not confirmed: the next start has it
-                log.info("telegram_message_refused_while_stopping")
+                log.info("telegram_message_refused_while_stopping", update_id=update.update_id)
                 taken = False
             else:
                 taken = received is None or await received.journaled != "failed"
