@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,6 +39,8 @@ _RETRYABLE = {408, 409, 429}
 _OVERFLOW_HINTS = ("context_length_exceeded", "context length", "maximum context",
                    "context size", "exceed_context_size", "too many tokens", "context window",
                    "prompt is too long")
+#: a refusal that names ``stream`` itself (``stream_options`` is another word)
+_NAMES_STREAM = re.compile(r"\bstream\b", re.IGNORECASE)
 #: what a reply that cannot be read raises inside the client and in parsing
 _UNREADABLE = (ValueError, TypeError, AttributeError, KeyError, IndexError,
                pydantic.ValidationError)
@@ -74,6 +77,8 @@ class ModelClient:
             timeout=config.timeout_seconds, max_retries=0)
         #: ask for the token count at a stream's end (off once a server refuses it)
         self._usage_in_stream = True
+        #: stream where asked to (off once a server refuses ``stream``)
+        self._streams = True
 
     async def close(self) -> None:
         await self._client.close()
@@ -94,12 +99,7 @@ class ModelClient:
             try:
                 if on_text is not None and self.config.stream:
                     return await self._streamed_or_not(body, on_text)
-                # post() rather than chat.completions.create(): the messages are already
-                # wire-format dicts, and create() re-walks every one of them against the
-                # typed schema — 40 ms a call at 200 messages (bench/agent_overhead.py)
-                response = await self._client.post("/chat/completions", body=body,
-                                                   cast_to=ChatCompletion)
-                return _reply(response)
+                return await self._whole(body)
             except openai.APIError as exc:
                 if isinstance(exc, openai.APITimeoutError):
                     # the same request with the same budget is asked again once, no more:
@@ -121,17 +121,38 @@ class ModelClient:
                     f"({type(exc).__name__}).") from exc
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    async def _whole(self, body: dict[str, Any]) -> ModelReply:
+        # post() rather than chat.completions.create(): the messages are already
+        # wire-format dicts, and create() re-walks every one of them against the
+        # typed schema — 40 ms a call at 200 messages (bench/agent_overhead.py)
+        response = await self._client.post("/chat/completions", body=body,
+                                           cast_to=ChatCompletion)
+        return _reply(response)
+
     async def _streamed_or_not(self, body: dict[str, Any], on_text: OnText) -> ModelReply:
-        try:
-            return await self._streamed(body, on_text)
-        except openai.APIStatusError as exc:
-            if not (self._usage_in_stream and exc.status_code in (400, 422)
-                    and "stream_options" in _message(exc)):
-                raise
-            # a server that does not know stream_options: without it (no token count)
-            log.warning("model_stream_options_refused", error=_message(exc))
-            self._usage_in_stream = False
-            return await self._streamed(body, on_text)
+        """Streamed while the server takes it; what it refuses is left out from then on
+        (each once, so this ends): ``stream_options``, else streaming itself."""
+        while self._streams:
+            try:
+                return await self._streamed(body, on_text)
+            except openai.APIStatusError as exc:
+                if exc.status_code not in (400, 422):
+                    raise
+                named = f"{exc.param or ''} {_message(exc)}"
+                if self._usage_in_stream and "stream_options" in named:
+                    # a server that does not know stream_options: without it (no token
+                    # count)
+                    log.warning("model_stream_options_refused", error=_message(exc))
+                    self._usage_in_stream = False
+                elif _NAMES_STREAM.search(named):
+                    # a server (or model) that cannot stream: whole answers, no preview
+                    log.warning("model_stream_refused", error=_message(exc),
+                                hint="answers are asked for whole from now on; "
+                                     "agent.stream: false says so in the config")
+                    self._streams = False
+                else:
+                    raise
+        return await self._whole(body)
 
     async def _streamed(self, body: dict[str, Any], on_text: OnText) -> ModelReply:
         request = {**body, "stream": True}

@@ -275,6 +275,15 @@ async def test_a_refused_stream_request_gets_the_same_400(
     assert fake.requests[-1].stream and fake.requests[-1].error is not None
 
 
+async def test_a_server_that_cannot_stream_refuses_stream_and_answers_whole(
+        fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.streams = False
+    with pytest.raises(openai.BadRequestError, match="'stream' does not support true"):
+        await _stream(client)
+    reply = await client.chat.completions.create(model="m", messages=USER)
+    assert reply.choices[0].message.content == "ok"
+
+
 async def test_errors_are_not_streamed(fake: FakeOpenAI, client: AsyncOpenAI) -> None:
     fake.script(Fail(429, "slow down"))
     with pytest.raises(openai.RateLimitError, match="slow down"):

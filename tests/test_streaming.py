@@ -350,6 +350,21 @@ async def test_an_endpoint_that_refuses_stream_options_is_asked_without_them(
         (True, True), (False, True), (False, True)]
 
 
+async def test_an_endpoint_that_refuses_stream_is_asked_for_whole_answers_from_then_on(
+        tmp_path: Path, model, http) -> None:
+    model.streams = False  # a 400 naming 'stream', as OpenAI's o1 answered
+    model.brain = lambda req: Say(words("whole", 8))
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        for text in ("one", "two"):
+            await tab.say(text)
+            answer = await tab.frame(deltas=True)
+            assert (answer["type"], answer["text"]) == ("message", words("whole", 8))
+            assert answer["kind"] == "reply"
+    assert [(r.stream, r.error is None) for r in model.requests] == [
+        (True, False), (False, True), (False, True)]  # refused once, then never asked
+
+
 async def test_stop_while_the_final_edit_waits_out_a_429_leaves_no_preview(
         tmp_path: Path, model) -> None:
     from .fakes.telegram_server import FakeTelegram

@@ -15,7 +15,8 @@ Protocol as on OpenAI: ``POST /v1/chat/completions`` answers a ``chat.completion
 object or, with ``"stream": true``, ``text/event-stream`` ``chat.completion.chunk`` events
 ending in ``data: [DONE]`` (role first, then text and tool-call arguments in pieces, a
 finish chunk, and a usage chunk when ``stream_options.include_usage``); pieces can be
-paced by ``chunk_delay``, and :class:`Cut` drops the connection mid-stream. Errors are
+paced by ``chunk_delay``, and :class:`Cut` drops the connection mid-stream (``streams=False``:
+a server that refuses ``"stream": true`` with a 400 naming it). Errors are
 never streamed: they carry the real HTTP status and an
 ``{"error": {"message", "type", "param", "code"}}`` body, which the client maps to
 ``BadRequestError`` (400), ``RateLimitError`` (429), ``InternalServerError`` (5xx)...
@@ -191,10 +192,12 @@ class FakeOpenAI(LocalServer):
     """
 
     def __init__(self, brain: Brain | None = None, *, strict: bool = True,
-                 chunk_delay: float = 0.0) -> None:
+                 chunk_delay: float = 0.0, streams: bool = True) -> None:
         self.brain: Brain | None = brain
         #: refuse what the strictest chat templates refuse (as llama.cpp does for them)
         self.strict = strict
+        #: False: a streamed request is refused with a 400 naming ``stream``
+        self.streams = streams
         #: seconds between the streamed pieces of an answer (a Say or CallTools can override)
         self.chunk_delay = chunk_delay
         self.requests: list[ChatRequest] = []  # every chat request received, valid or not
@@ -273,7 +276,7 @@ class FakeOpenAI(LocalServer):
         chat = ChatRequest.parse(body)
         self.requests.append(chat)
         try:
-            validate(body, strict=self.strict)
+            validate(body, strict=self.strict, streams=self.streams)
         except BadRequest as exc:
             chat.error = str(exc)
             return _error(400, chat.error)

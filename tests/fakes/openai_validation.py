@@ -21,15 +21,16 @@ class BadRequest(Exception):
     """Raised by validation: answer 400 with this reason."""
 
 
-def validate(body: object, *, strict: bool = True) -> None:
+def validate(body: object, *, strict: bool = True, streams: bool = True) -> None:
     """Raise :class:`BadRequest` where a strict real server would answer 400
-    (``strict``: also where the strictest chat templates would)."""
+    (``strict``: also where the strictest chat templates would; ``streams``: False for
+    a server or model that cannot stream, as OpenAI's o1 could not)."""
     if not isinstance(body, dict):
         raise BadRequest("We could not parse the JSON body of your request: "
                          "expected a JSON object.")
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise BadRequest("you must provide a model parameter")
-    _validate_streaming(body)
+    _validate_streaming(body, streams)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise BadRequest("Missing required parameter: 'messages' (must be a list).")
@@ -48,11 +49,15 @@ def validate(body: object, *, strict: bool = True) -> None:
         _validate_template(messages)
 
 
-def _validate_streaming(body: JSON) -> None:
-    """``stream`` is a boolean; ``stream_options`` an object, and only with a stream."""
+def _validate_streaming(body: JSON, streams: bool) -> None:
+    """``stream`` is a boolean (true only where the server streams); ``stream_options``
+    an object, and only with a stream."""
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("Invalid type for 'stream': expected a boolean.")
+    if stream and not streams:
+        raise BadRequest("Unsupported value: 'stream' does not support true with this "
+                         "model. Supported values are: false.")
     options = body.get("stream_options")
     if options is None:
         return
