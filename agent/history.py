@@ -84,11 +84,24 @@ class History:
         if messages:
             await self.db.write(append_ops(session_id, messages))
 
+    async def open_turn(self, session_id: str, opening: Message,
+                        inbound_id: int | None) -> None:
+        """Add the message that opens a turn; returns once committed. ``inbound_id``: the
+        journal entry whose message it is — written once per entry, so a message
+        replayed after a crash keeps the row the life that died wrote (and the model
+        is not asked it twice, as two user turns merged into one)."""
+        await self.db.write([_insert_op(session_id, opening, time.time(), inbound_id)])
+
 
 def append_ops(session_id: str, messages: list[Message]) -> list[Op]:
     """The writes that add ``messages`` to a session's history (to join a transaction)."""
     now = time.time()
-    return [("INSERT INTO agent_messages (session_id, message, tokens, created_at) "
-             "VALUES (?, ?, ?, ?)",
-             (session_id, json.dumps(m, ensure_ascii=False), estimate_tokens(m), now))
-            for m in messages]
+    return [_insert_op(session_id, m, now) for m in messages]
+
+
+def _insert_op(session_id: str, message: Message, now: float,
+               inbound_id: int | None = None) -> Op:
+    return ("INSERT INTO agent_messages (session_id, message, tokens, created_at, inbound_id) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (session_id, json.dumps(message, ensure_ascii=False), estimate_tokens(message),
+             now, inbound_id))

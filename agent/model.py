@@ -150,7 +150,7 @@ class ModelAgent:
 
     async def _converse(self, turn: Turn, opening: Message, kind: MessageKind, *,
                         notice: Notification | None = None) -> None:
-        await self.history.append(turn.session.id, [opening])
+        await self.history.open_turn(turn.session.id, opening, turn.journal_id)
         convo = _Conversation(await self.history.load(turn.session.id))
 
         header = notice_header(notice) if notice is not None else None

@@ -345,6 +345,17 @@ MIGRATIONS: list[str] = [
     # which a restart finishes a kill from too) wakes the instance whose host runs it
     """
     """,
+    # 22: the journal entry whose message a transcript line, or the model-history row
+    # that opens a turn, is: each written once per entry, so a message replayed after a
+    # crash keeps what the life that died wrote of it instead of writing it again
+    """
+    ALTER TABLE messages ADD COLUMN inbound_id INTEGER;
+    ALTER TABLE agent_messages ADD COLUMN inbound_id INTEGER;
+    CREATE UNIQUE INDEX messages_inbound ON messages(inbound_id)
+        WHERE inbound_id IS NOT NULL;
+    CREATE UNIQUE INDEX agent_messages_inbound ON agent_messages(inbound_id)
+        WHERE inbound_id IS NOT NULL;
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

@@ -266,7 +266,8 @@ class GatewayRunner:
             try:
                 session = await self.store.get_or_create(key, event.route)
                 session = self.store.touch(session, event.route)
-                self.store.record_message(session.id, "user", transcript_text(event))
+                self.store.record_message(session.id, "user", transcript_text(event),
+                                          inbound_id=journal_id)
             except Exception:
                 # the store failed: say so, and keep the conversation's lane alive
                 log.exception("message_not_recorded", platform=event.route.platform)
@@ -274,7 +275,8 @@ class GatewayRunner:
                 return "failed"
             turn = Turn(event=event, session=session, runner=self,
                         sent_ops=_replied(journal_id) if journal_id is not None else None,
-                        dedupe_key=dedupe_key, may_stream=not replayed)
+                        dedupe_key=dedupe_key, may_stream=not replayed,
+                        journal_id=journal_id)
             self.metrics.turns.labels("message").inc()
             if note is not None:  # not a reply: the message is not answered by it
                 await self.send(session, event.route, note, kind="system",

@@ -282,13 +282,16 @@ class SessionStore:
     # transcript and activity (written behind) ------------------------------
 
     def record_message(self, session_id: str, role: str, text: str, *,
-                       with_ops: Sequence[Op] = (), notice: NoticeInfo | None = None) -> None:
-        """A transcript line, written behind; ``with_ops`` commit in the same transaction."""
+                       with_ops: Sequence[Op] = (), notice: NoticeInfo | None = None,
+                       inbound_id: int | None = None) -> None:
+        """A transcript line, written behind; ``with_ops`` commit in the same transaction.
+        ``inbound_id``: the journal entry whose message the line is — one line per entry,
+        so a message replayed after a crash keeps the line the life that died wrote."""
         self.db.write_behind([(
-            "INSERT INTO messages (session_id, role, text, created_at, notice) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO messages (session_id, role, text, created_at, notice, inbound_id) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (session_id, role, text, time.time(),
-             json.dumps(notice.to_dict()) if notice is not None else None),
+             json.dumps(notice.to_dict()) if notice is not None else None, inbound_id),
         ), *with_ops])
 
     def touch(self, entry: SessionEntry, route: Route) -> SessionEntry:

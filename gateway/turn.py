@@ -40,6 +40,9 @@ class Turn:
     #: False for a message replayed after a crash: its replies go whole, each with its
     #: dedupe key (a preview would be a second copy of what the crashed run posted)
     may_stream: bool = True
+    #: the journal entry of the message this turn answers (None for a notification's):
+    #: what the turn records of that message is tied to it, so a replay records it once
+    journal_id: int | None = None
 
     @property
     def route(self) -> Route:

@@ -1,4 +1,5 @@
-"""kill -9 (or SIGTERM) the real daemon while jobs run; the restarted one reports them once."""
+"""kill -9 (or SIGTERM) the real daemon while jobs run or a model call is under way; the
+restarted one reports each job once, and answers and records each message once."""
 
 from __future__ import annotations
 
@@ -7,14 +8,26 @@ import json
 import os
 import re
 import signal
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from .fakes.openai_server import FakeOpenAI, Hang, Say
+from .fakes.telegram_server import FakeTelegram
 from .helpers import eventually, eventually_async
 from .kill_window import kill_window_rounds
-from .real_daemon import cli_json, kill_leftover_jobs, run_cli, start_daemon, web_home
+from .real_daemon import (
+    cli_json,
+    daemon_settled,
+    kill_leftover_jobs,
+    run_cli,
+    start_daemon,
+    web_home,
+)
+from .test_telegram import ALICE, daemon_env
+from .test_web import open_tab
 
 
 async def test_a_job_finishing_across_a_kill_9_is_reported_once_in_its_conversation(
@@ -197,3 +210,62 @@ async def test_a_delegation_started_right_after_a_restart_is_never_reported_lost
     finally:
         if first.returncode is None:
             first.kill()
+
+
+@pytest.mark.parametrize("platform", ["web", "telegram"])
+async def test_a_message_replayed_after_a_kill_9_mid_model_call_is_written_once(
+        tmp_path: Path, model: FakeOpenAI, http: aiohttp.ClientSession, platform: str
+) -> None:
+    """Journaled, its model call under way when the daemon died: the next life answers
+    it once, and holds it once — in the transcript people read and in what the model
+    is asked (not the dead life's copy and the replay's, merged into one user turn)."""
+    model.script(Hang(60))  # the first life's call, held until that life is gone
+    model.brain = lambda req: Say("answered once")
+    agent = f"agent: {{backend: openai, base_url: '{model.base_url}', model: fake-model}}\n"
+    async with AsyncExitStack() as stack:
+        telegram = None
+        if platform == "telegram":
+            telegram = await stack.enter_async_context(FakeTelegram())
+            env = daemon_env(tmp_path / "home", telegram)
+            with (tmp_path / "home" / "config.yaml").open("a") as config:
+                config.write(agent)
+        else:
+            env = web_home(tmp_path / "home", agent)
+        first, url = await start_daemon(env)
+        second = None
+        try:
+            if telegram is not None:
+                telegram.user_message(chat_id=ALICE, text="keep this")
+            else:
+                tab = await open_tab(http, url.rstrip("/"), "replayed")
+                await tab.say("keep this")
+            await eventually(lambda: model.requests, timeout=20, what="the model call")
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+            second, url = await start_daemon(env)
+
+            async def transcript() -> list[tuple[str, str]]:
+                async with http.get(f"{url}api/sessions?archived=include") as resp:
+                    sessions = [s for s in (await resp.json())["sessions"]
+                                if s["platform"] == platform]
+                lines = []
+                for session in sessions:
+                    async with http.get(f"{url}api/sessions/{session['id']}/messages") as r:
+                        lines += [(m["role"], m["text"]) for m in (await r.json())["messages"]]
+                return lines if ("reply", "answered once") in lines else []
+
+            await eventually_async(transcript, timeout=30, what="the replayed message answered")
+            await daemon_settled(env)
+            lines = await transcript()
+            assert [t for role, t in lines if role == "user"] == ["keep this"]
+            assert [t for role, t in lines if role == "reply"] == ["answered once"]
+            held, replayed = model.requests  # the dead life's call, then the replay's
+            assert held.texts("user") == ["keep this"]
+            assert replayed.texts("user") == ["keep this"]  # once, not "keep this\n\nkeep this"
+            if telegram is not None:
+                assert [s.text for s in telegram.sent] == ["answered once"]
+        finally:
+            for proc in (first, second):
+                if proc is not None and proc.returncode is None:
+                    proc.terminate()
+                    await proc.wait()
