@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -334,6 +336,43 @@ async def test_a_stop_while_an_update_is_being_journaled_confirms_it_once_writte
         await eventually(lambda: [s for s in fake.sent if "journaled as the stop" in s.text],
                          what="the message answered")
         assert len(await gw.store.db.fetchall("SELECT id FROM inbound")) == 1
+
+
+async def test_an_update_is_confirmed_to_telegram_only_after_its_journal_commit(
+        tmp_path: Path, fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offset moves past an update only once its journal row has committed: when
+    the write fails (the store went away), Telegram still holds the update and hands it
+    out again, and it is answered once — never confirmed and lost."""
+    config = telegram_config(tmp_path / "home", fake)
+    async with running_gateway(config) as gw:
+        await gw.runner.adapters["telegram"].wait_connected()
+        inbound = gw.runner.inbound
+        journal = inbound.record
+        #: how many Bot API calls the fake had had when each journal row committed
+        committed_at: list[int] = []
+        failed: list[bool] = []
+
+        async def record(*args: Any, **kwargs: Any) -> Any:
+            if not failed:  # the first write never commits
+                failed.append(True)
+                raise sqlite3.OperationalError("disk I/O error")
+            entry = await journal(*args, **kwargs)
+            committed_at.append(len(fake.calls))
+            return entry
+
+        monkeypatch.setattr(inbound, "record", record)
+        fake.user_message(chat_id=ALICE, text="confirmed once written")
+        await eventually(lambda: [s for s in fake.sent if "Received: confirmed" in s.text],
+                         timeout=15, what="the update answered")
+        await all_taken_and_settled(gw, fake)
+        (row,) = await gw.store.db.fetchall("SELECT platform_id FROM inbound")
+    update_id = int(row[0])
+    assert fake.handed_out >= 2  # handed out again after the failed write
+    before_commit = [int(p["offset"]) for m, p in fake.calls[:committed_at[0]]
+                     if m == "getUpdates" and p.get("offset") is not None]
+    assert all(offset <= update_id for offset in before_commit), before_commit
+    answers = [s.text for s in fake.sent if "Received: confirmed" in s.text]
+    assert len(answers) == 1
 
 
 async def test_a_graceful_restart_is_announced_where_work_is_going_on(
