@@ -231,6 +231,50 @@ async def test_after_a_restart_a_pending_approval_ends_with_its_session_or_expir
     assert runs(marker) == 0
 
 
+async def test_two_tabs_pressing_at_once_after_a_restart_start_the_command_once(
+        tmp_path: Path, model: FakeOpenAI, http) -> None:
+    """The turn that asked is gone, so approving starts the command as a job: two presses
+    that both find the approval pending race to that start, and one of them wins."""
+    from .helpers import eventually
+    from .test_cluster import _write_lock_held
+
+    marker = tmp_path / "marker"
+    model.brain = runner_brain(marker)
+    config = model_config(tmp_path / "home", model)
+    async with running_gateway(config) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("clean up")
+        asked = await next_of(tab, "approval")
+    # the daemon stopped while the turn waited: the approval stays pending
+    jobs = config.home_path / "jobs"
+    async with running_gateway(config) as gw:
+        conversation = tab.ready["conversation"]
+        a = await open_tab(http, web_base(gw), conversation)
+        b = await open_tab(http, web_base(gw), conversation)
+        for each in (a, b):
+            assert (await next_of(each, "approval"))["id"] == asked["id"]
+        async with _write_lock_held(str(config.state_location)):
+            await asyncio.gather(choose(a, asked["id"], "once"), choose(b, asked["id"], "once"))
+            # both presses found it pending and got as far as starting the command (each
+            # job's folder is made before its row is written, which waits for the lock)
+            await eventually(lambda: jobs.is_dir() and len(list(jobs.iterdir())) == 2,
+                             what="both presses starting the command")
+        decided = [await next_of(each, "approval_decided") for each in (a, b)]
+        assert {(d["id"], d["state"]) for d in decided} == {(asked["id"], "approved")}
+        frames = [await next_of(each, "message", timeout=20) for each in (a, b)]
+        assert all(f["kind"] == "notification" and "finished: exit code 0" in f["text"]
+                   for f in frames)  # the job's completion, in both tabs
+
+        async def settled_jobs() -> list[Any]:
+            listed = await gw.jobs.list()
+            return listed if all(j.state != "running" for j in listed) else []
+
+        started = await eventually_async(settled_jobs, what="the job's end")
+    assert [job.command for job in started] == [dangerous(marker)]  # started once
+    assert runs(marker) == 1
+    assert f"background job {started[0].id}" in decided[0]["text"]
+
+
 async def test_a_sub_agents_dangerous_command_is_asked_in_the_conversation_that_delegated(
         model_gateway, model: FakeOpenAI, http, tmp_path: Path) -> None:
     _, base = model_gateway
