@@ -66,7 +66,11 @@ class _Conversation:
     """One turn's view of the session's history, kept in step with the store."""
 
     messages: list[Message]
+    #: some of the model's words went out
     said: bool = False
+    #: the model gave words, whether or not they could be posted (a preview that can be
+    #: neither edited nor deleted refuses them): its answer was not empty
+    spoke: bool = False
     reported_tokens: int | None = None
     #: compressed once this turn already: what is left over the budget stays till the next
     compressed: bool = False
@@ -160,6 +164,7 @@ class ModelAgent:
                 text = f"{header}\n{text}"
             result = await turn.reply(text, kind=kind)
             convo.said = convo.said or result.ok
+            convo.spoke = True
             return result
 
         async def context() -> list[Message]:
@@ -207,7 +212,7 @@ class ModelAgent:
                                else "The model gave no answer to this.")
         elif answer is None:
             await turn.reply(f"I {stopped}. Tell me how to go on.", kind="system")
-        elif not convo.said:
+        elif not convo.spoke:
             await turn.reply("(The model gave an empty answer.)", kind="system")
         # after the answer, so the user does not wait for it (the conversation's next
         # message does, if it comes meanwhile)

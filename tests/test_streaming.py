@@ -244,6 +244,32 @@ async def test_a_preview_deleted_meanwhile_gives_the_final_text_its_own_message(
                              timeout=20, what="the final message")
 
 
+async def test_a_preview_that_can_be_neither_edited_nor_deleted_gets_no_second_copy(
+        tmp_path: Path, model) -> None:
+    """Telegram keeps the preview but will neither edit nor delete it any more: posting
+    the reply as a message of its own would show it twice, so the preview stays as the
+    reply's one copy (the failure is logged) and nothing is posted after it."""
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM, all_taken_and_settled
+
+    model.chunk_delay = 0.1
+    model.brain = lambda req: Say(words("stuck", 20))
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "go", 42)
+            (preview,) = await telegram.wait_for_sent(1, timeout=10)
+            telegram.fail_next_edit(status=400, description="Bad Request: message can't be "
+                                                            "edited", count=1000)
+            telegram.fail_next_delete(count=1000)  # "message can't be deleted"
+            await all_taken_and_settled(gw, telegram)  # the turn is over: nothing follows
+            assert telegram.visible(FORUM, 42) == [preview.text]  # the preview, once
+    assert preview.text.endswith(" …") and words("stuck", 20).startswith(preview.text[:-2])
+    assert len([s for s in telegram.sent if s.message_thread_id == 42]) == 1
+    asked = {m for m, _ in telegram.calls}
+    assert {"editMessageText", "deleteMessage"} <= asked  # both were tried, and refused
+
+
 async def test_tool_status_shows_in_the_preview_until_the_answer_replaces_it(
         tmp_path: Path, model) -> None:
     from .fakes.telegram_server import FakeTelegram

@@ -105,7 +105,8 @@ class EditedPreview(ABC):
 
     @abstractmethod
     async def _delete(self, message_id: str) -> None:
-        """Delete the preview (waiting for flood control); PreviewGone when it is not there."""
+        """Delete the preview (waiting for flood control); PreviewGone when it is not there,
+        PreviewRefused when it is there and may not be deleted."""
 
     async def _send(self, text: str, kind: MessageKind, session_id: str | None,
                     dedupe_key: str | None) -> SendResult:
@@ -220,6 +221,11 @@ class EditedPreview(ABC):
         except PreviewGone:
             log.info("preview_gone", message_id=self._message_id)
             self._message_id, self._broken = None, True
+        except PreviewRefused as exc:
+            # there, but not to be edited any more: no more previews, and the final text
+            # still has to edit or delete it (a copy beside it would make two)
+            log.info("preview_refused", message_id=self._message_id, error=str(exc)[:200])
+            self._broken = True
         except Exception as exc:
             if self._message_id is None:
                 # a post that failed (or may have failed): no more previews for this

@@ -21,8 +21,9 @@ from .telegram_routes import send_arguments
 if TYPE_CHECKING:
     from .telegram import TelegramAdapter
 
-_GONE = ("message to edit not found", "message to delete not found", "message can't be edited",
-         "message can't be deleted", "message_id_invalid")
+#: the preview is not there (deleted, or never made); "message can't be edited" or "can't
+#: be deleted" is not among them: the message is there, and refuses (see _edit_text, _delete)
+_GONE = ("message to edit not found", "message to delete not found", "message_id_invalid")
 
 
 class TelegramPreview(EditedPreview):
@@ -90,8 +91,11 @@ class TelegramPreview(EditedPreview):
         except RetryAfter as exc:
             raise PreviewRateLimited(self._flood(exc)) from exc
         except BadRequest as exc:
-            if any(gone in exc.message.lower() for gone in _GONE):
+            said = exc.message.lower()
+            if any(gone in said for gone in _GONE):
                 raise PreviewGone(exc.message) from exc
+            if "can't be deleted" in said:  # too old, or no rights: asking again won't help
+                raise PreviewRefused(exc.message) from exc
             raise
 
 

@@ -112,6 +112,7 @@ class BotMessages:
     _user_messages: set[tuple[int, int]]
     _send_failures: list[Failure]
     _edit_failures: list[Failure]
+    _delete_failures: list[Failure]
 
     # ------------------------------------------------------------------ what a user sees
 
@@ -229,6 +230,7 @@ class BotMessages:
     async def _delete_message(self, params: dict[str, Any]) -> bool:
         """The bot's own messages, and users' (as an admin, or in a private chat)."""
         key = message_key(params)
+        consume_failure(self._delete_failures, key[0])
         if self._posted.pop(key, None) is None:
             if key not in self._user_messages:
                 raise ApiError(400, DELETE_NOT_FOUND)

@@ -128,6 +128,7 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
         self._user_messages: set[tuple[int, int]] = set()  # inbound ones: the bot can't edit
         self._send_failures: list[Failure] = []
         self._edit_failures: list[Failure] = []
+        self._delete_failures: list[Failure] = []
         self._poll_failures: list[Failure] = []
         self._updates_changed = asyncio.Event()
         #: getUpdates calls so far; the event is set when a new one starts (and ends a
@@ -277,6 +278,14 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
         """
         self._edit_failures.append(
             scripted_failure(chat_id, status, retry_after, description, count))
+
+    def fail_next_delete(self, *, chat_id: int | None = None, status: int = 400,
+                         description: str = "Bad Request: message can't be deleted",
+                         count: int = 1) -> None:
+        """Make the next ``count`` deleteMessage calls (in ``chat_id``, or any) fail; by
+        default as Telegram refuses to delete a message that is there but may not be
+        deleted any more (older than 48 hours, or no rights in the group)."""
+        self._delete_failures.append(scripted_failure(chat_id, status, None, description, count))
 
     def fail_next_poll(self, *, status: int = 409, description: str = CONFLICT,
                        count: int = 1) -> None:
