@@ -77,6 +77,8 @@ class Gateway:
     runner: GatewayRunner
     router: Router
     scheduler: Scheduler
+    #: how its parts stop: the daemon stops them taking anything new as the stop begins
+    life: Lifecycle
     #: on a shared store, this daemon's life among the instances
     instance: Instance | None = None
 
@@ -152,7 +154,6 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
         runner.jobs_running = lambda: jobs.running
         runner.scheduler = scheduler
         router = Router(outbox, store, runner)
-        drain = config.shutdown.drain_timeout_seconds
         async with Lifecycle() as life:
             if model is not None:
                 life.add("model", shutdown=model.close)
@@ -173,12 +174,12 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             if instance is not None:  # its jobs stop when a conversation elsewhere asks
                 asked = JobsElsewhere(jobs)
                 asked.answer()
-                life.add("jobs-asked", stop=asked.stop)
+                life.add("jobs-asked", shutdown=asked.stop)
             lost = await life.start("delegations", delegations.recover(),
                                     shutdown=delegations.shutdown)
-            # turns and delegations under way may finish (together) for shutdown.drain_*
-            life.add("turns", stop=lambda: asyncio.gather(runner.drain(drain),
-                                                          delegations.drain(drain)))
+            # turns under way and delegations may finish (together) for shutdown.drain_*
+            life.add("turns",
+                     drain=lambda: _drain(runner, delegations, _drain_seconds(config, instance)))
             for adapter in adapters:
                 runner.add_adapter(adapter)
             # what a stopped process had taken in is queued first, so a message arriving
@@ -203,15 +204,31 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 takeover = Takeover(instance, outbox, runner, jobs, delegations)
                 await life.start("takeover", takeover.start(), stop=takeover.stop)
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
-            life.add("store-watch", stop=_async(store_watch.cancel))
+            life.add("store-watch", shutdown=_async(store_watch.cancel))
+            # the newest part, so the first to stop: from the signal no message's turn
+            # begins (what arrives is journaled, for the next life)
+            life.add("intake", stop=_async(runner.stop_accepting))
             log.info("gateway_started", platforms=[a.platform for a in adapters],
                      state_db=config.state_shown, jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
                      approvals_pending=pending_approvals, agent=config.agent.backend,
                      model=config.agent.model if model is not None else None)
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler,
-                          instance)
+                          life, instance)
         log.info("gateway_stopped")
+
+
+def _drain_seconds(config: Config, instance: Instance | None) -> float:
+    """How long turns in flight may finish once stopping. A fenced life has nothing to
+    drain: what it would still say is withheld, a survivor answers for it, and its
+    tabs should reconnect elsewhere at once."""
+    if instance is not None and instance.ended is not None:
+        return 0.0
+    return config.shutdown.drain_timeout_seconds
+
+
+async def _drain(runner: GatewayRunner, delegations: DelegationManager, seconds: float) -> None:
+    await asyncio.gather(runner.drain(seconds), delegations.drain(seconds))
 
 
 def _join(instance: Instance, router: Router, jobs: JobManager,
@@ -356,10 +373,9 @@ async def run_daemon(config: Config) -> None:
                          "stopping", started_at)
             log.info("gateway_stopping")
             notifier.stopping("stopping: telling conversations, finishing turns in flight")
-            # take nothing more in first, so every turn that runs is one that was told
-            for adapter in gw.runner.adapters.values():
-                await adapter.stop_receiving()
-            gw.runner.stop_accepting()
+            # take nothing new first — no tab, no message's turn, no schedule run, no
+            # notice — so every turn that runs is one that was told
+            await gw.life.stop()
             await announce_restart(gw.runner, gw.store.db,
                                    places_in_progress(gw.runner, gw.jobs.running_routes()))
     finally:

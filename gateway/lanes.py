@@ -63,6 +63,12 @@ class Lanes:
         lane = self.by_key.get(session_key)
         return len(lane.queue) if lane else 0
 
+    async def idle(self, session_key: str) -> None:
+        """Until this conversation's lane is gone: its work done (or cancelled) and
+        nothing queued behind it."""
+        while (lane := self.by_key.get(session_key)) is not None and lane.task is not None:
+            await asyncio.wait({lane.task})
+
     @property
     def busy_keys(self) -> Iterable[str]:
         return [key for key, lane in self.by_key.items() if lane.busy]

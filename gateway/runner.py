@@ -60,10 +60,6 @@ Outcome = Literal["handled", "unauthorized", "duplicate", "skipped", "failed", "
 Taken = Literal["journaled", "duplicate", "unauthorized", "failed"]
 
 
-class GatewayClosed(RuntimeError):
-    """The gateway is shutting down and takes no new messages."""
-
-
 @dataclass(frozen=True, slots=True)
 class Received:
     """A platform message taken in: ``journaled`` resolves once it is committed (the
@@ -134,17 +130,20 @@ class GatewayRunner:
 
         ``platform_id`` is the platform's own id for it: a message seen twice is
         handled once. An event claiming to be internal is refused, so no platform
-        update can pose as a gateway notification.
+        update can pose as a gateway notification. Once the gateway is stopping, a
+        message is still journaled (and so acknowledged), and its turn is left for
+        the next life: the replay at its start, or a survivor's takeover.
         """
         if event.internal:
             raise ValueError("platform events cannot be internal")
-        if not self._accepting:
-            raise GatewayClosed("the gateway is shutting down")
         key = self.session_key_for(event.route)
         self.metrics.messages_in.labels(event.route.platform).inc()
         taking = asyncio.ensure_future(self._journal(key, event, platform_id, sent_at))
         journaled: asyncio.Future[Taken] = asyncio.get_running_loop().create_future()
         taking.add_done_callback(lambda t: _settle_taken(t, journaled))
+        if not self._accepting:  # not in a lane: nothing waits for it, nor it for anything
+            return Received(journaled, asyncio.ensure_future(
+                self._from_journal(key, event, taking)))
         command = parse_command(event.text)
         if command is not None and command[0] in IMMEDIATE_COMMANDS:
             # answered at once, beside a turn or a foreground command under way
@@ -212,7 +211,11 @@ class GatewayRunner:
 
     async def handle_entry(self, key: str, entry: JournalEntry, *,
                             replayed: bool = False) -> Outcome:
-        """A journaled message's turn: not run when too old, noted when late."""
+        """A journaled message's turn: not run when too old, noted when late, not begun
+        once stopping (it stays journaled, for the next life)."""
+        if not self._accepting:
+            log.info("message_left_for_next_life", entry_id=entry.id, session_key=key)
+            return "shutdown"
         if not await self.acting():  # this life is over: a survivor takes the entry
             log.warning("message_left_to_survivor", entry_id=entry.id, session_key=key)
             return "shutdown"
@@ -469,17 +472,23 @@ class GatewayRunner:
     def is_busy(self, session_key: str) -> bool:
         return self.lanes.is_busy(session_key)
 
+    async def conversation_idle(self, session_key: str) -> None:
+        """Until the conversation has nothing running or queued (at once when it has not)."""
+        await self.lanes.idle(session_key)
+
     @property
     def accepting(self) -> bool:
         """False once the gateway is shutting down."""
         return self._accepting
 
     def stop_accepting(self) -> None:
-        """Refuse new platform messages from now on (turns already queued still run)."""
+        """Begin no message's turn from now on: what arrives, or waits in a lane, is
+        journaled and left for the next life. Turns under way, and notices already in
+        a lane, go on."""
         self._accepting = False
 
     async def drain(self, timeout: float) -> bool:
-        """Stop taking messages and let queued turns finish; True when all did."""
+        """Stop accepting and let the work in the lanes finish; True when all did."""
         self._accepting = False
         return await self.lanes.drain(timeout)
 

@@ -1,5 +1,6 @@
-"""The daemon's one start/stop rule (gateway/lifecycle.py): every part stops, newest
-first, before any part lets go; a part that did not start is owed nothing."""
+"""The daemon's one start/stop rule (gateway/lifecycle.py): every part stops taking
+anything new, newest first, before any part drains, and every part drains before any
+lets go; a part that did not start is owed nothing."""
 
 from __future__ import annotations
 
@@ -8,26 +9,40 @@ import pytest
 from gateway.lifecycle import Lifecycle
 
 
-async def test_all_stop_newest_first_then_all_shut_down_newest_first() -> None:
-    said: list[str] = []
+def step(said: list[str], what: str):
+    async def run() -> None:
+        said.append(what)
+    return run
 
-    def step(what: str):
-        async def run() -> None:
-            said.append(what)
-        return run
+
+async def test_all_stop_then_all_drain_then_all_shut_down_each_newest_first() -> None:
+    said: list[str] = []
 
     async def starting(name: str) -> str:
         said.append(f"start {name}")
         return name
 
     async with Lifecycle() as life:
-        assert await life.start("store", starting("store"), shutdown=step("close store")) \
-            == "store"
-        life.add("turns", stop=step("drain turns"))
-        await life.start("web", starting("web"), stop=step("stop web"),
-                         shutdown=step("disconnect web"))
-    assert said == ["start store", "start web", "stop web", "drain turns",
-                    "disconnect web", "close store"]
+        assert await life.start("store", starting("store"),
+                                shutdown=step(said, "close store")) == "store"
+        life.add("turns", stop=step(said, "begin no turn"), drain=step(said, "drain turns"))
+        await life.start("web", starting("web"), stop=step(said, "refuse new tabs"),
+                         shutdown=step(said, "disconnect web"))
+        life.add("delegations", drain=step(said, "drain delegations"))
+    assert said == ["start store", "start web", "refuse new tabs", "begin no turn",
+                    "drain delegations", "drain turns", "disconnect web", "close store"]
+
+
+async def test_a_stop_takes_nothing_new_at_once_and_the_close_does_the_rest_once() -> None:
+    said: list[str] = []
+    async with Lifecycle() as life:
+        life.add("turns", stop=step(said, "begin no turn"), drain=step(said, "drain turns"))
+        life.add("scheduler", stop=step(said, "claim no run"))
+        await life.stop()  # the signal: nothing new from here, before anything slow
+        assert said == ["claim no run", "begin no turn"]
+        await life.stop()  # owed once
+        said.append("tell the conversations")
+    assert said == ["claim no run", "begin no turn", "tell the conversations", "drain turns"]
 
 
 async def test_a_failed_start_is_owed_nothing_and_one_failing_step_stops_no_other(

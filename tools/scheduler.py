@@ -181,6 +181,8 @@ class Scheduler:
         self._task = asyncio.create_task(self._run(), name="scheduler")
 
     async def stop(self) -> None:
+        """Claim and start nothing more, at once (a tick under way ends at its next
+        schedule): what comes due is the next life's, or another instance's."""
         self._stopping = True
         self.wake()
         if self._task is not None:
@@ -217,6 +219,8 @@ class Scheduler:
             f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE paused = 0 "
             f"AND next_run_at IS NOT NULL AND next_run_at <= ? ORDER BY next_run_at", (now,))
         for row in rows:
+            if self._stopping:
+                return RESCAN_SECONDS
             try:  # one schedule's trouble must not stop the others
                 await self._fire(ScheduleRecord.from_row(row), now)
             except Exception:
@@ -288,6 +292,8 @@ class Scheduler:
             f"WHERE o.schedule_id = r.schedule_id AND {runs.UNDER_WAY}) ORDER BY r.scheduled_for")
         started: set[str] = set()
         for schedule_id, scheduled_for, reason in rows:
+            if self._stopping:  # left claimed, for the next life
+                return
             if schedule_id in started:
                 continue
             started.add(schedule_id)

@@ -61,7 +61,9 @@ class Adapter(ABC):
     async def disconnect(self) -> None: ...
 
     async def stop_receiving(self) -> None:  # noqa: B027 - optional hook, no-op by default
-        """Take no more messages (before the runner drains); sending still works."""
+        """The gateway is stopping: take nothing new from the platform where it keeps
+        what is not taken (Telegram's updates, a new web tab); sending still works.
+        What still arrives is journaled by the runner and left for the next life."""
 
     @abstractmethod
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",

@@ -28,7 +28,6 @@ from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..formatting.discord_text import NO_MENTIONS, message_parts
 from ..retry import RetryPolicy
 from ..route import Route
-from ..runner import GatewayClosed
 from .base import Adapter, LiveReply
 from .discord_approvals import answer_click, post_request, show_outcome
 from .discord_preview import DiscordPreview
@@ -188,10 +187,6 @@ class DiscordAdapter(Adapter):
                 ready.cancel()
                 raise ConnectionError("discord could not connect; see the log")
 
-    async def stop_receiving(self) -> None:
-        """Take no more messages; replies of turns still running can still be sent."""
-        self._receiving = False
-
     async def disconnect(self) -> None:
         self._receiving = False
         if self.poll_lease is not None:  # the session closes first, then the lease goes
@@ -314,21 +309,18 @@ class DiscordAdapter(Adapter):
         kind, parent = await self._channel_kind(message)
         route = route_of(message, kind, parent)
         assert self._runner is not None
-        try:
-            files = [IncomingFile("attachment", a.filename, a.content_type, a.size, a.url)
-                     for a in message.attachments]
-            # facts only: who may talk is decided in one place (gateway/auth.py)
-            metadata: dict[str, Any] = {
-                ROLES: [str(r.id) for r in getattr(message.author, "roles", [])]}
-            if files:
-                metadata[FILES] = [f.to_dict() for f in files]
-            received = self._runner.receive(
-                MessageEvent(text=self._without_mention(message.content), route=route,
-                             message_id=str(message.id), metadata=metadata),
-                platform_id=str(message.id), sent_at=message.created_at.timestamp())
-        except GatewayClosed:
-            log.info("discord_message_refused_while_stopping", channel_id=route.chat_id)
-            return
+        files = [IncomingFile("attachment", a.filename, a.content_type, a.size, a.url)
+                 for a in message.attachments]
+        # facts only: who may talk is decided in one place (gateway/auth.py)
+        metadata: dict[str, Any] = {
+            ROLES: [str(r.id) for r in getattr(message.author, "roles", [])]}
+        if files:
+            metadata[FILES] = [f.to_dict() for f in files]
+        # while the gateway stops, it is journaled and left for the next life
+        received = self._runner.receive(
+            MessageEvent(text=self._without_mention(message.content), route=route,
+                         message_id=str(message.id), metadata=metadata),
+            platform_id=str(message.id), sent_at=message.created_at.timestamp())
         if catching_up:
             await received.journaled  # in order, one after another
 

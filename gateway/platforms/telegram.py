@@ -48,7 +48,7 @@ from ..formatting.telegram_html import (
 from ..formatting.telegram_html import render as render_html
 from ..retry import RetryPolicy
 from ..route import Route
-from ..runner import GatewayClosed, Received
+from ..runner import Received
 from .base import Adapter, LiveReply
 from .flow import FlowControl, RateLimits
 from .telegram_approvals import ApprovalButtons
@@ -214,20 +214,16 @@ class TelegramAdapter(Adapter):
             approvals = self._runner.approvals if self._runner is not None else None
             taken = await self._approval_buttons.on_press(update.callback_query, approvals)
         else:
-            try:
-                received = self._on_update(update)
-            except GatewayClosed:  # not journaled, so not confirmed: the next start has it
-                log.info("telegram_message_refused_while_stopping", update_id=update.update_id)
-                taken = False
-            else:
-                taken = received is None or await received.journaled != "failed"
+            received = self._on_update(update)
+            taken = received is None or await received.journaled != "failed"
         if not taken:
             await asyncio.sleep(1.0)
         return taken
 
     async def stop_receiving(self) -> None:
-        """Stop polling, so no update is taken that will not be served; tell Telegram
-        what was journaled, so a restart is not handed it again."""
+        """Stop polling: what is not fetched stays with Telegram for the next poller (the
+        next life, or another instance at once, the lease released); tell Telegram what
+        was journaled, so that poller is not handed it again."""
         if self._starter is not None and not self._starter.done():
             self._starter.cancel()
             await asyncio.gather(self._starter, return_exceptions=True)

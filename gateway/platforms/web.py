@@ -28,7 +28,6 @@ from ..config import WebConfig, secret
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..formatting.web_html import render as render_html
 from ..route import Route
-from ..runner import GatewayClosed
 from .base import Adapter, LiveReply
 from .web_conversations import conversation_routes
 from .web_fanout import FrameFanout
@@ -70,6 +69,9 @@ class WebAdapter(Adapter):
         self._tabs: dict[str, dict[str, _Tab]] = {}
         self._frames_sent = 0
         self.fanout: FrameFanout | None = None
+        #: stopping: no new tab, and each conversation's tabs closed once its turn is done
+        self._stopping = False
+        self._closing: dict[str, asyncio.Task[None]] = {}
 
     # lifecycle -------------------------------------------------------------
 
@@ -96,12 +98,23 @@ class WebAdapter(Adapter):
             self.fanout.start()
         log.info("web_chat_listening", url=f"http://{self.config.host}:{self.port}/")
 
+    async def stop_receiving(self) -> None:
+        """Take no new tab (its WebSocket upgrade is answered 503, and the page tries
+        again: the next life, or another instance), and close each conversation's tabs
+        with 1001 "going away" once its turn is done, so the page reconnects there. A
+        frame on a tab still open is journaled and left for the next life."""
+        self._stopping = True
+        for conversation in list(self._tabs):
+            self._close_after_turn(conversation)
+
     async def disconnect(self) -> None:
         if self.fanout is not None:
             await self.fanout.stop()
-        for tabs in list(self._tabs.values()):
-            for tab in list(tabs.values()):
-                await tab.ws.close(code=1001, message=b"gateway stopping")
+        for closing in self._closing.values():
+            closing.cancel()
+        await asyncio.gather(*self._closing.values(), return_exceptions=True)
+        for conversation in list(self._tabs):
+            await self._close_tabs(conversation)
         if self._site_runner is not None:
             await self._site_runner.cleanup()
             self._site_runner = None
@@ -119,6 +132,21 @@ class WebAdapter(Adapter):
     def open_tabs(self, conversation: str) -> set[str]:
         """Ids of the tabs currently open on a conversation."""
         return set(self._tabs.get(conversation, {}))
+
+    def _close_after_turn(self, conversation: str) -> None:
+        closing = self._closing.get(conversation)
+        if closing is None or closing.done():
+            self._closing[conversation] = asyncio.create_task(
+                self._close_when_idle(conversation), name=f"web-close:{conversation}")
+
+    async def _close_when_idle(self, conversation: str) -> None:
+        key = self.runner.session_key_for(_conversation_route(conversation))
+        await self.runner.conversation_idle(key)  # its turn's last frames went out
+        await self._close_tabs(conversation)
+
+    async def _close_tabs(self, conversation: str) -> None:
+        for tab in list(self._tabs.get(conversation, {}).values()):
+            await tab.ws.close(code=1001, message=b"gateway stopping")
 
     # sending ---------------------------------------------------------------
 
@@ -216,11 +244,12 @@ class WebAdapter(Adapter):
     # WebSocket ---------------------------------------------------------------
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        if self._stopping:  # a new tab belongs to the next life (or another instance)
+            raise _json_error(503, "the gateway is stopping; connect again in a moment")
         conversation = request.query.get("conversation") or uuid.uuid4().hex[:16]
         if not _CONVERSATION_ID.match(conversation):
             raise _json_error(400, "conversation ids are 1-64 letters, digits, '-' or '_'")
-        route = Route(platform="web", chat_type="dm", chat_id=conversation,
-                      user_id="web", user_name="web")
+        route = _conversation_route(conversation)
         key = self.runner.session_key_for(route)
 
         ws = web.WebSocketResponse(max_msg_size=_TRANSPORT_LIMIT, heartbeat=30)
@@ -231,6 +260,8 @@ class WebAdapter(Adapter):
         tab = _Tab(id=uuid.uuid4().hex[:12], ws=ws, echo=request.query.get("echo") == "1",
                    live=request.query.get("live") == "1")
         self._tabs.setdefault(conversation, {})[tab.id] = tab
+        if self._stopping:  # the stop began while it was connecting
+            self._close_after_turn(conversation)
         bound = log.bind(session_key=key, tab=tab.id)
         bound.info("web_tab_opened")
         try:
@@ -274,15 +305,10 @@ class WebAdapter(Adapter):
             return
         text: str = frame["text"]
         frame_id: str | None = frame.get("id")
-        try:
-            received = self.runner.receive(
-                MessageEvent(text=text, route=route, metadata={"tab": tab}),
-                platform_id=f"{route.chat_id}:{frame_id}" if frame_id is not None else None,
-                sent_at=_sent_at(frame))
-        except GatewayClosed:
-            await ws.send_json(_error("the gateway is shutting down; try again shortly",
-                                      frame_id))
-            return
+        received = self.runner.receive(
+            MessageEvent(text=text, route=route, metadata={"tab": tab}),
+            platform_id=f"{route.chat_id}:{frame_id}" if frame_id is not None else None,
+            sent_at=_sent_at(frame))
         taken = await received.journaled
         if taken == "failed":
             await ws.send_json(_error("the message could not be recorded; send it again",
@@ -350,6 +376,12 @@ class _Tab:
     ws: web.WebSocketResponse
     echo: bool  # wants to see what the conversation's other tabs send
     live: bool = False  # wants typing and status frames while a turn runs
+
+
+def _conversation_route(conversation: str) -> Route:
+    """A web conversation's place: one chat, whichever tab speaks in it."""
+    return Route(platform="web", chat_type="dm", chat_id=conversation,
+                 user_id="web", user_name="web")
 
 
 def _foreign_request(request: web.Request) -> str | None:

@@ -19,7 +19,6 @@ from aiohttp import BodyPartReader, web
 
 from ..attachments import FILES, FileRefused, IncomingFile, conversation_dir, save, sendable
 from ..events import MessageEvent
-from ..runner import GatewayClosed
 
 if TYPE_CHECKING:
     from ..host import AdapterHost
@@ -59,11 +58,7 @@ def file_routes(runner: Callable[[], AdapterHost],
         if saved is None:
             raise error(400, "the form has no 'file' part")
         event = MessageEvent(text=text, route=session.route, metadata={FILES: [saved.to_dict()]})
-        try:
-            received = gateway.receive(event)
-        except GatewayClosed:
-            Path(str(saved.path)).unlink(missing_ok=True)
-            raise error(503, "the gateway is shutting down; try again shortly") from None
+        received = gateway.receive(event)
         if await received.journaled == "failed":
             Path(str(saved.path)).unlink(missing_ok=True)
             raise error(503, "the upload could not be recorded; send it again")

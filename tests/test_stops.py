@@ -1,0 +1,251 @@
+"""The real daemon as it stops: it takes nothing new, and a fenced one leaves at once.
+
+From SIGTERM (``gateway_stopping``) a daemon finishes the turns under way and takes
+nothing new: a new web tab is refused with 503, each open tab is closed with 1001
+"going away" once its conversation's turn is done (so the page reconnects, to the
+next life or another instance), no schedule run is claimed, and a message that
+arrives is journaled and answered by the next life, once. A fenced life (another
+process took its instance name) has nothing to drain: it closes its tabs and its web
+port at once and exits 1, long before ``shutdown.drain_timeout_seconds``.
+
+Each turn under way is a ``/run`` command waiting for a gate file the test creates,
+so the stop lasts exactly as long as the test needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType
+
+from gateway.restart_notices import RESTARTING
+
+from .fakes.telegram_server import FakeTelegram
+from .helpers import eventually, eventually_async, running_command
+from .real_daemon import daemon_settled, home_env, start_daemon, web_home
+from .test_web import Tab, open_tab
+
+#: far longer than any wait below: a daemon that drains, where it should not, is seen
+DRAIN = 60
+#: a deadline for one step, far below DRAIN and far above what a loaded machine needs
+STEP = 30
+ALICE = 1
+TOPIC = dict(chat_id=-1001, chat_type="supergroup", is_forum=True, thread_id=42,
+             is_topic_message=True)
+
+
+def gated(gate: Path, marker: str) -> str:
+    """A foreground command that runs until ``gate`` exists: a turn under way."""
+    return f"while [ ! -e {gate} ]; do sleep 0.05; done; echo {marker}"
+
+
+async def until_closed(tab: Tab, timeout: float = STEP) -> tuple[list[dict[str, Any]], int]:
+    """The frames a tab gets until its socket is closed, and the close code."""
+    frames = []
+    while True:
+        msg = await tab.ws.receive(timeout=timeout)
+        if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+            code = tab.ws.close_code
+            assert code is not None
+            return frames, code
+        frames.append(json.loads(msg.data))
+
+
+def read_store(env: dict[str, str], sql: str) -> list[Any]:
+    db = Path(env["HOMING_HOME"]) / "state.db"
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+async def test_a_stopping_daemon_takes_no_new_tab_and_leaves_new_messages_to_the_next_life(
+        tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    env = web_home(tmp_path / "home", f"shutdown: {{drain_timeout_seconds: {DRAIN}}}\n")
+    first, url = await start_daemon(env)
+    second = None
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = url.rstrip("/")
+            busy, idle = await open_tab(http, base, "busy"), await open_tab(http, base, "idle")
+            command = gated(gate, "turn-done")
+            await busy.say(f"/run {command}")
+            await eventually(lambda: running_command(command, first.pid), STEP,
+                             "the turn running its command")
+            first.send_signal(signal.SIGTERM)
+
+            # a tab with no turn under way goes at once, "going away": its page reconnects
+            assert await until_closed(idle) == ([], 1001)
+            # a new tab is refused, saying why; the page tries again
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(f"{base}/ws", params={"conversation": "busy"})
+            assert refused.value.status == 503
+            async with http.get(f"{base}/ws") as resp:
+                assert resp.status == 503 and "stopping" in (await resp.json())["error"]
+            # a message on the tab still open is journaled (acknowledged), not run here
+            await busy.ws.send_json({"type": "message", "text": "sent while stopping",
+                                     "id": "m-stop"})
+            frames = [await busy.frame(STEP)]
+            while frames[-1]["type"] != "ack":
+                frames.append(await busy.frame(STEP))
+            assert frames.pop() == {"type": "ack", "id": "m-stop"}
+
+            gate.touch()  # the turn under way ends: its reply, then the tab goes
+            rest, code = await until_closed(busy)
+            assert code == 1001
+            (told, reply) = frames + rest
+            assert (told["kind"], told["text"]) == ("system", RESTARTING)
+            assert reply["kind"] == "reply" and "\nturn-done" in reply["text"]
+            assert await asyncio.wait_for(first.wait(), STEP) == 0
+            assert read_store(env, "SELECT state FROM inbound WHERE platform_id = "
+                                   "'busy:m-stop'") == [("received",)]
+
+            second, url = await start_daemon(env)  # the next life answers it, once
+            base = url.rstrip("/")
+
+            async def transcript() -> list[tuple[str, str]]:
+                async with http.get(f"{base}/api/conversations/busy/messages") as resp:
+                    lines = [(m["role"], m["text"]) for m in (await resp.json())["messages"]]
+                return lines if any("sent while stopping" in t for r, t in lines
+                                    if r == "reply") else []
+
+            await eventually_async(transcript, STEP, "the next life's answer")
+            await daemon_settled(env)
+            lines = await transcript()
+            assert [(r, t.splitlines()[0]) for r, t in lines if "sent while stopping" in t] == [
+                ("user", "sent while stopping"), ("reply", "Received: sent while stopping")]
+    finally:
+        gate.touch()
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+def telegram_home(home: Path, fake: FakeTelegram) -> dict[str, str]:
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        f"shutdown: {{drain_timeout_seconds: {DRAIN}}}\n"
+        "schedules: {timezone: UTC}\n"
+        "platforms:\n  web: {port: 0}\n"
+        f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
+        f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}']}}\n")
+    return home_env(home)
+
+
+async def test_a_schedule_due_while_the_daemon_stops_is_run_by_the_next_life_once(
+        tmp_path: Path, telegram: FakeTelegram) -> None:
+    """The stop is held open past the schedule's time twice over: while the daemon
+    tells the conversation with a turn under way that it is restarting (its Telegram
+    send held), and while that turn finishes."""
+    fake, gate = telegram, tmp_path / "gate"
+    env = telegram_home(tmp_path / "home", fake)
+    first, _ = await start_daemon(env)
+    second = None
+    try:
+        command = gated(gate, "turn-done")
+        fake.user_message(chat_id=ALICE, text=f"/run {command}")
+        await eventually(lambda: running_command(command, first.pid), STEP,
+                         "the turn running its command")
+        fake.user_message(text="/at +8s echo at-marker", **TOPIC)
+        await eventually(lambda: any("at-marker" in s.text for s in fake.sent), STEP,
+                         "the schedule made")
+        ((due,),) = read_store(env, "SELECT next_run_at FROM schedules")
+        fake.hold_sends()
+        first.send_signal(signal.SIGTERM)
+        await eventually(lambda: any(m == "sendMessage" and p.get("text") == RESTARTING
+                                     for m, p in fake.calls), STEP, "the restart notice")
+        assert time.time() < due, "the stop began after the schedule's time"
+        # a scheduler still running wakes at the due time and claims it at once
+        await eventually(lambda: time.time() > due + 1.0, STEP, "the schedule's time")
+        fake.release_sends()
+        await eventually(lambda: time.time() > due + 2.0, STEP, "the schedule's time")
+        gate.touch()
+        assert await asyncio.wait_for(first.wait(), STEP) == 0
+        assert read_store(env, "SELECT * FROM schedule_runs") == []
+        assert read_store(env, "SELECT next_run_at FROM schedules") == [(due,)]
+
+        second, _ = await start_daemon(env)
+
+        def runs() -> list[str]:
+            return [s.text for s in fake.sent if "the run of" in s.text]
+
+        await eventually(runs, STEP, "the scheduled run's notice")
+        await eventually(lambda: not fake.pending_updates, STEP, "every update taken")
+        await daemon_settled(env)
+        (run,) = runs()
+        assert "at-marker" in run and "exit code 0" in run
+        assert read_store(env, "SELECT state FROM schedule_runs") == [("finished",)]
+    finally:
+        fake.release_sends()
+        gate.touch()
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+def pg_home(home: Path, url: str) -> dict[str, str]:
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        f"store: {{url: '{url}'}}\n"
+        "instance: {name: vps1}\n"
+        "cluster: {lease_seconds: 3, failover_seconds: 6}\n"
+        f"shutdown: {{drain_timeout_seconds: {DRAIN}}}\n"
+        "platforms: {web: {port: 0}}\n")
+    return home_env(home)
+
+
+async def test_a_fenced_daemon_closes_its_tabs_and_web_port_at_once_and_exits_1(
+        tmp_path: Path, pg_fresh_url: str) -> None:
+    gate = tmp_path / "gate"
+    env = pg_home(tmp_path / "first", pg_fresh_url)
+    first, url = await start_daemon(env)
+    second = None
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = url.rstrip("/")
+            tab = await open_tab(http, base, "fenced")
+            command = gated(gate, "never-said")
+            await tab.say(f"/run {command}")
+            await eventually(lambda: running_command(command, first.pid), STEP,
+                             "the turn running its command")
+            # another process starts under its name: the first life is over at its next
+            # renewal, with a turn under way that it may no longer answer
+            second, _ = await start_daemon(pg_home(tmp_path / "second", pg_fresh_url))
+            # (what it gets first is the survivor's word on the turn it left, if anything)
+            _, code = await until_closed(tab)
+            assert code == 1001  # going away: the page reconnects, to the survivor
+
+            async def port_closed() -> bool:
+                try:
+                    async with http.get(f"{base}/healthz"):
+                        return False
+                except aiohttp.ClientConnectorError:
+                    return True
+
+            await eventually_async(port_closed, STEP, "the web port closed")
+            assert await asyncio.wait_for(first.wait(), STEP) == 1  # not after the drain
+        log = (tmp_path / "first" / "logs" / "homing.log").read_text()
+        assert '"instance_fenced"' in log
+    finally:
+        gate.touch()
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.terminate()
+                await proc.wait()
