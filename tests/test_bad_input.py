@@ -30,6 +30,50 @@ async def gw(tmp_path: Path) -> AsyncIterator[Gateway]:
         yield gateway
 
 
+def _part(disposition: str) -> bytes:
+    return (f"--x\r\nContent-Disposition: form-data; name=\"file\"; {disposition}\r\n"
+            f"Content-Type: text/plain\r\n\r\nhello\r\n--x--\r\n").encode()
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    (_part('filename="a\x00b.txt"'), "malformed header"),
+    (_part('filename="a\nb.txt"'), "malformed header"),
+    (_part(f'filename="{"x" * 10_000}.txt"'), "header line of the form is too long"),
+    (_part(f'filename="{"x" * 300}.txt"'), "the file name is 304 characters long (at most 255)"),
+    (_part("filename*=UTF-8''a%00b.txt"), "the file name holds a control character (U+0000"),
+    (_part("filename*=UTF-8''a%0Ab.txt"), "the file name holds a control character (U+000A"),
+    (_part('filename="ok.txt"').replace(b"hello", "caf\xe9".encode("latin-1"))
+     .replace(b'filename="ok.txt"', 'filename="caf\xe9.txt"'.encode("latin-1")),
+     "the file name is not UTF-8"),
+    (b"--x\r\n", "the form is cut short or malformed"),
+    # the file is in, then the form breaks off: the saved file goes again
+    (_part('filename="ok.txt"')[:-len(b"--x--\r\n")]
+     + b'--x\r\nContent-Disposition: form-data; name="text"\r\n\r\nhal', "cut short"),
+    (b'--x\r\nContent-Disposition: form-data; name="text"\r\n\r\na\x00b\r\n--x\r\n'
+     b'Content-Disposition: form-data; name="file"; filename="ok.txt"\r\n\r\nhi\r\n--x--\r\n',
+     "the text holds a NUL character (U+0000, character 2)"),
+])
+async def test_a_bad_upload_is_a_400_naming_the_problem_and_keeps_nothing(
+        tmp_path: Path, gw: Gateway, http: aiohttp.ClientSession, body: bytes,
+        problem: str) -> None:
+    base = web_base(gw)
+    tab = await open_tab(http, base)
+    async with http.post(f"{base}/api/sessions/{tab.ready['session_id']}/files", data=body,
+                         headers={"Content-Type": "multipart/form-data; boundary=x"}) as r:
+        assert r.status == 400
+        assert problem in (await r.json())["error"]
+    await tab.no_frame()  # nothing was handed to the conversation
+    files = tmp_path / "home" / "files"
+    assert [p for p in files.rglob("*") if p.is_file()] == []
+    assert await gw.store.messages(tab.ready["session_id"]) == []
+
+
+async def test_a_path_with_a_nul_is_a_400(gw: Gateway, http: aiohttp.ClientSession) -> None:
+    async with http.get(f"{web_base(gw)}/api/files?path=%00") as r:
+        assert r.status == 400
+        assert "NUL" in (await r.json())["error"]
+
+
 @pytest.mark.parametrize(("body", "problem"), [
     (NESTED, "nests arrays or objects more than 32 deep"),
     ('{"title": ' + LONG_NUMBER + "}", "a number 5000 characters long (at most 100)"),
