@@ -141,6 +141,22 @@ async def test_a_conversation_id_with_a_trailing_newline_is_refused_everywhere(
     assert await gw.store.list_sessions("include") == []
 
 
+@pytest.mark.parametrize(("command", "problem"), [
+    ("/every 99999999999d echo x",
+     "the interval '99999999999d' is out of range: at most 36500d (100 years)"),
+    ("/at +99999999999999d echo x", "is out of range: at most 36500d (100 years)"),
+    (f"/at +{LONG_NUMBER}d echo x", "is out of range: at most 36500d"),
+    ("/at 9999-12-31 23:59 echo x", "is out of range: at most 36500d (100 years) ahead"),
+])
+async def test_a_schedule_out_of_range_is_answered_with_the_limit(
+        gw: Gateway, http: aiohttp.ClientSession, command: str, problem: str) -> None:
+    tab = await open_tab(http, web_base(gw))
+    await tab.say(command)
+    answer = await tab.frame()
+    assert problem in answer["text"] and "could not be handled" not in answer["text"]
+    assert await gw.scheduler.list() == []
+
+
 # -- a message that cannot be stored, through a chat platform ---------------------------
 
 @pytest.fixture
