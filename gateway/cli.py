@@ -229,8 +229,12 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if _unusable_home(config, args):
         return EXIT_CONFIG
-    configure_logging(config.logging, log_dir=config.home_path / "logs",
-                      secrets=secrets_of(config))
+    try:
+        configure_logging(config.logging, log_dir=config.home_path / "logs",
+                          secrets=secrets_of(config))
+    except OSError as exc:  # e.g. a file named logs in the home
+        print(f"homing: cannot start: the log folder cannot be opened: {exc}", file=sys.stderr)
+        return 1
     for warning in ignored_config_files(args.config, dict(os.environ)):
         structlog.get_logger(__name__).warning("config_file_ignored", detail=warning)
     try:
