@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
 
     jobs = sub.add_parser("jobs", parents=[common], help="list background jobs from the store")
     jobs.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    jobs.add_argument("--limit", type=_positive, metavar="N",
+                      help="only the newest N (default: all); stderr says how many were "
+                           "left out")
     jobs.set_defaults(func=jobs_command)
 
     notes = sub.add_parser("notifications", parents=[common],
@@ -182,6 +185,12 @@ def _version() -> str:
     except PackageNotFoundError:  # run from a checkout that was not installed
         from . import __version__
         return __version__
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
 
 
 def _port(text: str) -> int:
