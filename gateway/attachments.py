@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from .private_files import private_dir
 from .route import Route
 
 if TYPE_CHECKING:
@@ -64,6 +65,10 @@ class FileRefused(Exception):
     """A file that is not saved; ``str(exc)`` is a sentence for the conversation."""
 
 
+class NotAPath(FileRefused):
+    """What was given as a file's path cannot be one (a NUL in it)."""
+
+
 Download = Callable[[IncomingFile], Awaitable[AsyncIterator[bytes]]]
 
 
@@ -82,7 +87,7 @@ async def save(file: IncomingFile, chunks: AsyncIterator[bytes], directory: Path
     FileRefused when it is over ``max_bytes``, leaving nothing behind."""
     if file.size is not None and file.size > max_bytes:
         raise FileRefused(too_large(file, max_bytes))
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(directory)
     handle, temp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".part")
     partial = Path(temp)
     written = 0
@@ -120,6 +125,8 @@ async def fetch_url(url: str, hosts: set[str], timeout: float = 120.0
 def sendable(path: str, roots: list[Path], max_bytes: int) -> Path:
     """The file at ``path`` if it may be posted: a regular file inside one of ``roots``
     (symlinks resolved first); raises FileRefused saying why not."""
+    if "\x00" in path:  # the OS would raise ValueError: no file is named so
+        raise NotAPath(f"{path!r} is not a path: it holds a NUL character.")
     target = Path(path).expanduser()
     try:
         resolved = target.resolve(strict=True)

@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
 
     jobs = sub.add_parser("jobs", parents=[common], help="list background jobs from the store")
     jobs.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    jobs.add_argument("--limit", type=_positive, metavar="N",
+                      help="only the newest N (default: all); stderr says how many were "
+                           "left out")
     jobs.set_defaults(func=jobs_command)
 
     notes = sub.add_parser("notifications", parents=[common],
@@ -184,6 +187,12 @@ def _version() -> str:
         return __version__
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or not 0 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
@@ -229,8 +238,12 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if _unusable_home(config, args):
         return EXIT_CONFIG
-    configure_logging(config.logging, log_dir=config.home_path / "logs",
-                      secrets=secrets_of(config))
+    try:
+        configure_logging(config.logging, log_dir=config.home_path / "logs",
+                          secrets=secrets_of(config))
+    except OSError as exc:  # e.g. a file named logs in the home
+        print(f"homing: cannot start: the log folder cannot be opened: {exc}", file=sys.stderr)
+        return 1
     for warning in ignored_config_files(args.config, dict(os.environ)):
         structlog.get_logger(__name__).warning("config_file_ignored", detail=warning)
     try:

@@ -92,16 +92,27 @@ def sessions_command(config: Config, args: argparse.Namespace) -> int:
 
 
 def jobs_command(config: Config, args: argparse.Namespace) -> int:
-    """Background jobs, watches, scheduled runs and delegations, newest first."""
+    """Background jobs, watches, scheduled runs and delegations, newest first: all of
+    them, or the newest ``--limit`` (then stderr says how many were left out, so a
+    script reading the JSON array is never cut short without a word)."""
     from tools.delegation import recent_delegations
     from tools.job_record import JOB_COLUMNS, JobRecord
 
+    limit: int | None = args.limit
+    total = 0
+
     async def fetch(store: SessionStore) -> list[dict[str, Any]]:
+        nonlocal total
+        bounded = "" if limit is None else " LIMIT ?"
         rows = await store.db.fetchall(
-            f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY started_at DESC LIMIT 500")
+            f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY started_at DESC{bounded}",
+            () if limit is None else (limit,))
         work = [JobRecord.from_row(r).to_dict() for r in rows]
-        work += [d.to_dict() for d in await recent_delegations(store.db, 500)]
-        return sorted(work, key=lambda r: r["started_at"], reverse=True)[:500]
+        work += [d.to_dict() for d in await recent_delegations(store.db, limit)]
+        (jobs,) = await store.db.fetchone("SELECT COUNT(*) FROM jobs")
+        (delegations,) = await store.db.fetchone("SELECT COUNT(*) FROM delegations")
+        total = jobs + delegations
+        return sorted(work, key=lambda r: r["started_at"], reverse=True)[:limit]
 
     def line(r: dict[str, Any]) -> str:
         code = "" if r["exit_code"] is None else str(r["exit_code"])
@@ -110,9 +121,13 @@ def jobs_command(config: Config, args: argparse.Namespace) -> int:
                 f"{when(r['started_at']):19}  {r['session_key'][:40]:40}  "
                 f"{_one_line(r['command'], 50):50}  {_one_line(patterns, 30)}")
 
-    return _listing(config, args, "jobs", fetch,
+    code = _listing(config, args, "jobs", fetch,
                     f"{'JOB':11}  {'KIND':10}  {'STATE':11}  {'EXIT':>5}  {'STARTED':19}  "
                     f"{'SESSION KEY':40}  {'COMMAND / TASK':50}  PATTERN", line)
+    if limit is not None and total > limit:
+        print(f"homing: the newest {limit} of {total} jobs shown (--limit {limit}); leave "
+              f"--limit out for all", file=sys.stderr)
+    return code
 
 
 def notifications_command(config: Config, args: argparse.Namespace) -> int:

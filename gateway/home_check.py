@@ -1,13 +1,16 @@
 """Whether the state directory can be used: ``check-config`` says so before ``run``
 would fail on it with a traceback (a ``home:`` naming a file, or a read-only place).
 
-Nothing is created here: a home that does not exist yet is fine when the nearest
-folder that does exist lets it be made.
+Nothing is left behind here: a home that does not exist yet is fine when the nearest
+folder that does exist lets a folder be made in it. Asking the permission bits is not
+enough — ``/proc`` and ``/sys`` say root may write and then refuse every new name —
+so a folder is made there and removed at once.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -19,6 +22,8 @@ def home_problem(home: Path) -> str | None:
             return f"{home} is {kind}; the state directory must be a directory"
         if not _writable(home):
             return f"{home} is not writable (the state database and logs are kept there)"
+        if (refused := _refuses_folders(home)) is not None:
+            return f"{home} is not writable: a folder cannot be made in it ({refused})"
         return None
     parent = _nearest_existing(home)
     if not parent.is_dir():
@@ -26,6 +31,8 @@ def home_problem(home: Path) -> str | None:
         return f"{home} cannot be created: {parent} is {kind}"
     if not _writable(parent):
         return f"{home} cannot be created: {parent} is not writable"
+    if (refused := _refuses_folders(parent)) is not None:
+        return f"{home} cannot be created: a folder cannot be made in {parent} ({refused})"
     return None
 
 
@@ -34,6 +41,17 @@ def _nearest_existing(path: Path) -> Path:
         if parent.exists() or parent.is_symlink():
             return parent
     return Path(path.anchor or ".")
+
+
+def _refuses_folders(directory: Path) -> str | None:
+    """None when a folder can be made in ``directory`` (it is removed again); else the
+    system's reason."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".homing-check-", dir=directory)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.rmdir(probe)
+    return None
 
 
 def _writable(directory: Path) -> bool:

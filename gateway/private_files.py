@@ -22,7 +22,12 @@ FILE_MODE = 0o600
 
 def private_dir(path: Path) -> Path:
     """Make ``path`` (and missing parents under it) a private folder."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    # not mkdir(parents=True): the parents it makes get the umask's mode, not ours
+    # (``files/`` was 0755 above its conversations' 0700 folders)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=DIR_MODE, exist_ok=True)
+        _narrow(folder, DIR_MODE)
     _narrow(path, DIR_MODE)
     return path
 
@@ -38,7 +43,7 @@ def private_file(path: Path) -> Path:
 #: what Homing keeps in its home; nothing else there is touched (a home may be a
 #: folder shared with other things)
 OWN_ENTRIES = ("state.db", "state.db-wal", "state.db-shm", "status.json", "config.yaml",
-               "logs", "jobs")
+               "logs", "jobs", "files")
 
 
 def tighten_home(home: Path) -> int:

@@ -25,6 +25,7 @@ from .context import SessionContext, session_context
 from .database import Op
 from .events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from .inbound import Inbound, JournalEntry, handling
+from .input_checks import message_problem
 from .intake import Intake
 from .lanes import Lane, Lanes, Work
 from .lives import Acting, life_prefix, may_always_act, withheld
@@ -55,9 +56,23 @@ IMMEDIATE_COMMANDS = frozenset({"stop", "status", "help", "jobs", "approve", "de
 #: a chat told "could not be recorded" is not told again for this long
 APOLOGY_SECONDS = 60.0
 
-Outcome = Literal["handled", "unauthorized", "duplicate", "skipped", "failed", "shutdown"]
-#: what became of a message when it was taken in: journaled, or why not
-Taken = Literal["journaled", "duplicate", "unauthorized", "failed"]
+Outcome = Literal["handled", "unauthorized", "duplicate", "skipped", "failed", "shutdown",
+                  "refused"]
+#: what became of a message when it was taken in: journaled, or why not ("refused": it
+#: cannot be stored as it is, and its conversation is told why)
+Taken = Literal["journaled", "duplicate", "unauthorized", "failed", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A message the journal cannot store (gateway/input_checks.py): ``reason`` is
+    said to its conversation."""
+
+    reason: str
+
+
+#: a message being journaled: its entry, what else became of it, or why it is refused
+_Taking = asyncio.Future[JournalEntry | Taken | _Refused]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +94,7 @@ class GatewayRunner:
         self.inbound = Inbound(store.db)
         self._apologised: dict[tuple[str, str], float] = {}
         #: agent.busy: steer — messages waiting to be given to the turn under way
-        self._steering: dict[str, list[asyncio.Future[JournalEntry | Taken]]] = {}
+        self._steering: dict[str, list[_Taking]] = {}
         self._steered: set[int] = set()  # journal ids a running turn took
         #: what a stopped process had taken in and not answered, handled at start
         self.replay = Replay(self)
@@ -175,13 +190,17 @@ class GatewayRunner:
         return taken
 
     async def _journal(self, key: str, event: MessageEvent, platform_id: str | None,
-                       sent_at: float | None) -> JournalEntry | Taken:
+                       sent_at: float | None) -> JournalEntry | Taken | _Refused:
         adapter = self.adapters.get(event.route.platform)
         if not await admitted(event, self.config, adapter, self.pairing):
             log.info("message_unauthorized", platform=event.route.platform,
                      chat_id=event.route.chat_id, user_id=event.route.user_id)
             await offer_pairing(event, adapter, self.pairing, self.acting)
             return "unauthorized"
+        if (problem := message_problem(event)) is not None:
+            log.info("message_refused", platform=event.route.platform,
+                     chat_id=event.route.chat_id, reason=problem)
+            return _Refused(problem)
         entry = await self.inbound.record(event, key, platform_id=platform_id, sent_at=sent_at)
         if entry is None:
             log.info("message_seen_before", platform=event.route.platform,
@@ -190,7 +209,7 @@ class GatewayRunner:
         return entry
 
     async def _from_journal(self, key: str, event: MessageEvent,
-                            taking: asyncio.Future[JournalEntry | Taken]) -> Outcome:
+                            taking: _Taking) -> Outcome:
         try:
             taken = await taking
         except Exception:
@@ -198,6 +217,9 @@ class GatewayRunner:
             log.exception("message_not_journaled", platform=event.route.platform)
             await self._apologise_without_session(event)
             return "failed"
+        if isinstance(taken, _Refused):
+            await self._say_refused(event, taken.reason)
+            return "refused"
         if isinstance(taken, str):
             return "duplicate" if taken == "duplicate" else "unauthorized"
         if taken.id in self._steered:  # given to the turn that was under way
@@ -348,6 +370,17 @@ class GatewayRunner:
         except Exception:
             log.exception("apology_failed")
 
+    async def _say_refused(self, event: MessageEvent, reason: str) -> None:
+        """Why a message was not taken, to its chat (in its lane, in order); nothing of
+        it is stored, so the transcript has neither."""
+        adapter = self.adapters.get(event.route.platform)
+        if adapter is None or await withheld(self.acting, event.route) is not None:
+            return
+        result = await adapter.send(event.route, reason, kind="system")
+        if not result.ok:
+            log.warning("refusal_not_sent", platform=event.route.platform,
+                        chat_id=event.route.chat_id, error=result.error)
+
     async def _apologise_without_session(self, event: MessageEvent) -> None:
         adapter = self.adapters.get(event.route.platform)
         if adapter is None or await withheld(self.acting, event.route) is not None:
@@ -493,15 +526,15 @@ class GatewayRunner:
         return await self.lanes.drain(timeout)
 
 
-def _settle_taken(task: asyncio.Future[JournalEntry | Taken],
-                  journaled: asyncio.Future[Taken]) -> None:
+def _settle_taken(task: _Taking, journaled: asyncio.Future[Taken]) -> None:
     if journaled.done():
         return
     if task.cancelled() or task.exception() is not None:
         journaled.set_result("failed")  # the lane's work logs the error and says so
     else:
         result = task.result()
-        journaled.set_result(result if isinstance(result, str) else "journaled")
+        journaled.set_result(result if isinstance(result, str) else
+                             "refused" if isinstance(result, _Refused) else "journaled")
 
 
 def _replied(journal_id: int) -> Callable[[SendResult], Sequence[Op]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from gateway.daemon import running_gateway
 from gateway.notifications import ReturnAddress
 from gateway.route import Route
+from tools.job_record import JobRecord
 
 from .conftest import make_config
 from .helpers import eventually_async
@@ -90,3 +91,33 @@ async def test_jobs_show_their_kind_and_pattern_and_notifications_their_first_li
     code, out, _ = await run_cli("notifications", env=env)
     completion = next(line for line in out.splitlines() if plain.id in line)
     assert "second line" not in completion  # the first line only, on one line
+
+
+async def test_jobs_json_lists_every_job_and_a_limit_says_how_many_it_left_out(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    route = Route("memory", "dm", "7", user_id="7")
+    async with running_gateway(make_config(home)) as gw:
+        key = gw.runner.session_key_for(route)
+        session = await gw.store.get_or_create(key, route)
+        address = ReturnAddress(key, session.id, route)
+        jobs = [JobRecord(f"j{n:04}", f"echo {n}", "/", "exited", None, None, 1000.0 + n,
+                          1001.0 + n, 0, False, True, [], 0, False, key, session.id, address,
+                          home / "jobs" / f"j{n:04}" / "output.log",
+                          home / "jobs" / f"j{n:04}" / "exit")
+                for n in range(600)]
+        await gw.store.db.write([job.insert_op() for job in jobs])
+    env = home_env(home)
+    code, out, err = await run_cli("jobs", "--json", env=env)
+    assert code == 0 and err == ""
+    rows = json.loads(out)
+    assert len(rows) == 600  # not cut at 500 without a word
+    assert rows[0]["id"] == "j0599" and rows[-1]["id"] == "j0000"
+    code, out, err = await run_cli("jobs", "--json", "--limit", "20", env=env)
+    assert code == 0
+    assert [r["id"] for r in json.loads(out)] == [f"j{n:04}" for n in range(599, 579, -1)]
+    assert "the newest 20 of 600 jobs shown (--limit 20)" in err
+    code, out, err = await run_cli("jobs", "--limit", "600", env=env)
+    assert code == 0 and err == "" and len(out.splitlines()) == 601  # header and all
+    code, _, err = await run_cli("jobs", "--limit", "0", env=env)
+    assert code == 2 and "at least 1" in err

@@ -343,6 +343,31 @@ def test_a_home_that_cannot_be_made_or_written_is_refused(
     assert not (tmp_path / "read-only" / "state").exists()
 
 
+@pytest.mark.parametrize("command", ["check-config", "run"])
+@pytest.mark.parametrize("home", ["/proc/homing-state", "/proc", "/sys/homing-state"])
+def test_a_home_in_a_kernel_file_system_is_refused_before_run_would_fail(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, home: str) -> None:
+    """/proc and /sys pass a permission check (as root) and then refuse every new name."""
+    cfg = write(tmp_path / "c.yaml", f"home: {home}\nplatforms: {{web: {{port: 0}}}}\n")
+    code, _, err = check(cfg, capsys, command)
+    assert code == 2
+    assert f"  home: {home} " in err
+    assert any(words in err for words in ("cannot be created", "is not writable"))
+
+
+def test_a_home_where_no_folder_can_be_made_is_refused_with_the_systems_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(**_: Any) -> str:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(home_check.tempfile, "mkdtemp", refuse)
+    assert home_check.home_problem(tmp_path / "state") == (
+        f"{tmp_path / 'state'} cannot be created: a folder cannot be made in {tmp_path} "
+        f"(Operation not permitted)")
+    assert home_check.home_problem(tmp_path) == (
+        f"{tmp_path} is not writable: a folder cannot be made in it (Operation not permitted)")
+
+
 def test_a_homing_home_that_is_a_file_is_refused_by_its_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -368,7 +393,7 @@ def test_home_problem_asks_os_access_for_writing_and_entering(
     assert asked == [(str(tmp_path), os.W_OK | os.X_OK)] * 2
     monkeypatch.undo()
     assert home_check.home_problem(tmp_path / "a" / "b") is None
-    assert not (tmp_path / "a").exists()  # checking makes nothing
+    assert list(tmp_path.iterdir()) == []  # checking leaves nothing behind
 
 
 # -- token shapes --------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -111,6 +112,25 @@ def test_one_shot_times() -> None:
 def test_a_bad_one_shot_time_is_named(text: str, problem: str) -> None:
     with pytest.raises(ScheduleError, match=problem):
         schedule_spec.at(text, BERLIN, at("2026-12-01T12:00"))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: schedule_spec.every("99999999999d", "UTC", 0, min_interval=60),
+    lambda: schedule_spec.every("36501d", "UTC", 0, min_interval=60),
+    lambda: schedule_spec.every("1" * 5000 + "s", "UTC", 0, min_interval=60),
+    lambda: schedule_spec.at("+99999999999999d", BERLIN, at("2026-12-01T12:00")),
+    lambda: schedule_spec.at("9999-12-31 23:59", BERLIN, at("2026-12-01T12:00")),
+])
+def test_a_time_past_100_years_is_out_of_range_with_the_limit(make: Any) -> None:
+    with pytest.raises(ScheduleError, match=r"out of range: at most 36500d \(100 years\)"):
+        make()
+
+
+def test_the_longest_interval_and_the_furthest_time_are_taken() -> None:
+    now = at("2026-12-01T12:00")
+    assert schedule_spec.every("36500d", BERLIN, now, min_interval=60).next_after(now) == (
+        at("2126-11-07T12:00"))
+    assert schedule_spec.at("+36500d", BERLIN, now).anchor == now + 36500 * 86400
 
 
 def test_an_unknown_timezone_is_named() -> None:

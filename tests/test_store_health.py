@@ -172,9 +172,16 @@ def wide_modes(home: Path) -> list[str]:
 
 
 async def run_a_job(url: str) -> str:
-    """``umask`` as a background job; its completion notice."""
+    """``umask`` as a background job; its completion notice. A file is uploaded first,
+    so the home has its ``files/`` too."""
     async with aiohttp.ClientSession() as http:
         tab = await open_tab(http, url.rstrip("/"))
+        form = aiohttp.FormData()
+        form.add_field("file", b"notes", filename="notes.txt", content_type="text/plain")
+        async with http.post(f"{url.rstrip('/')}/api/sessions/{tab.ready['session_id']}/files",
+                             data=form) as response:
+            assert response.status == 200
+        await tab.frame()  # the upload's answer
         await tab.say("/bg umask")
         await tab.frame()
         while (frame := await tab.frame()).get("kind") != "notification":
@@ -193,7 +200,7 @@ async def test_the_state_directory_is_private_under_umask_022_and_tightened_at_s
             notice = await run_a_job(url)
             assert "0022" in notice  # the job's own files are made as the user expects
             names = {p.name for p in home.rglob("*")}
-            assert {"state.db", "state.db-wal", "homing.log", "output.log"} <= names
+            assert {"state.db", "state.db-wal", "homing.log", "output.log", "files"} <= names
             assert wide_modes(home) == []
         finally:
             proc.send_signal(signal.SIGTERM)

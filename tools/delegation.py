@@ -78,9 +78,15 @@ class DelegationRecord:
                 "session_id": self.session_id, "thread_id": self.address.route.thread_id}
 
 
-async def recent_delegations(db: StateDatabase, limit: int) -> list[DelegationRecord]:
-    rows = await db.fetchall(
-        f"SELECT {_COLUMNS} FROM delegations ORDER BY created_at DESC LIMIT ?", (limit,))
+async def recent_delegations(db: StateDatabase, limit: int | None = None
+                             ) -> list[DelegationRecord]:
+    """The newest ``limit`` delegations (None: all of them), newest first."""
+    if limit is None:
+        rows = await db.fetchall(
+            f"SELECT {_COLUMNS} FROM delegations ORDER BY created_at DESC")
+    else:
+        rows = await db.fetchall(
+            f"SELECT {_COLUMNS} FROM delegations ORDER BY created_at DESC LIMIT ?", (limit,))
     return [DelegationRecord.from_row(r) for r in rows]
 
 

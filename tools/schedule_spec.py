@@ -35,6 +35,11 @@ class ScheduleError(ValueError):
     """A schedule that cannot be made; the message names the problem."""
 
 
+#: the longest interval, and the furthest ahead a one-time run may be: past this a
+#: time no longer fits the clock's range (an OverflowError, or errno 75 from the OS)
+MAX_AHEAD_DAYS = 36_500
+_MAX_AHEAD = MAX_AHEAD_DAYS * 86400
+_LIMIT = f"{MAX_AHEAD_DAYS}d (100 years)"
 _WALK_LIMIT = 200_000  # a cron time a minute for over four months
 _KEEP_LIMIT = 10_000  # missed runs ever run at once
 
@@ -169,6 +174,9 @@ def at(text: str, timezone: str, now: float) -> Spec:
         when = _parse_local(text, zone, now)
         if when <= now:
             raise ScheduleError(f"{text} ({timezone}) is in the past")
+        if when > now + _MAX_AHEAD:
+            raise ScheduleError(f"{text} ({timezone}) is out of range: at most {_LIMIT} "
+                                f"ahead")
     return Spec("at", datetime.fromtimestamp(when, zone).isoformat(timespec="minutes"),
                 timezone, when)
 
@@ -201,10 +209,15 @@ def parse_interval(text: str) -> int:
     compact = text.replace(" ", "").lower()
     parts = _INTERVAL.findall(compact)
     if not compact or "".join(n + u for n, u in parts) != compact:
-        raise ScheduleError(f"'{text}' is not an interval: use e.g. 30s, 10m, 2h, 1d or 1h30m")
-    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+        raise ScheduleError(f"'{_shown(text)}' is not an interval: use e.g. 30s, 10m, 2h, 1d "
+                            f"or 1h30m")
+    # a number too long for int() (over 4300 digits) is out of range all the same
+    seconds = sum(int(n) * _UNITS[u] if len(n.lstrip("0")) <= 20 else _MAX_AHEAD + 1
+                  for n, u in parts)
     if seconds <= 0:
-        raise ScheduleError(f"the interval '{text}' is zero")
+        raise ScheduleError(f"the interval '{_shown(text)}' is zero")
+    if seconds > _MAX_AHEAD:
+        raise ScheduleError(f"the interval '{_shown(text)}' is out of range: at most {_LIMIT}")
     return seconds
 
 
@@ -262,6 +275,11 @@ def _local(wall: datetime, zone: ZoneInfo, *, fold: int = 0) -> float:
         else:
             high = middle
     return high
+
+
+def _shown(text: str) -> str:
+    """What the user wrote, as an error quotes it: not all of a 5,000-digit number."""
+    return text if len(text) <= 40 else f"{text[:37]}…"
 
 
 def _human(seconds: float) -> str:

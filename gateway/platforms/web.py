@@ -27,11 +27,13 @@ from ..approval_records import DECISIONS, ApprovalRecord
 from ..config import WebConfig, secret
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from ..formatting.web_html import render as render_html
+from ..input_checks import InputRefused, load_json
 from ..route import Route
 from .base import Adapter, LiveReply
 from .web_conversations import conversation_routes
 from .web_fanout import FrameFanout
 from .web_files import file_json, file_routes
+from .web_input import CONVERSATION_RULE, valid_conversation
 from .web_live import WebLiveReply
 from .web_ops import ops_routes
 from .web_schedules import schedule_routes
@@ -47,8 +49,7 @@ MAX_FRAME_BYTES = 64 * 1024
 # aiohttp closes the socket on frames past its own limit; keep that far above
 # ours so an oversized frame gets an error frame instead of a dropped tab.
 _TRANSPORT_LIMIT = 16 * 1024 * 1024
-_CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_FRAME_ID = re.compile(r"^.{1,64}$", re.DOTALL)
+_FRAME_ID = re.compile(r".{1,64}", re.DOTALL)
 _LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 #: the page loads nothing from elsewhere: whatever a message says cannot make it
 _PAGE_POLICY = ("default-src 'self'; img-src 'self' data: blob:; "
@@ -247,8 +248,8 @@ class WebAdapter(Adapter):
         if self._stopping:  # a new tab belongs to the next life (or another instance)
             raise _json_error(503, "the gateway is stopping; connect again in a moment")
         conversation = request.query.get("conversation") or uuid.uuid4().hex[:16]
-        if not _CONVERSATION_ID.match(conversation):
-            raise _json_error(400, "conversation ids are 1-64 letters, digits, '-' or '_'")
+        if not valid_conversation(conversation):
+            raise _json_error(400, CONVERSATION_RULE)
         route = _conversation_route(conversation)
         key = self.runner.session_key_for(route)
 
@@ -292,9 +293,9 @@ class WebAdapter(Adapter):
             await ws.send_json(_error(f"frame too large: {size} bytes (limit {MAX_FRAME_BYTES})"))
             return
         try:
-            frame = json.loads(data)
-        except json.JSONDecodeError as exc:
-            await ws.send_json(_error(f"frame is not valid JSON: {exc.msg}"))
+            frame = load_json(data)
+        except InputRefused as exc:
+            await ws.send_json(_error(f"frame refused: {exc}"))
             return
         if isinstance(frame, dict) and frame.get("type") == "approve":
             await self._on_approve(ws, frame)
@@ -312,6 +313,10 @@ class WebAdapter(Adapter):
         taken = await received.journaled
         if taken == "failed":
             await ws.send_json(_error("the message could not be recorded; send it again",
+                                      frame_id))
+            return
+        if taken == "refused":  # what is wrong with it is said in the conversation
+            await ws.send_json(_error("the message was not taken; the conversation says why",
                                       frame_id))
             return
         if frame_id is not None:
@@ -405,7 +410,7 @@ def _frame_problem(frame: Any) -> str | None:
         return "a message frame needs a non-empty string 'text'"
     frame_id = frame.get("id")
     if frame_id is not None and not (isinstance(frame_id, str)
-                                     and _FRAME_ID.match(frame_id)):
+                                     and _FRAME_ID.fullmatch(frame_id)):
         return "a message frame's 'id' must be a string of 1-64 characters"
     sent_at = frame.get("sent_at")
     if sent_at is not None and (isinstance(sent_at, bool)

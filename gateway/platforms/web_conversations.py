@@ -10,7 +10,6 @@ sessions included, each line with its rendered HTML.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,15 +19,12 @@ from ..conversations import latest_session, line_json, list_conversations, sessi
 from ..formatting.web_html import render as render_html
 from ..route import Route
 from ..store import ARCHIVED_FILTERS
-from .web_schedules import json_object
+from .web_input import CONVERSATION_RULE, Error, json_object, valid_conversation
 
 if TYPE_CHECKING:
     from ..host import AdapterHost
 
 MAX_TITLE = 200
-_CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-Error = Callable[[int, str], web.HTTPException]
 
 
 async def session_patch(request: web.Request, error: Error) -> tuple[str | None, bool | None]:
@@ -51,8 +47,8 @@ def conversation_routes(runner: Callable[[], AdapterHost],
                         error: Error) -> list[web.RouteDef]:
     def key_of(request: web.Request) -> str:
         conversation = request.match_info["conversation"]
-        if not _CONVERSATION_ID.match(conversation):
-            raise error(400, "conversation ids are 1-64 letters, digits, '-' or '_'")
+        if not valid_conversation(conversation):
+            raise error(400, CONVERSATION_RULE)
         return runner().session_key_for(Route(platform="web", chat_type="dm",
                                               chat_id=conversation, user_id="web"))
 

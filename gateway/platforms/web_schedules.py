@@ -8,14 +8,15 @@ origin rules like the rest of its API.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from tools.schedule_spec import ScheduleError
 from tools.schedules import ScheduleNotFound
+
+from .web_input import json_object
 
 if TYPE_CHECKING:
     from tools.scheduler import Scheduler
@@ -60,14 +61,3 @@ def schedule_routes(scheduler: Callable[[], Scheduler | None],
             web.patch("/api/schedules/{id}", patch_schedule),
             web.delete("/api/schedules/{id}", delete_schedule)]
 
-
-async def json_object(request: web.Request,
-                      error: Callable[[int, str], web.HTTPException]) -> dict[str, Any]:
-    """A request body that must be a JSON object (400 otherwise)."""
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise error(400, "body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise error(400, "body must be a JSON object")
-    return body

@@ -17,7 +17,8 @@ from ..conversations import line_json
 from ..formatting.web_html import render as render_html
 from ..session_entry import SessionEntry
 from ..store import ARCHIVED_FILTERS, SessionNotFound, SessionStore
-from .web_conversations import Error, session_patch
+from .web_conversations import session_patch
+from .web_input import Error
 
 
 def session_routes(store: Callable[[], SessionStore], error: Error) -> list[web.RouteDef]:

@@ -1,0 +1,199 @@
+"""Bad input from outside gets a 4xx, an error frame or a reply naming what is wrong —
+never a 500, a dropped socket or "send it again" — and nothing of it is stored."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.daemon import Gateway, running_gateway
+from gateway.platforms.telegram import TelegramAdapter
+
+from .conftest import make_config
+from .fakes.telegram_server import FakeTelegram
+from .helpers import eventually, settled
+from .model_support import web_base
+from .test_web import open_tab
+
+NESTED = "[" * 1000 + "]" * 1000
+LONG_NUMBER = "1" * 5000
+ALICE = 1
+
+
+@pytest.fixture
+async def gw(tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with running_gateway(make_config(tmp_path / "home")) as gateway:
+        yield gateway
+
+
+def _part(disposition: str) -> bytes:
+    return (f"--x\r\nContent-Disposition: form-data; name=\"file\"; {disposition}\r\n"
+            f"Content-Type: text/plain\r\n\r\nhello\r\n--x--\r\n").encode()
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    (_part('filename="a\x00b.txt"'), "malformed header"),
+    (_part('filename="a\nb.txt"'), "malformed header"),
+    (_part(f'filename="{"x" * 10_000}.txt"'), "header line of the form is too long"),
+    (_part(f'filename="{"x" * 300}.txt"'), "the file name is 304 characters long (at most 255)"),
+    (_part("filename*=UTF-8''a%00b.txt"), "the file name holds a control character (U+0000"),
+    (_part("filename*=UTF-8''a%0Ab.txt"), "the file name holds a control character (U+000A"),
+    (_part('filename="ok.txt"').replace(b"hello", "caf\xe9".encode("latin-1"))
+     .replace(b'filename="ok.txt"', 'filename="caf\xe9.txt"'.encode("latin-1")),
+     "the file name is not UTF-8"),
+    (b"--x\r\n", "the form is cut short or malformed"),
+    # the file is in, then the form breaks off: the saved file goes again
+    (_part('filename="ok.txt"')[:-len(b"--x--\r\n")]
+     + b'--x\r\nContent-Disposition: form-data; name="text"\r\n\r\nhal', "cut short"),
+    (b'--x\r\nContent-Disposition: form-data; name="text"\r\n\r\na\x00b\r\n--x\r\n'
+     b'Content-Disposition: form-data; name="file"; filename="ok.txt"\r\n\r\nhi\r\n--x--\r\n',
+     "the text holds a NUL character (U+0000, character 2)"),
+])
+async def test_a_bad_upload_is_a_400_naming_the_problem_and_keeps_nothing(
+        tmp_path: Path, gw: Gateway, http: aiohttp.ClientSession, body: bytes,
+        problem: str) -> None:
+    base = web_base(gw)
+    tab = await open_tab(http, base)
+    async with http.post(f"{base}/api/sessions/{tab.ready['session_id']}/files", data=body,
+                         headers={"Content-Type": "multipart/form-data; boundary=x"}) as r:
+        assert r.status == 400
+        assert problem in (await r.json())["error"]
+    await tab.no_frame()  # nothing was handed to the conversation
+    files = tmp_path / "home" / "files"
+    assert [p for p in files.rglob("*") if p.is_file()] == []
+    assert await gw.store.messages(tab.ready["session_id"]) == []
+
+
+async def test_a_path_with_a_nul_is_a_400(gw: Gateway, http: aiohttp.ClientSession) -> None:
+    async with http.get(f"{web_base(gw)}/api/files?path=%00") as r:
+        assert r.status == 400
+        assert "NUL" in (await r.json())["error"]
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    (NESTED, "nests arrays or objects more than 32 deep"),
+    ('{"title": ' + LONG_NUMBER + "}", "a number 5000 characters long (at most 100)"),
+    ('{"paused": ' + LONG_NUMBER + ".5}", "a number 5002 characters long"),
+    ('{"title": "\\ud800"}', "lone surrogate"),
+    ('{"title": "a\\u0000b"}', "NUL character"),
+    ('{"title": NaN}', "NaN, which is not a JSON number"),
+])
+@pytest.mark.parametrize("path", ["/api/sessions/{sid}", "/api/schedules/{sid}",
+                                  "/api/conversations/{conversation}"])
+async def test_a_json_body_past_the_limits_is_a_400_and_changes_nothing(
+        gw: Gateway, http: aiohttp.ClientSession, path: str, body: str, problem: str) -> None:
+    base = web_base(gw)
+    tab = await open_tab(http, base)
+    url = base + path.format(sid=tab.ready["session_id"],
+                             conversation=tab.ready["conversation"])
+    async with http.patch(url, data=body, headers={"Content-Type": "application/json"}) as r:
+        assert r.status == 400
+        assert problem in (await r.json())["error"]
+    session = await gw.store.get(tab.ready["session_id"])
+    assert session is not None and session.title is None
+
+
+@pytest.mark.parametrize(("raw", "problem"), [
+    (NESTED, "nests arrays or objects more than 32 deep"),
+    (json.dumps({"type": "message", "text": "hi", "sent_at": 0})[:-2] + LONG_NUMBER + "}",
+     "a number 5000 characters long (at most 100)"),
+    ('{"type": "message", "text": "hi \\ud800"}', "lone surrogate, which is not valid Unicode"),
+    ('{"type": "message", "text": "a\\u0000b"}', "NUL character (U+0000, character 2)"),
+])
+async def test_a_frame_past_the_limits_gets_an_error_frame_and_the_tab_stays_open(
+        gw: Gateway, http: aiohttp.ClientSession, raw: str, problem: str) -> None:
+    tab = await open_tab(http, web_base(gw))
+    await tab.ws.send_str(raw)
+    frame = await tab.frame()
+    assert frame["type"] == "error" and problem in frame["error"]
+    await tab.say("still here?")
+    assert "still here?" in (await tab.frame())["text"]
+    lines = await gw.store.messages(tab.ready["session_id"])
+    assert [line.text for line in lines if line.role == "user"] == ["still here?"]
+
+
+async def test_brackets_and_digits_inside_text_are_only_text(
+        gw: Gateway, http: aiohttp.ClientSession) -> None:
+    tab = await open_tab(http, web_base(gw))
+    text = 'see [[[[' + "[" * 100 + ' "quoted \\" {{{' + "9" * 200
+    await tab.ws.send_str(json.dumps({"type": "message", "text": text}))
+    frame = await tab.frame()
+    assert (frame["type"], frame["kind"]) == ("message", "reply")
+    lines = await gw.store.messages(tab.ready["session_id"])
+    assert [line.text for line in lines if line.role == "user"] == [text]
+
+
+async def test_a_conversation_id_with_a_trailing_newline_is_refused_everywhere(
+        gw: Gateway, http: aiohttp.ClientSession) -> None:
+    base = web_base(gw)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await http.ws_connect(f"{base}/ws?conversation=abc%0A")
+    assert refused.value.status == 400
+    for request in (http.get(f"{base}/api/conversations/abc%0A/messages"),
+                    http.patch(f"{base}/api/conversations/abc%0A", json={"title": "x"})):
+        async with request as r:
+            assert r.status == 400
+            assert "conversation ids are 1-64" in (await r.json())["error"]
+    assert await gw.store.list_sessions("include") == []
+
+
+@pytest.mark.parametrize(("command", "problem"), [
+    ("/every 99999999999d echo x",
+     "the interval '99999999999d' is out of range: at most 36500d (100 years)"),
+    ("/at +99999999999999d echo x", "is out of range: at most 36500d (100 years)"),
+    (f"/at +{LONG_NUMBER}d echo x", "is out of range: at most 36500d"),
+    ("/at 9999-12-31 23:59 echo x", "is out of range: at most 36500d (100 years) ahead"),
+])
+async def test_a_schedule_out_of_range_is_answered_with_the_limit(
+        gw: Gateway, http: aiohttp.ClientSession, command: str, problem: str) -> None:
+    tab = await open_tab(http, web_base(gw))
+    await tab.say(command)
+    answer = await tab.frame()
+    assert problem in answer["text"] and "could not be handled" not in answer["text"]
+    assert await gw.scheduler.list() == []
+
+
+# -- a message that cannot be stored, through a chat platform ---------------------------
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+@pytest.fixture
+async def telegram(tmp_path: Path, fake: FakeTelegram) -> AsyncIterator[Gateway]:
+    config = make_config(
+        tmp_path / "home", platforms__telegram__enabled=True,
+        platforms__telegram__token=fake.token, platforms__telegram__base_url=fake.base_url,
+        platforms__telegram__base_file_url=fake.base_file_url,
+        platforms__telegram__allowed_users=[str(ALICE)])
+    async with running_gateway(config) as gateway:
+        adapter = gateway.runner.adapters["telegram"]
+        assert isinstance(adapter, TelegramAdapter)
+        await adapter.wait_connected()
+        yield gateway
+
+
+async def test_a_lone_surrogate_is_answered_with_what_is_wrong_and_the_chat_goes_on(
+        telegram: Gateway, fake: FakeTelegram) -> None:
+    fake.user_message(chat_id=ALICE, text="deploy \ud800 now")
+    (refusal,) = await fake.wait_for_sent(1)
+    assert refusal.text == (
+        "That message was not taken: its text holds a lone surrogate, which is not valid "
+        "Unicode (U+D800, character 8). Send it without that character.")
+    # acknowledged, not handed out again and again: the next message is answered
+    fake.user_message(chat_id=ALICE, text="deploy now")
+    _, reply = await fake.wait_for_sent(2)
+    assert reply.text.startswith("Received: deploy now")
+    await eventually(lambda: not fake.pending_updates, what="every update acknowledged")
+    await settled(telegram)
+    assert len(fake.sent) == 2
+    (session,) = await telegram.store.list_sessions("include")
+    assert [line.text for line in await telegram.store.messages(session.id)
+            if line.role == "user"] == ["deploy now"]
+
