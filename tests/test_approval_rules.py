@@ -9,9 +9,13 @@ a pattern over the text. Nothing here is ever run: the policy only reads text.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tools.approval_rules import ApprovalPolicy
+
+from .real_daemon import home_env, run_cli
 
 DANGEROUS = {
     # recursive deletes of a broad path, as written and respelt
@@ -304,3 +308,74 @@ def test_off_asks_nothing_and_all_asks_everything_by_program() -> None:
     assert every.check("terminal", "rm -rf ~").grant == "recursive-delete"
     assert every.check("terminal", "$(echo rm) -rf ~").grant == "computed-program"
 
+
+# `homing approvals check -- CMD`: the command is only read, never run -----------------
+
+def _checking_home(home: Path, approvals: str) -> dict[str, str]:
+    """A home whose config has these approvals settings; HOME is a scratch directory
+    too, so even a CLI that ran what it checks could only reach that."""
+    home.mkdir()
+    (home / "config.yaml").write_text(f"approvals:\n{approvals}")
+    (home / "scratch").mkdir()
+    return {**home_env(home), "HOME": str(home / "scratch")}
+
+
+async def test_approvals_check_names_the_rule_and_exits_0_when_asked(tmp_path: Path) -> None:
+    env = _checking_home(tmp_path / "home", "  mode: dangerous\n")
+    for command, rule in (("bash -c \"rm -rf ~/x/..\"", "recursive-delete"),
+                          ("r''m -rf ~", "recursive-delete"),
+                          ("$(echo rm) -rf ~", "computed-program"),
+                          ("echo cm0gLXJmIH4= | base64 -d | sh", "pipe-to-shell"),
+                          ("> ~/.bashrc", "system-file")):
+        code, out, err = await run_cli("approvals", "check", "--", command, env=env)
+        assert code == 0, (command, out, err)
+        assert out.startswith("asked") and rule in out, (command, out)
+
+
+async def test_approvals_check_exits_1_for_an_everyday_command_and_runs_nothing(
+        tmp_path: Path) -> None:
+    env = _checking_home(tmp_path / "home", "  mode: dangerous\n")
+    code, out, _ = await run_cli("approvals", "check", "--", "rm -rf ./build", env=env)
+    assert code == 1 and out.startswith("not asked"), out
+    marker = tmp_path / "marker"
+    code, out, _ = await run_cli("approvals", "check", "--", f"touch {marker}", env=env)
+    assert code == 1 and not marker.exists(), out
+
+
+async def test_approvals_check_honours_patterns_allow_and_mode(tmp_path: Path) -> None:
+    env = _checking_home(tmp_path / "home", "  mode: dangerous\n"
+                                            "  patterns: ['\\bterraform\\s+destroy\\b']\n"
+                                            "  allow: ['^rm -rf ~/x/\\.\\.$']\n")
+    code, out, _ = await run_cli("approvals", "check", "--", "terraform destroy", env=env)
+    assert code == 0 and "approvals.patterns" in out, out
+    code, out, _ = await run_cli("approvals", "check", "--", "rm -rf ~/x/..", env=env)
+    assert code == 1 and "approvals.allow" in out, out
+    # the allow is for that spelling only
+    code, out, _ = await run_cli("approvals", "check", "--", "rm -rf ~/x/../", env=env)
+    assert code == 0 and "recursive-delete" in out, out
+
+    all_env = _checking_home(tmp_path / "all", "  mode: all\n")
+    code, out, _ = await run_cli("approvals", "check", "--", "git status", env=all_env)
+    assert code == 0 and "all:terminal git" in out, out
+    off_env = _checking_home(tmp_path / "off", "  mode: 'off'\n")
+    code, out, _ = await run_cli("approvals", "check", "--", "rm -rf ~", env=off_env)
+    assert code == 1 and "approvals.mode is off" in out, out
+
+
+async def test_approvals_check_reads_the_config_it_is_given(tmp_path: Path) -> None:
+    env = _checking_home(tmp_path / "home", "  mode: dangerous\n")
+    other = tmp_path / "other.yaml"
+    other.write_text("approvals:\n  patterns: ['\\bmake\\s+deploy\\b']\n")
+    code, out, _ = await run_cli("approvals", "check", "--config", str(other), "--",
+                                 "make deploy", env=env)
+    assert code == 0 and "approvals.patterns" in out, out
+    code, _, _ = await run_cli("approvals", "check", "--", "make deploy", env=env)
+    assert code == 1
+
+
+async def test_approvals_check_without_one_command_is_bad_usage(tmp_path: Path) -> None:
+    env = _checking_home(tmp_path / "home", "  mode: dangerous\n")
+    for argv in (("approvals", "check"), ("approvals", "check", "--", ""),
+                 ("approvals", "check", "--", "git", "status")):
+        code, _, err = await run_cli(*argv, env=env)
+        assert code == 2 and err, argv
