@@ -123,6 +123,15 @@ def _parser() -> argparse.ArgumentParser:
                                help="commands waiting for approval, and recent decisions")
     approvals.add_argument("--json", action="store_true", help="one JSON array on stdout")
     approvals.set_defaults(func=approvals_command)
+    approvals_sub = approvals.add_subparsers(dest="approvals_action", metavar="ACTION")
+    would_ask = approvals_sub.add_parser(
+        "check", parents=[common],
+        help="whether a command would be asked, and by which rule (exit 0 asked, 1 not); "
+             "it is only read, never run")
+    would_ask.add_argument("shell_command", metavar="CMD",
+                           help="the command as the model would write it, one argument: "
+                                "homing approvals check -- 'CMD'")
+    would_ask.set_defaults(func=_approvals_check)
 
     schedules = sub.add_parser("schedules", parents=[common],
                                help="list schedules, or pause, resume or remove one")
@@ -293,6 +302,31 @@ def _check_config(config: Config, args: argparse.Namespace) -> int:
     checked = str(file) if file is not None else "no config file, so the defaults"
     print(f"config OK: {checked} (state directory {config.home_path})")
     return 0
+
+
+def _approvals_check(config: Config, args: argparse.Namespace) -> int:
+    """Whether the config's approvals would ask about a ``terminal`` command, and why:
+    exit 0 asked, 1 not asked. The command is only read, never run."""
+    from tools.approval_rules import ApprovalPolicy
+
+    command: str = args.shell_command
+    if not command.strip():
+        print("homing: approvals check: give the command to check as one quoted argument: "
+              "homing approvals check -- 'CMD'", file=sys.stderr)
+        return EXIT_CONFIG
+    approvals = config.approvals
+    policy = ApprovalPolicy(approvals.mode, approvals.patterns, approvals.allow)
+    need = policy.check("terminal", command)
+    if need is not None:
+        print(f"asked: {need.grant} ({need.reason})")
+        return 0
+    if approvals.mode == "off":
+        print("not asked: approvals.mode is off")
+    elif (allowed := policy.allowed_by(command)) is not None:
+        print(f"not asked: approvals.allow {allowed!r} exempts it")
+    else:
+        print(f"not asked: no rule matches (approvals.mode: {approvals.mode})")
+    return 1
 
 
 def _unusable_home(config: Config, args: argparse.Namespace) -> bool:

@@ -1,0 +1,221 @@
+"""What an interpreter one-liner (``python -c``, ``perl -e``, ``ruby -e``, ``node -e``)
+does that the approval rules care about: the files it deletes or overwrites, the
+processes it kills and the shell commands it runs, each handed back as the shell
+command that would do the same, so that one set of rules judges both.
+
+Python is read with its own parser (``ast``); the others by their string literals
+next to the names of the calls that delete or run something. It is a net for the
+obvious one-liner, not an interpreter: code it cannot follow is not guessed at.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Language = Literal["python", "perl", "ruby", "node"]
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One thing the code does, as the shell would say it (exactly one field is set)."""
+
+    #: the words of the equivalent command (None: a word computed at run time)
+    argv: tuple[str | None, ...] = ()
+    #: a file it opens for writing, and whether it appends
+    writes: tuple[str | None, bool] | None = None
+    #: a shell script it hands to a shell (``os.system``, ``system``, backticks)
+    script: str | None = None
+    #: it runs code it computes (``exec(base64...)``), which cannot be read here
+    runs_computed: bool = False
+
+
+def effects(language: Language, code: str) -> list[Effect]:
+    if language == "python":
+        try:
+            return _python(ast.parse(code), depth=0)
+        except (SyntaxError, ValueError, RecursionError):
+            pass  # Python 2, or not Python: read it like the other languages
+    return _by_literals(code)
+
+
+# Python --------------------------------------------------------------------------
+
+_DELETE_TREE = frozenset({"rmtree", "removedirs"})
+_DELETE = frozenset({"remove", "unlink", "rmdir"})
+_SHELL = frozenset({"system", "popen", "getoutput", "getstatusoutput"})
+_SPAWN = frozenset({"run", "call", "check_call", "check_output", "Popen", "spawn"})
+_MOVE = frozenset({"move", "rename", "replace"})
+#: calls that hand back their (first) argument as a path
+_SAME_PATH = frozenset({"expanduser", "expandvars", "abspath", "realpath", "normpath",
+                        "Path", "PurePath", "PosixPath", "str", "fspath", "resolve"})
+_MAX_DEPTH = 8
+
+
+def _python(tree: ast.AST, depth: int) -> list[Effect]:
+    found: list[Effect] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            found.extend(_python_call(node, depth))
+    return found
+
+
+def _python_call(call: ast.Call, depth: int) -> list[Effect]:
+    name = _last_name(call.func)
+    first = call.args[0] if call.args else None
+    # `Path('/x').unlink()`: the path is what the method is called on
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    target = _value(first) if first is not None else (
+        _value(receiver) if receiver is not None else None)
+    if name in ("exec", "eval") and first is not None:
+        source = _value(first)
+        if source is None or depth >= _MAX_DEPTH:
+            return [Effect(runs_computed=True)]
+        try:
+            return _python(ast.parse(source), depth + 1)
+        except (SyntaxError, ValueError, RecursionError):
+            return []
+    if name in _DELETE_TREE:
+        return [Effect(argv=("rm", "-r", "--", target))]
+    if name in _DELETE and (first is not None or receiver is not None):
+        return [Effect(argv=("rm", "--", target))]
+    if name in _SHELL and first is not None:
+        return [_shell_or_argv(first)]
+    if name in _SPAWN and first is not None and isinstance(first, ast.Constant | ast.List
+                                                            | ast.Tuple | ast.JoinedStr):
+        return [_shell_or_argv(first)]
+    if name in ("kill", "killpg") and first is not None:
+        return [Effect(argv=("kill", "-9", _value(first)))]
+    if name in _MOVE:
+        return _python_move(call, receiver)
+    if name == "truncate" and first is not None:
+        return [Effect(argv=("truncate", "-s", "0", target))]
+    if name in ("open", "write_text", "write_bytes"):
+        return _python_open(call, name, receiver)
+    return []
+
+
+def _python_open(call: ast.Call, name: str, receiver: ast.expr | None) -> list[Effect]:
+    builtin = isinstance(call.func, ast.Name) or (
+        isinstance(receiver, ast.Name) and receiver.id in ("io", "codecs", "builtins"))
+    if name == "open" and builtin and call.args:  # open(path, mode)
+        path = _value(call.args[0])
+        mode_node = call.args[1] if len(call.args) > 1 else next(
+            (k.value for k in call.keywords if k.arg == "mode"), None)
+    else:  # Path(path).open(mode), Path(path).write_text(...)
+        path = _value(receiver) if receiver is not None else None
+        mode_node = call.args[0] if name == "open" and call.args else None
+        if name != "open":
+            return [Effect(writes=(path, False))]
+    mode = _value(mode_node) if mode_node is not None else "r"
+    if mode is None or any(flag in mode for flag in "wax+"):
+        return [Effect(writes=(path, mode is not None and "a" in mode))]
+    return []
+
+
+def _python_move(call: ast.Call, receiver: ast.expr | None) -> list[Effect]:
+    """``shutil.move(a, b)``, ``os.rename(a, b)``, ``Path(a).rename(b)``; not a string's
+    ``text.replace(a, b)``."""
+    of_module = receiver is None or (isinstance(receiver, ast.Name)
+                                     and receiver.id in ("os", "shutil"))
+    if of_module and len(call.args) >= 2:
+        source, destination = call.args[0], call.args[1]
+    elif not of_module and receiver is not None and len(call.args) == 1:
+        source, destination = receiver, call.args[0]
+    else:
+        return []
+    return [Effect(argv=("mv", "--", _value(source), _value(destination)))]
+
+
+def _shell_or_argv(node: ast.expr) -> Effect:
+    """``os.system('rm -rf ~')`` runs a script; ``subprocess.run(['rm', '-rf', '~'])`` a
+    command."""
+    if isinstance(node, ast.List | ast.Tuple):
+        return Effect(argv=tuple(_value(item) for item in node.elts))
+    text = _value(node)
+    return Effect(script=text) if text is not None else Effect(runs_computed=True)
+
+
+def _last_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _value(node: ast.expr | None) -> str | None:
+    """The text an expression stands for where the code spells it out (a home is
+    ``~``, the working directory ``.``); None where it is computed."""
+    if isinstance(node, ast.Constant):
+        return str(node.value) if isinstance(node.value, str | int) else None
+    if isinstance(node, ast.JoinedStr):
+        pieces = [_value(v) if isinstance(v, ast.Constant) else None for v in node.values]
+        return None if None in pieces else "".join(p or "" for p in pieces)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):  # os.kill(-1, 9)
+        inner = _value(node.operand)
+        return None if inner is None else f"-{inner}"
+    if isinstance(node, ast.Attribute):
+        return {"sep": "/", "curdir": ".", "pardir": ".."}.get(node.attr)
+    if isinstance(node, ast.Subscript):  # os.environ['HOME']
+        return "~" if _value(node.slice) == "HOME" else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div | ast.Add):
+        left, right = _value(node.left), _value(node.right)
+        if left is None or right is None:
+            return None
+        return left + right if isinstance(node.op, ast.Add) else _join(left, right)
+    if isinstance(node, ast.Call):
+        return _call_value(node)
+    return None
+
+
+def _call_value(call: ast.Call) -> str | None:
+    name = _last_name(call.func)
+    args = [_value(a) for a in call.args]
+    if name in ("home", "gethomedir"):
+        return "~"
+    if name in ("getcwd", "cwd"):
+        return "."
+    if name in ("getenv", "get") and args[:1] == ["HOME"]:
+        return "~"
+    if name == "join" and args and None not in args:
+        joined = args[0] or ""
+        for part in args[1:]:
+            joined = _join(joined, part or "")
+        return joined
+    if name in _SAME_PATH:
+        if args:
+            return args[0]
+        if isinstance(call.func, ast.Attribute):  # Path('~').expanduser()
+            return _value(call.func.value)
+    return None
+
+
+def _join(left: str, right: str) -> str:
+    if right.startswith("/"):
+        return right
+    return f"{left.rstrip('/')}/{right}" if left else right
+
+
+# Perl, Ruby, Node (and Python that does not parse) ------------------------------
+
+_LITERAL = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|`((?:[^`\\]|\\.)*)`")
+_DELETES = re.compile(r"\b(?:rmtree|remove_tree|rm_rf|rm_r|remove_dir|remove_entry\w*|rmSync|"
+                      r"rmdirSync|unlinkSync|rimraf|unlink|rmdir)\b|\bfs\.rm\b|"
+                      r"\bFile\.delete\b|\bFileUtils\.rm\b")
+_RUNS = re.compile(r"\b(?:system|exec|execSync|execFileSync|spawnSync|spawn|popen|qx)\b"
+                   r"|`|%x")
+_HOME = re.compile(r"\$ENV\{\s*['\"]?HOME|ENV\[\s*['\"]HOME|process\.env\.HOME|homedir\(\)|"
+                   r"Dir\.home|expand_path\(\s*['\"]~")
+
+
+def _by_literals(code: str) -> list[Effect]:
+    literals = [next(g for g in m.groups() if g is not None) for m in _LITERAL.finditer(code)]
+    found: list[Effect] = []
+    if _DELETES.search(code):
+        targets = [*literals, *(["~"] if _HOME.search(code) else [])]
+        found += [Effect(argv=("rm", "-r", "--", target)) for target in targets]
+    if _RUNS.search(code) and literals:
+        found += [Effect(script=text) for text in literals]
+        found.append(Effect(argv=tuple(literals)))  # system("rm", "-rf", "/")
+    return found
