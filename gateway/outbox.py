@@ -29,7 +29,9 @@ log = structlog.get_logger(__name__)
 class DeliveryOutcome:
     """What became of one claimed notification."""
 
-    state: str  # delivered | retry | parked | consumed
+    #: delivered | retry | parked | consumed | held (given back untried: an earlier
+    #: notice of its conversation waits for a retry, and this one waits behind it)
+    state: str
     message_id: str | None = None
     reason: str | None = None
     detail: str | None = None
@@ -53,6 +55,13 @@ def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
                  "claimed_at = NULL, attempts = attempts + 1, last_error = ?, not_before = ? "
                  "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
                  (outcome.reason or "retry", now + outcome.retry_in, notification_id, claimer))]
+    if outcome.state == "held":
+        # no attempt counted and no wait of its own: the claim leaves it while the earlier
+        # notice waits, and takes it right after that one once it is due
+        return [("UPDATE notifications SET state = 'pending', claimed_by = NULL, "
+                 "claimed_at = NULL, not_before = NULL, last_error = ? "
+                 "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+                 (outcome.reason, notification_id, claimer))]
     return []
 
 

@@ -5,6 +5,11 @@ another process added or that wait for a retry). For each claimed row it asks
 the ownership rule where the row belongs, then puts the delivery into the
 owner's lane — so a busy owner keeps its mail in order — and finally records
 the outcome: delivered, retried later, or parked with a reason.
+
+A conversation's notices go out in the order they were made. One that waits for
+a retry holds the ones behind it: the claim leaves later rows of its conversation
+in the outbox (gateway/outbox.py), and the ones already queued behind it in the
+lane are given back untried (:class:`_Hold`), so its retry goes first.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import structlog
@@ -42,6 +48,19 @@ MAX_TURN_FAILURES = 5
 REDELIVERY = RetryPolicy((1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0))
 
 
+@dataclass(slots=True)
+class _Hold:
+    """A conversation's notice that failed and goes back for a retry: the notices queued
+    behind it in the lane go back too, untried, rather than overtake it."""
+
+    notification_id: int
+    #: the claims begun before its retry was written number up to this (None: not
+    #: written yet). A claim begun later saw the retry in the outbox, which keeps back
+    #: every later row of the conversation: a later row such a claim took means the
+    #: notice no longer waits (delivered, taken by a tool, parked, or due again)
+    written_by_claim: int | None = None
+
+
 class Router:
     def __init__(self, outbox: Outbox, store: SessionStore, runner: GatewayRunner,
                  *, name: str | None = None) -> None:
@@ -59,6 +78,9 @@ class Router:
         self._recorded = asyncio.Event()
         #: "a platform is back" wake-ups under way (kept: a task nobody holds can vanish)
         self._releases: set[asyncio.Task[None]] = set()
+        #: claims begun so far, and by conversation the notice that waits for a retry
+        self._claims = 0
+        self._holds: dict[str, _Hold] = {}
         self._stopping = False
         #: the loop waits for a wake-up; with no delivery under way, the router is idle
         self._waiting = False
@@ -142,9 +164,11 @@ class Router:
         while not self._stopping:
             self._wake.clear()
             try:
+                self._claims += 1
+                claim = self._claims
                 batch = await self.outbox.claim(self.name, CLAIM_BATCH)
                 if batch:
-                    await self._dispatch_or_release(batch)
+                    await self._dispatch_or_release(batch, claim)
                     if len(batch) == CLAIM_BATCH:
                         continue
                 timeout = await self._idle_timeout()
@@ -173,7 +197,7 @@ class Router:
     async def _decide(self, batch: list[Notification]) -> list[Decision]:
         return await find_owners(batch, self.store, self.runner.open_tabs, self.runner.adapters)
 
-    async def _dispatch_or_release(self, batch: list[Notification]) -> None:
+    async def _dispatch_or_release(self, batch: list[Notification], claim: int) -> None:
         """Decide every row of a batch, then queue deliveries in outbox order.
 
         If deciding fails, the rows go back to pending rather than staying
@@ -196,7 +220,7 @@ class Router:
             # turns and labelled notices alike go through the conversation's
             # lane, so its notices keep their order
             pending = self.runner.run_in_lane(
-                n.session_key, partial(self._deliver_in_lane, n, decision))
+                n.session_key, partial(self._deliver_in_lane, n, decision, claim))
             pending.add_done_callback(partial(self._lane_done, n))
 
     def _lane_done(self, n: Notification, pending: asyncio.Future[object]) -> None:
@@ -226,8 +250,13 @@ class Router:
                 await self.outbox.record_outcomes(self.name, batch)
             except Exception:
                 # the rows stay claimed; the next start settles them as after a crash
-                # (a recorded send counts as delivered, anything else is sent again)
+                # (a recorded send counts as delivered, anything else is sent again).
+                # A retry that was not written holds nothing back: the outbox would not
+                # keep the later rows behind it, and they would be given back forever
                 log.exception("notification_outcomes_not_recorded", rows=len(batch))
+                for n, _ in batch:
+                    if self._holding(n):
+                        del self._holds[n.session_key]
             else:
                 self._after_recorded(batch)
             finally:
@@ -238,6 +267,7 @@ class Router:
 
     def _after_recorded(self, batch: list[tuple[Notification, _Outcome]]) -> None:
         now = time.time()
+        held = False
         for n, outcome in batch:
             if outcome.state == "delivered":
                 self.runner.metrics.delivery_latency.observe(max(0.0, now - n.created_at))
@@ -251,22 +281,56 @@ class Router:
                 log.warning("notification_retry", notification_id=n.id, kind=n.kind,
                             session_key=n.session_key, job_id=n.job_id,
                             error=outcome.reason, retry_in=outcome.retry_in)
+                if self._holding(n):
+                    self._holds[n.session_key].written_by_claim = self._claims
                 self._schedule_wake(outcome.retry_in)
+            elif outcome.state == "held":
+                held = True
+                log.info("notification_held_back", notification_id=n.id,
+                         session_key=n.session_key, behind=outcome.reason)
+        if held:  # the claim decides whether they wait still (their notice may be gone)
+            self.wake()
+
+    def _holding(self, n: Notification) -> bool:
+        hold = self._holds.get(n.session_key)
+        return hold is not None and hold.notification_id == n.id
 
     # delivering ------------------------------------------------------------
 
-    async def _deliver_in_lane(self, n: Notification, decision: Decision) -> _Outcome:
+    async def _deliver_in_lane(self, n: Notification, decision: Decision,
+                               claim: int) -> _Outcome:
         """Runs in the owner's lane: check ownership again, then give the owner its turn.
 
         The owner may have been reset while this waited behind its turn; an
-        owner that is still the live session needs no second look.
+        owner that is still the live session needs no second look. A notice queued
+        behind one of its conversation that failed meanwhile goes back untried.
         """
         if not self.outbox.delivering(n.id):  # a tool handed it over while it waited here
             return _Outcome("consumed")
         try:
-            return await self._deliver(n, decision)
+            if (behind := self._waits_behind(n, claim)) is not None:
+                return _Outcome("held", reason=f"waits behind notification {behind}")
+            outcome = await self._deliver(n, decision)
+        except BaseException:  # crashed or cancelled: it goes back, ahead of the rest
+            self._holds[n.session_key] = _Hold(n.id)
+            raise
         finally:
             self.outbox.delivered(n.id)
+        if outcome.state == "retry":
+            self._holds[n.session_key] = _Hold(n.id)
+        return outcome
+
+    def _waits_behind(self, n: Notification, claim: int) -> int | None:
+        """The id of the notice of ``n``'s conversation that waits for a retry and that
+        ``n`` must not overtake; None when ``n`` may go."""
+        hold = self._holds.get(n.session_key)
+        if hold is None or n.id < hold.notification_id:
+            return None
+        seen = hold.written_by_claim is not None and claim > hold.written_by_claim
+        if n.id == hold.notification_id or seen:  # its retry is under way, or it is gone
+            del self._holds[n.session_key]
+            return None
+        return hold.notification_id
 
     async def _deliver(self, n: Notification, decision: Decision) -> _Outcome:
         still_live = (isinstance(decision, DeliverTurn)

@@ -70,6 +70,8 @@ class Failure:
     remaining: int
     #: matching calls let through before the failures start (part two of a message)
     skip: int = 0
+    #: only a call whose content holds this fails (None: any call)
+    content: str | None = None
 
 
 class ApiError(Exception):
@@ -169,7 +171,7 @@ class DiscordRest:
     async def _post_message(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
         payload, files = await self._read_payload(request)
-        _consume_failure(self._post_failures, channel_id)
+        _consume_failure(self._post_failures, channel_id, str(payload.get("content") or ""))
         channel = self._existing_channel(channel_id)
         self._check_access(channel, SEND_MESSAGES_IN_THREADS if "thread_metadata" in channel
                            else SEND_MESSAGES)
@@ -319,9 +321,12 @@ def json_response(data: Any, status: int = 200,
                         headers={**(headers or {}), "Content-Type": "application/json"})
 
 
-def _consume_failure(failures: list[Failure], channel_id: int) -> None:
-    """Raise the first scripted failure for ``channel_id`` (or any channel), if any."""
+def _consume_failure(failures: list[Failure], channel_id: int, content: str = "") -> None:
+    """Raise the first scripted failure for ``channel_id`` (or any channel) and ``content``
+    (when the failure names one), if any."""
     for failure in failures:
+        if failure.content is not None and failure.content not in content:
+            continue
         if failure.channel_id is None or failure.channel_id == channel_id:
             if failure.skip > 0:
                 failure.skip -= 1

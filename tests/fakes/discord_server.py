@@ -314,16 +314,22 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordGuild, DiscordInteractions
     def fail_next_post(self, *, channel_id: int | None = None, status: int = 429,
                        retry_after: float = 0.1, code: int = 0,
                        message: str = "You are being rate limited.", count: int = 1,
-                       after: int = 0) -> None:
-        """Make the next ``count`` message posts (to ``channel_id``, or any) fail, once
-        ``after`` more posts went through.
+                       after: int = 0, content: str | None = None) -> None:
+        """Make the next ``count`` message posts (to ``channel_id``, or any; with
+        ``content`` in theirs, when given: one message refused again and again) fail,
+        once ``after`` more posts went through.
 
         A 429 carries ``Via: 1.1 google`` and ``{"message", "retry_after",
         "global": false}``, so discord.py sleeps ``retry_after`` and retries it
         itself; other statuses answer ``{"code", "message"}``.
         """
         self._post_failures.append(
-            Failure(channel_id, status, retry_after, code, message, count, skip=after))
+            Failure(channel_id, status, retry_after, code, message, count, skip=after,
+                    content=content))
+
+    def stop_failing_posts(self) -> None:
+        """Drop the scripted post failures not used up yet: posts are taken again."""
+        self._post_failures.clear()
 
     def fail_next_edit(self, *, channel_id: int | None = None, status: int = 429,
                        retry_after: float = 0.1, code: int = 0,
