@@ -345,6 +345,12 @@ MIGRATIONS: list[str] = [
     # which a restart finishes a kill from too) wakes the instance whose host runs it
     """
     """,
+    # 22: notices that go out together in one message (a conversation's send budget was
+    # short) name the first of them, before that message is sent: a crash before its
+    # record sends them together again, never one by one as well
+    """
+    ALTER TABLE notifications ADD COLUMN merged_into INTEGER;
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -109,6 +110,8 @@ class DiscordRest:
     _messages: dict[int, JSON]
     _post_failures: list[Failure]
     _edit_failures: list[Failure]
+    _post_limits: dict[int, tuple[int, float]]
+    _post_times: dict[int, deque[float]]
     upload_limit: int
     #: the bot's standing in the channel (discord_guild): 403 when it may not view or do
     _check_access: Callable[..., None]
@@ -200,6 +203,7 @@ class DiscordRest:
                         and time.time() - earlier["_created"] < NONCE_WINDOW_SECONDS):
                     self.nonce_hits += 1
                     return json_response(public_message(earlier))
+        limit_headers = self._count_post(channel_id)
         if metadata is not None:
             metadata["archived"] = False  # posting reopens an archived (unlocked) thread
 
@@ -220,7 +224,27 @@ class DiscordRest:
                                     message_id=int(message["id"]), raw=payload,
                                     files=[f.filename for f in files], attachments=files))
         self._wake("sent")
-        return json_response(public_message(message))
+        return json_response(public_message(message), headers=limit_headers)
+
+    def _count_post(self, channel_id: int) -> dict[str, str]:
+        """A post against its channel's rate limit (``limit_posts``), as Discord counts it:
+        the bucket's headers, or a 429 when the post is one too many."""
+        limit = self._post_limits.get(channel_id)
+        if limit is None:
+            return {}
+        posts, per = limit
+        now = time.monotonic()
+        times = self._post_times.setdefault(channel_id, deque())
+        while times and now - times[0] >= per:
+            times.popleft()
+        if len(times) >= posts:
+            reset = per - (now - times[0])
+            raise ApiError(429, 0, "You are being rate limited.",
+                           extra={"retry_after": reset, "global": False},
+                           headers={"Via": "1.1 google", "Retry-After": str(max(1, round(reset))),
+                                    **_bucket(channel_id, posts, 0, reset)})
+        times.append(now)
+        return _bucket(channel_id, posts, posts - len(times), per - (now - times[0]))
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         """PATCH a message: the bot's own only; the fields it sends replace the old ones."""
@@ -319,6 +343,13 @@ def json_response(data: Any, status: int = 200,
     """A JSON response with Content-Type exactly ``application/json`` (no charset)."""
     return web.Response(body=json.dumps(data).encode(), status=status,
                         headers={**(headers or {}), "Content-Type": "application/json"})
+
+
+def _bucket(channel_id: int, posts: int, remaining: int, reset: float) -> dict[str, str]:
+    """Discord's rate limit headers for a channel's posts."""
+    return {"X-RateLimit-Limit": str(posts), "X-RateLimit-Remaining": str(remaining),
+            "X-RateLimit-Reset-After": f"{reset:.3f}", "X-RateLimit-Bucket": f"posts-{channel_id}",
+            "X-RateLimit-Scope": "user"}
 
 
 def _consume_failure(failures: list[Failure], channel_id: int, content: str = "") -> None:
