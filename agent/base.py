@@ -20,6 +20,10 @@ class Agent(Protocol):
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         """React to a notification delivered to this session (an internal event)."""
 
+    def posts_as_is(self, notification: Notification) -> bool:
+        """Whether delivering ``notification`` only posts its text (no model turn): such
+        notices may share one message when the conversation's send budget is short."""
+
     async def compress(self, turn: Turn) -> None:
         """Continue the conversation in a child session (reason ``compression``) and set
         ``turn.session`` to it; raise CompressionFailed to leave everything as it was."""

@@ -82,6 +82,9 @@ class CommandAgent:
     async def run_notification(self, turn: Turn, notification: Notification) -> None:
         await turn.reply(notification.text, kind="notification")
 
+    def posts_as_is(self, notification: Notification) -> bool:
+        return True
+
     async def compress(self, turn: Turn) -> None:
         """No model, no summary: the child session just follows its parent."""
         turn.session = await turn.runner.rotate_session(turn.session, "compression",

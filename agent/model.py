@@ -139,6 +139,10 @@ class ModelAgent:
             await _post_notice(turn, notification, "The model could not comment on this: an "
                                                    "internal error, logged by the gateway.")
 
+    def posts_as_is(self, notification: Notification) -> bool:
+        """The gateway's own notes; any other notice is the model's to answer."""
+        return notification.kind in GATEWAY_NOTES
+
     async def close(self) -> None:
         if self.transcriber is not None:
             await self.transcriber.close()

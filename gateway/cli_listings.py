@@ -203,6 +203,7 @@ def schedules_command(config: Config, args: argparse.Namespace) -> int:
 
 def status_command(config: Config, args: argparse.Namespace) -> int:
     from . import cluster_store as cluster
+    from .outbox import waiting_notices
     from .status_file import read_status
 
     daemon = read_status(config.home_path) or {"running": False}
@@ -230,8 +231,10 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
                 "leases": [lease.name for lease in leases if lease.held(now)
                            and (lease.holder, lease.holder_epoch) == (i.name, i.epoch)]}
                 for i in await cluster.list_instances(db)]
+            waiting = [w.to_dict(time.time()) for w in await waiting_notices(db)]
             return {"live_sessions": live, "running_jobs": jobs,
                     "pending_notifications": states.get("pending", 0) + states.get("claimed", 0),
+                    "waiting_notices": waiting,
                     "parked_notifications": parked, "instances": instances,
                     "leases": [lease.to_dict(now) | {
                         "expires_in_seconds": round(lease.expires_at - now, 1)}
@@ -254,6 +257,9 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
     print(f"live sessions: {report['live_sessions']}")
     print(f"running jobs: {report['running_jobs']}")
     print(f"pending notifications: {report['pending_notifications']}")
+    for w in report["waiting_notices"]:
+        print(f"  {w['session_key']}: {w['count']} waiting, the oldest for "
+              f"{w['oldest_wait_seconds']:g} s")
     print(f"parked notifications: {sum(parked.values())}" + (
         " (" + ", ".join(f"{r}: {n}" for r, n in sorted(parked.items())) + ")" if parked else ""))
     if report["instances"]:

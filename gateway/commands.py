@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from .approval_records import Decision
+from .outbox import waiting_in
 from .turn import Turn
 
 
@@ -124,6 +125,11 @@ async def _status(turn: Turn) -> None:
         f"session id: {s.id}",
         f"started: {_ago(s.created_at)}",
     ]
+    # notices not delivered yet: under a platform's flood limits they wait, and go together
+    waiting = await waiting_in(turn.runner.store.db, s.session_key)
+    lines.append("notices waiting here: none" if waiting is None else
+                 f"notices waiting here: {waiting.count}, the oldest for "
+                 f"{_duration(waiting.oldest_wait(time.time()))}")
     lines.extend(turn.runner.status_lines(turn))
     await turn.reply("\n".join(lines), kind="system")
 
@@ -135,5 +141,9 @@ async def _help(turn: Turn) -> None:
 
 
 def _ago(timestamp: float) -> str:
-    seconds = max(0, int(time.time() - timestamp))
-    return f"{seconds // 60} min {seconds % 60} s ago"
+    return f"{_duration(time.time() - timestamp)} ago"
+
+
+def _duration(seconds: float) -> str:
+    whole = max(0, int(seconds))
+    return f"{whole // 60} min {whole % 60} s"

@@ -59,6 +59,12 @@ class Lanes:
         lane = self.by_key.get(session_key)
         return bool(lane and lane.busy)
 
+    def queued_last(self, session_key: str, done: asyncio.Future[Any]) -> bool:
+        """Whether the work ``done`` belongs to has not started, and nothing is queued
+        behind it (what joins it then overtakes nothing)."""
+        lane = self.by_key.get(session_key)
+        return bool(lane and lane.queue and lane.queue[-1][1] is done)
+
     def waiting(self, session_key: str) -> int:
         lane = self.by_key.get(session_key)
         return len(lane.queue) if lane else 0

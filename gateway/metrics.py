@@ -6,6 +6,7 @@ Each gateway has its own registry (so several can live in one test process);
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from .outbox import waiting_notices
 
 if TYPE_CHECKING:
     from .state_database import StateDatabase
@@ -43,6 +46,13 @@ class Metrics:
             "From a notification's creation (the job's exit) to its delivery",
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
             registry=r)
+        self.waiting = Gauge("homing_notifications_waiting",
+                             "Notices not delivered yet (pending or claimed), by conversation",
+                             ["session_key"], registry=r)
+        self.oldest_wait = Gauge(
+            "homing_notification_oldest_wait_seconds",
+            "How long the oldest notice not delivered yet has waited, by conversation",
+            ["session_key"], registry=r)
         self.platform_up = Gauge("homing_platform_connected",
                                  "Whether a platform adapter is connected (1) or not (0)",
                                  ["platform"], registry=r)
@@ -57,6 +67,10 @@ class Metrics:
         rows = await db.fetchall(
             "SELECT reason, COUNT(*) FROM notifications WHERE state = 'parked' GROUP BY reason")
         _set_all(self.parked, ((reason or "unknown", n) for reason, n in rows))
+        waiting = await waiting_notices(db)
+        now = time.time()
+        _set_all(self.waiting, ((w.session_key, w.count) for w in waiting))
+        _set_all(self.oldest_wait, ((w.session_key, w.oldest_wait(now)) for w in waiting))
         self.jobs_running.set(jobs_running)
         for name, adapter in adapters.items():
             self.platform_up.labels(name).set(1 if adapter.connected else 0)

@@ -356,6 +356,12 @@ MIGRATIONS: list[str] = [
     CREATE UNIQUE INDEX agent_messages_inbound ON agent_messages(inbound_id)
         WHERE inbound_id IS NOT NULL;
     """,
+    # 23: notices that go out together in one message (a conversation's send budget was
+    # short) name the first of them, before that message is sent: a crash before its
+    # record sends them together again, never one by one as well
+    """
+    ALTER TABLE notifications ADD COLUMN merged_into INTEGER;
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

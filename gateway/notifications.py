@@ -76,6 +76,9 @@ class Notification:
     delivered_at: float | None
     outcome: Outcome | None = None
     file_path: str | None = None
+    #: the first notification of the one message this one goes out in, with others
+    #: (gateway/merged_notices.py); None: it goes on its own
+    merged_into: int | None = None
 
     @property
     def info(self) -> NoticeInfo:
@@ -97,11 +100,12 @@ class Notification:
             "delivered_at": self.delivered_at, "attempts": self.attempts,
             "last_error": self.last_error, "sent_message_id": self.sent_message_id,
             "idempotency_key": self.idempotency_key, "text": self.text,
+            "merged_into": self.merged_into,
         }
 
 
 NOTIFICATION_COLUMNS = (
     "id, idempotency_key, kind, job_id, session_key, session_id, tab_id, return_address, "
     "text, state, reason, attempts, last_error, not_before, claimed_by, sent_message_id, "
-    "created_at, delivered_at, outcome, file_path"
+    "created_at, delivered_at, outcome, file_path, merged_into"
 )

@@ -29,7 +29,9 @@ log = structlog.get_logger(__name__)
 class DeliveryOutcome:
     """What became of one claimed notification."""
 
-    state: str  # delivered | retry | parked | consumed
+    #: delivered | retry | parked | consumed | held (given back untried: an earlier
+    #: notice of its conversation waits for a retry, and this one waits behind it)
+    state: str
     message_id: str | None = None
     reason: str | None = None
     detail: str | None = None
@@ -53,7 +55,49 @@ def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
                  "claimed_at = NULL, attempts = attempts + 1, last_error = ?, not_before = ? "
                  "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
                  (outcome.reason or "retry", now + outcome.retry_in, notification_id, claimer))]
+    if outcome.state == "held":
+        # no attempt counted and no wait of its own: the claim leaves it while the earlier
+        # notice waits, and takes it right after that one once it is due
+        return [("UPDATE notifications SET state = 'pending', claimed_by = NULL, "
+                 "claimed_at = NULL, not_before = NULL, last_error = ? "
+                 "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+                 (outcome.reason, notification_id, claimer))]
     return []
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A conversation's notices that wait for delivery (pending, or claimed and not
+    sent yet): how many, and since when the oldest of them."""
+
+    session_key: str
+    count: int
+    oldest_created_at: float
+
+    def oldest_wait(self, now: float) -> float:
+        return max(0.0, now - self.oldest_created_at)
+
+    def to_dict(self, now: float) -> dict[str, object]:
+        return {"session_key": self.session_key, "count": self.count,
+                "oldest_wait_seconds": round(self.oldest_wait(now), 1)}
+
+
+_WAITING = ("SELECT session_key, COUNT(*), MIN(created_at) FROM notifications "
+            "WHERE state IN ('pending', 'claimed') {where}GROUP BY session_key "
+            "ORDER BY MIN(created_at)")
+
+
+async def waiting_notices(db: StateDatabase) -> list[Waiting]:
+    """:meth:`Outbox.waiting`, for readers of the store without an outbox (the CLI,
+    ``/metrics``)."""
+    rows = await db.fetchall(_WAITING.format(where=""))
+    return [Waiting(key, int(count), float(oldest)) for key, count, oldest in rows]
+
+
+async def waiting_in(db: StateDatabase, session_key: str) -> Waiting | None:
+    """One conversation's :func:`waiting_notices` (``/status``); None when none wait."""
+    row = await db.fetchone(_WAITING.format(where="AND session_key = ? "), (session_key,))
+    return Waiting(row[0], int(row[1]), float(row[2])) if row else None
 
 
 #: told of a notification's settled state: (notification, state, reason, detail)
@@ -151,6 +195,16 @@ class Outbox:
         return ("UPDATE notifications SET sent_message_id = ? "
                 "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
                 (message_id or "sent", notification_id, claimer))
+
+    async def merge(self, notification_ids: Sequence[int], claimer: str) -> None:
+        """Mark claimed notifications as one message, named by the first of them, before
+        it is sent: after a crash before its record they go together again (the send
+        record itself is one :meth:`sent_op` per row, in one write)."""
+        marks = ",".join("?" * len(notification_ids))
+        await self.db.write([(
+            f"UPDATE notifications SET merged_into = ? WHERE id IN ({marks}) "
+            f"AND state = 'claimed' AND claimed_by = ?",
+            (min(notification_ids), *notification_ids, claimer))])
 
     def record_sent(self, notification_id: int, claimer: str, message_id: str | None) -> None:
         """:meth:`sent_op` on its own, written behind (lands in the next group commit)."""
@@ -281,6 +335,10 @@ class Outbox:
         return delivered, requeued
 
     # reading ---------------------------------------------------------------
+
+    async def waiting(self) -> list[Waiting]:
+        """Each conversation's notices not delivered yet, with the oldest one's age."""
+        return await waiting_notices(self.db)
 
     async def next_due_at(self) -> float | None:
         row = await self.db.fetchone(

@@ -5,13 +5,24 @@ another process added or that wait for a retry). For each claimed row it asks
 the ownership rule where the row belongs, then puts the delivery into the
 owner's lane — so a busy owner keeps its mail in order — and finally records
 the outcome: delivered, retried later, or parked with a reason.
+
+A conversation's notices go out in the order they were made. One that waits for
+a retry holds the ones behind it: the claim leaves later rows of its conversation
+in the outbox (gateway/outbox.py), and the ones already queued behind it in the
+lane are given back untried (:class:`_Hold`), so its retry goes first.
+
+When the platform says a conversation cannot take its waiting notices one by one now
+(a flood limit), those that are posted as they are go out together, in one message
+(gateway/merged_notices.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import structlog
@@ -19,6 +30,7 @@ import structlog
 from .database import Op
 from .events import SendResult
 from .lives import claimer_name
+from .merged_notices import Delivery, Member, Sendable, merged_info, merged_text, notice_text
 from .migrations import OUTBOX_CHANNEL
 from .notifications import Notification
 from .outbox import DeliveryOutcome as _Outcome
@@ -42,6 +54,19 @@ MAX_TURN_FAILURES = 5
 REDELIVERY = RetryPolicy((1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0))
 
 
+@dataclass(slots=True)
+class _Hold:
+    """A conversation's notice that failed and goes back for a retry: the notices queued
+    behind it in the lane go back too, untried, rather than overtake it."""
+
+    notification_id: int
+    #: the claims begun before its retry was written number up to this (None: not
+    #: written yet). A claim begun later saw the retry in the outbox, which keeps back
+    #: every later row of the conversation: a later row such a claim took means the
+    #: notice no longer waits (delivered, taken by a tool, parked, or due again)
+    written_by_claim: int | None = None
+
+
 class Router:
     def __init__(self, outbox: Outbox, store: SessionStore, runner: GatewayRunner,
                  *, name: str | None = None) -> None:
@@ -59,6 +84,11 @@ class Router:
         self._recorded = asyncio.Event()
         #: "a platform is back" wake-ups under way (kept: a task nobody holds can vanish)
         self._releases: set[asyncio.Task[None]] = set()
+        #: claims begun so far, and by conversation the notice that waits for a retry
+        self._claims = 0
+        self._holds: dict[str, _Hold] = {}
+        #: by conversation, the delivery still open for notices to join
+        self._gathering: dict[str, Delivery] = {}
         self._stopping = False
         #: the loop waits for a wake-up; with no delivery under way, the router is idle
         self._waiting = False
@@ -142,9 +172,11 @@ class Router:
         while not self._stopping:
             self._wake.clear()
             try:
+                self._claims += 1
+                claim = self._claims
                 batch = await self.outbox.claim(self.name, CLAIM_BATCH)
                 if batch:
-                    await self._dispatch_or_release(batch)
+                    await self._dispatch_or_release(batch, claim)
                     if len(batch) == CLAIM_BATCH:
                         continue
                 timeout = await self._idle_timeout()
@@ -173,7 +205,7 @@ class Router:
     async def _decide(self, batch: list[Notification]) -> list[Decision]:
         return await find_owners(batch, self.store, self.runner.open_tabs, self.runner.adapters)
 
-    async def _dispatch_or_release(self, batch: list[Notification]) -> None:
+    async def _dispatch_or_release(self, batch: list[Notification], claim: int) -> None:
         """Decide every row of a batch, then queue deliveries in outbox order.
 
         If deciding fails, the rows go back to pending rather than staying
@@ -189,29 +221,78 @@ class Router:
                                           DISCONNECTED_RETRY_SECONDS)
             return
         self._open += len(batch)
+        # by conversation: how many of its notices could gather, and (once asked) whether
+        # its platform can take them one by one now
+        plain = Counter(n.session_key for n, d in zip(batch, decisions, strict=True)
+                        if self._posts_as_is(n, d))
+        short: dict[str, bool] = {}
         for n, decision in zip(batch, decisions, strict=True):
             if isinstance(decision, Park):
                 self._record(n, _parked(decision))
                 continue
+            member = Member(n, decision, claim)
+            if self._posts_as_is(n, decision) and self._gather(member, plain, short):
+                continue
             # turns and labelled notices alike go through the conversation's
             # lane, so its notices keep their order
-            pending = self.runner.run_in_lane(
-                n.session_key, partial(self._deliver_in_lane, n, decision))
-            pending.add_done_callback(partial(self._lane_done, n))
+            self._queue(Delivery([member]))
 
-    def _lane_done(self, n: Notification, pending: asyncio.Future[object]) -> None:
+    def _posts_as_is(self, n: Notification, decision: Decision) -> bool:
+        """A notice whose delivery only posts its text (no turn of the model, no file)."""
+        if n.file_path is not None or isinstance(decision, Park):
+            return False
+        return isinstance(decision, DeliverNotice) or self.runner.agent.posts_as_is(n)
+
+    def _gather(self, member: Member, plain: Counter[str], short: dict[str, bool]) -> bool:
+        """Put ``member`` into a delivery of several notices in one message: the one its
+        conversation has open, or a new one when the platform cannot take the
+        conversation's waiting notices one by one now. False: it goes alone."""
+        n = member.notification
+        key = n.session_key
+        lanes = self.runner.lanes
+        open_ = self._gathering.get(key)
+        if (open_ is not None and open_.done is not None and lanes.queued_last(key, open_.done)
+                and open_.takes(member)):
+            open_.members.append(member)
+            return True
+        if n.merged_into is None:  # (one of a merged message sent before goes merged again)
+            if key not in short:  # (the work under way in its lane takes its part too)
+                wanted = plain[key] + lanes.waiting(key) + lanes.is_busy(key)
+                short[key] = self._short_of_room(member.decision, wanted)
+            if not short[key]:
+                return False
+        adapter = self.runner.adapters[member.decision.route.platform]
+        self._queue(Delivery([member], gathering=True, limit=adapter.message_limit,
+                             merged_into=n.merged_into))
+        return True
+
+    def _short_of_room(self, decision: Sendable, wanted: int) -> bool:
+        adapter = self.runner.adapters.get(decision.route.platform)
+        room = adapter.send_room(decision.route) if adapter is not None else None
+        return room is not None and room < wanted
+
+    def _queue(self, delivery: Delivery) -> None:
+        key = delivery.session_key
+        delivery.done = self.runner.run_in_lane(key, partial(self._deliver_in_lane, delivery))
+        delivery.done.add_done_callback(partial(self._lane_done, delivery))
+        if delivery.gathering:
+            self._gathering[key] = delivery
+
+    def _lane_done(self, delivery: Delivery, pending: asyncio.Future[object]) -> None:
+        members = [m.notification for m in delivery.members]
         if pending.cancelled():
-            outcome = _STOPPING
+            outcomes = [_STOPPING] * len(members)
         elif (exc := pending.exception()) is not None:
-            log.error("notification_delivery_crashed", notification_id=n.id,
-                      session_key=n.session_key, exc_info=exc)
-            outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}",
-                               retry_in=_backoff(n))
+            log.error("notification_delivery_crashed", notification_ids=[n.id for n in members],
+                      session_key=delivery.session_key, exc_info=exc)
+            outcomes = [_Outcome("retry", reason=f"delivery crashed: {exc!r}",
+                                 retry_in=_backoff(n)) for n in members]
         else:
             result = pending.result()
-            # not an outcome: the lane was shut down before this delivery ran
-            outcome = result if isinstance(result, _Outcome) else _STOPPING
-        self._record(n, outcome)
+            # not outcomes: the lane was shut down before this delivery ran
+            outcomes = result if isinstance(result, list) else [_STOPPING] * len(members)
+        for n, outcome in zip(members, outcomes, strict=True):
+            self._record(n, outcome)
 
     def _record(self, n: Notification, outcome: _Outcome) -> None:
         self._outcomes.append((n, outcome))
@@ -226,8 +307,13 @@ class Router:
                 await self.outbox.record_outcomes(self.name, batch)
             except Exception:
                 # the rows stay claimed; the next start settles them as after a crash
-                # (a recorded send counts as delivered, anything else is sent again)
+                # (a recorded send counts as delivered, anything else is sent again).
+                # A retry that was not written holds nothing back: the outbox would not
+                # keep the later rows behind it, and they would be given back forever
                 log.exception("notification_outcomes_not_recorded", rows=len(batch))
+                for n, _ in batch:
+                    if self._holding(n):
+                        del self._holds[n.session_key]
             else:
                 self._after_recorded(batch)
             finally:
@@ -238,6 +324,7 @@ class Router:
 
     def _after_recorded(self, batch: list[tuple[Notification, _Outcome]]) -> None:
         now = time.time()
+        held = False
         for n, outcome in batch:
             if outcome.state == "delivered":
                 self.runner.metrics.delivery_latency.observe(max(0.0, now - n.created_at))
@@ -251,27 +338,82 @@ class Router:
                 log.warning("notification_retry", notification_id=n.id, kind=n.kind,
                             session_key=n.session_key, job_id=n.job_id,
                             error=outcome.reason, retry_in=outcome.retry_in)
+                if self._holding(n):
+                    self._holds[n.session_key].written_by_claim = self._claims
                 self._schedule_wake(outcome.retry_in)
+            elif outcome.state == "held":
+                held = True
+                log.info("notification_held_back", notification_id=n.id,
+                         session_key=n.session_key, behind=outcome.reason)
+        if held:  # the claim decides whether they wait still (their notice may be gone)
+            self.wake()
+
+    def _holding(self, n: Notification) -> bool:
+        hold = self._holds.get(n.session_key)
+        return hold is not None and hold.notification_id == n.id
 
     # delivering ------------------------------------------------------------
 
-    async def _deliver_in_lane(self, n: Notification, decision: Decision) -> _Outcome:
-        """Runs in the owner's lane: check ownership again, then give the owner its turn.
+    async def _deliver_in_lane(self, delivery: Delivery) -> list[_Outcome]:
+        """Runs in the owner's lane: check ownership again, then give the owner its turn
+        (or post the notices gathered by now in one message); one outcome per member.
 
-        The owner may have been reset while this waited behind its turn; an
-        owner that is still the live session needs no second look.
+        A notice a tool took while it waited here is left out. One queued behind a
+        notice of its conversation that failed meanwhile goes back untried.
         """
-        if not self.outbox.delivering(n.id):  # a tool handed it over while it waited here
-            return _Outcome("consumed")
-        try:
-            return await self._deliver(n, decision)
-        finally:
-            self.outbox.delivered(n.id)
+        delivery.gathering = False  # what comes now goes into the next one
+        key = delivery.session_key
+        if self._gathering.get(key) is delivery:
+            del self._gathering[key]
+        taken = {m.notification.id: self.outbox.delivering(m.notification.id)
+                 for m in delivery.members}
+        going = [m for m in delivery.members if taken[m.notification.id]]
+        outcomes = {m.notification.id: _Outcome("consumed") for m in delivery.members
+                    if not taken[m.notification.id]}
+        if going:
+            first = going[0].notification
+            try:
+                if (behind := self._waits_behind(going)) is not None:
+                    held = _Outcome("held", reason=f"waits behind notification {behind}")
+                    outcomes.update((m.notification.id, held) for m in going)
+                elif len(going) == 1:
+                    outcomes[first.id] = await self._deliver(first, going[0].decision)
+                else:
+                    outcomes.update(await self._deliver_together(going, delivery.merged_into))
+            except BaseException:  # crashed or cancelled: it goes back, ahead of the rest
+                self._holds[key] = _Hold(first.id)
+                raise
+            finally:
+                for m in going:
+                    self.outbox.delivered(m.notification.id)
+            retried = [m.notification.id for m in going
+                       if outcomes[m.notification.id].state == "retry"]
+            if retried:  # (the first of them: one parked meanwhile holds nothing)
+                self._holds[key] = _Hold(retried[0])
+        return [outcomes[m.notification.id] for m in delivery.members]
+
+    def _waits_behind(self, going: Sequence[Member]) -> int | None:
+        """The id of the notice of their conversation that waits for a retry and that
+        these must not overtake; None when they may go."""
+        first = going[0]
+        hold = self._holds.get(first.notification.session_key)
+        ids = {m.notification.id for m in going}
+        if hold is None or (first.notification.id < hold.notification_id
+                            and hold.notification_id not in ids):
+            return None
+        seen = hold.written_by_claim is not None and first.claim > hold.written_by_claim
+        if hold.notification_id in ids or seen:  # its retry is under way, or it is gone
+            del self._holds[first.notification.session_key]
+            return None
+        return hold.notification_id
+
+    def _still_live(self, decision: Decision) -> bool:
+        """An owner that is still the live session needs no second look."""
+        return (isinstance(decision, DeliverTurn)
+                and self.store.is_live_session(decision.session.id))
 
     async def _deliver(self, n: Notification, decision: Decision) -> _Outcome:
-        still_live = (isinstance(decision, DeliverTurn)
-                      and self.store.is_live_session(decision.session.id))
-        if not still_live:
+        if not self._still_live(decision):
             (decision,) = await self._decide([n])
         if isinstance(decision, Park):
             return _parked(decision)
@@ -292,13 +434,47 @@ class Router:
     async def _deliver_notice(self, n: Notification, decision: DeliverNotice) -> _Outcome:
         if not self._connected(decision.route.platform):
             return _DISCONNECTED
-        ended = decision.session
-        label = (f"[from an ended session {ended.id[:8]} ({ended.end_reason or 'ended'}); "
-                 f"it was not reopened]")
-        result = await self.runner.send(ended, decision.route, f"{label}\n{n.text}",
-                                        kind="notification", recorded_with=self._sent_ops(n),
+        result = await self.runner.send(decision.session, decision.route,
+                                        notice_text(n, decision), kind="notification",
+                                        recorded_with=self._sent_ops(n),
                                         dedupe_key=f"{n.idempotency_key}:0", notice=n.info)
         return _from_sends(n, [result])
+
+    async def _deliver_together(self, going: Sequence[Member],
+                                merged_into: int | None) -> dict[int, _Outcome]:
+        """Several notices of one conversation in one message, each whole and in order;
+        the send and its record mark every one of them delivered, in one write."""
+        # as for one notice: an owner reset while these waited is asked about again
+        again = [m.notification for m in going if not self._still_live(m.decision)]
+        fresh = dict(zip((n.id for n in again), await self._decide(again) if again else [],
+                         strict=True))
+        outcomes: dict[int, _Outcome] = {}
+        sending: list[tuple[Notification, Sendable]] = []
+        for m in going:
+            decision = fresh.get(m.notification.id, m.decision)
+            if isinstance(decision, Park):
+                outcomes[m.notification.id] = _parked(decision)
+            else:
+                sending.append((m.notification, decision))
+        if not sending:
+            return outcomes
+        (first, where), ids = sending[0], [n.id for n, _ in sending]
+        if not self._connected(where.route.platform):
+            return outcomes | {i: _DISCONNECTED for i in ids}
+        if merged_into is None:  # marked first: after a crash they go together again
+            await self.outbox.merge(ids, self.name)
+
+        def sent(result: SendResult) -> list[Op]:
+            return [self.outbox.sent_op(i, self.name, result.message_id) for i in ids]
+
+        notices = [n for n, _ in sending]
+        result = await self.runner.send(
+            where.session, where.route, merged_text([notice_text(n, d) for n, d in sending]),
+            kind="notification", recorded_with=sent, notice=merged_info(notices),
+            dedupe_key=f"{first.idempotency_key}:merged")
+        log.info("notices_sent_together", session_key=first.session_key,
+                 notification_ids=ids, ok=result.ok)
+        return outcomes | {n.id: _from_sends(n, [result]) for n in notices}
 
     def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:
         def ops(result: SendResult) -> list[Op]:

@@ -34,13 +34,13 @@ async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
         yield server
 
 
-def discord_config(home: Path, fake: FakeDiscord) -> Config:
+def discord_config(home: Path, fake: FakeDiscord, **overrides: object) -> Config:
     return make_config(home, platforms__discord__enabled=True,
                        platforms__discord__token=fake.token,
                        platforms__discord__api_base=fake.api_base,
                        platforms__discord__gateway_url=fake.gateway_url,
                        platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
-                       platforms__discord__allowed_users=[str(ALICE)])
+                       platforms__discord__allowed_users=[str(ALICE)], **overrides)
 
 
 @pytest.fixture

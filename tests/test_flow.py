@@ -63,3 +63,37 @@ async def test_a_chats_messages_keep_their_order() -> None:
 
     await asyncio.gather(*(send(n) for n in range(5)))
     assert order == [0, 1, 2, 3, 4]
+
+
+def test_the_room_a_chat_has_left_is_what_its_limits_and_the_platform_leave() -> None:
+    clock = Clock()
+    flow = FlowControl(RateLimits(per_second=100, group_per_minute=3), clock=clock,
+                       sleep=clock.sleep)
+    assert flow.room("-1", group=True) == 3
+    flow.try_admit("-1", group=True)  # a preview edit counts too
+    assert flow.room("-1", group=True) == 2 and flow.room("7", group=False) == 99
+    flow.pause("-1", 5)  # a 429's retry_after: nothing fits until it has passed
+    assert flow.room("-1", group=True) == 0
+    clock.now = 5.0
+    assert flow.room("-1", group=True) == 2
+    flow.report("9", remaining=1, reset_in=2.0)  # what the platform said (Discord)
+    assert flow.room("9", group=False) == 1
+    clock.now = 8.0
+    assert flow.room("9", group=False) == 100  # that window has passed
+    clock.now = 61.0
+    assert flow.room("-1", group=True) == 3
+
+
+def test_discord_answers_to_posts_say_how_much_the_channel_takes() -> None:
+    from yarl import URL
+
+    from gateway.platforms.discord_routes import rate_limit_report
+
+    post = URL("http://127.0.0.1:1/api/v10/channels/500/messages")
+    headers = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset-After": "2.5"}
+    assert rate_limit_report("POST", post, 200, headers) == ("500", 0, 2.5)
+    assert rate_limit_report("POST", post, 429, {"Retry-After": "3"}) == ("500", 0, 3.0)
+    assert rate_limit_report("POST", post, 200, {}) is None  # no limit said
+    assert rate_limit_report("PATCH", URL(f"{post}/1"), 200, headers) is None  # an edit
+    assert rate_limit_report("POST", post, 200, {"X-RateLimit-Remaining": "x",
+                                                 "X-RateLimit-Reset-After": "1"}) is None

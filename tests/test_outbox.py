@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from agent.command import CommandAgent
 from gateway.config import Config
 from gateway.notifications import NewNotification, ReturnAddress
 from gateway.outbox import Outbox
 from gateway.platforms.memory import MemoryAdapter
+from gateway.retry import RetryPolicy
 from gateway.route import Route
 from gateway.router import Router
 from gateway.runner import GatewayRunner
@@ -148,3 +151,64 @@ async def test_a_notice_waiting_for_a_retry_holds_back_later_ones_of_its_convers
     await outbox.release(first[0].id, "r", "flood control", retry_in=60)
     taken = await outbox.claim("r")
     assert [n.text for n in taken] == ["notice 3"]  # notice 2 waits behind notice 1
+
+
+async def test_the_waiting_notice_goes_first_when_its_platform_is_back_and_gone_ones_hold_nothing(
+        store: SessionStore) -> None:
+    outbox = Outbox(store.db)
+    await outbox.produce([notice(KEY, "s1", ROUTE, i) for i in range(1, 6)])
+    first, second, *_ = await outbox.claim("r", limit=2)
+    await outbox.release(first.id, "r", "502 bad gateway", retry_in=60)
+    await outbox.release(second.id, "r", "502 bad gateway", retry_in=60)
+    assert await outbox.claim("r") == []  # all of the conversation waits behind the first
+    await outbox.make_due("agent:main:memory:")  # the platform is back
+    assert [n.text for n in await outbox.claim("r", limit=2)] == ["notice 1", "notice 2"]
+    await outbox.claim("r")
+    # an earlier notice parked, or taken by a tool, holds nothing back
+    key, route = "agent:main:memory:dm:3", Route("memory", "dm", "3", user_id="3")
+    await outbox.produce([notice(key, "s3", route, i) for i in range(6, 9)])
+    sixth, seventh = await outbox.claim("r", limit=2)
+    await outbox.release(seventh.id, "r", "flood control", retry_in=60)
+    await outbox.park(sixth, "r", "route_gone")
+    assert await outbox.claim("r") == []  # notice 8 waits behind notice 7
+    await outbox.make_due("agent:main:memory:")
+    assert [n.text for n in await outbox.claim("r", limit=1)] == ["notice 7"]
+    await outbox.release(seventh.id, "r", "flood control", retry_in=60)
+    assert await outbox.consume("j7") == ["notice 7"]
+    assert [n.text for n in await outbox.claim("r")] == ["notice 8"]
+
+
+async def test_notices_claimed_behind_a_refused_one_go_back_untried_and_its_retry_goes_first(
+        store: SessionStore, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway import router as router_module
+    from gateway.events import SendResult
+
+    monkeypatch.setattr(router_module, "REDELIVERY", RetryPolicy((0.05,)))
+    other = Route("memory", "dm", "2", user_id="2")
+    mine = await store.get_or_create(KEY, ROUTE)
+    theirs = await store.get_or_create("agent:main:memory:dm:2", other)
+    runner = GatewayRunner(config, store, CommandAgent())
+    adapter = MemoryAdapter("memory")
+    runner.add_adapter(adapter)
+    await adapter.connect(runner)
+    # the first notice is refused twice; the four behind it were claimed with it
+    adapter.scripted_failures[ROUTE.chat_id] = [SendResult.failed("502 bad gateway")] * 2
+    outbox = Outbox(store.db)
+    await outbox.produce([*(notice(KEY, mine.id, ROUTE, i) for i in range(1, 6)),
+                          notice(theirs.session_key, theirs.id, other, 6)])
+    router = Router(outbox, store, runner)
+    await router.start()
+    try:
+        async def all_delivered() -> bool:
+            return {n.state for n in await outbox.list()} == {"delivered"}
+
+        await eventually_async(all_delivered, what="every notice delivered")
+    finally:
+        await router.stop()
+        await router.settle()
+        await runner.drain(5)
+    assert [m.text for m in adapter.sent_to(ROUTE)] == [f"notice {i}" for i in range(1, 6)]
+    assert [m.text for m in adapter.sent_to(other)] == ["notice 6"]
+    attempts = {n.text: n.attempts for n in await outbox.list()}
+    # the ones that went back untried count no attempt: only their one delivery
+    assert attempts == {"notice 1": 3, **{f"notice {i}": 1 for i in range(2, 7)}}

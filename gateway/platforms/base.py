@@ -105,6 +105,12 @@ class Adapter(ABC):
         """Show what became of a request (in its place, where the platform can edit)."""
         await self.send(route, f"{record.id}: {record.outcome_text()}", kind="system")
 
+    def send_room(self, route: Route) -> int | None:
+        """How many messages ``route`` takes now before a rate limit makes them wait;
+        None where the platform has none. Notices that do not fit go out together, in
+        one message (gateway/merged_notices.py)."""
+        return None
+
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply | None:
         """A reply shown as it is written in ``route``, or None where the platform
         cannot show one (then replies are sent whole)."""

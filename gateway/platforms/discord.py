@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import discord
 import structlog
 import yarl
@@ -31,7 +32,7 @@ from ..route import Route
 from .base import Adapter, LiveReply
 from .discord_approvals import answer_click, post_request, show_outcome
 from .discord_preview import DiscordPreview
-from .discord_routes import bot_id, nonce_of, point_library_at, route_of
+from .discord_routes import bot_id, nonce_of, point_library_at, rate_limit_report, route_of
 from .flow import FlowControl, RateLimits
 
 if TYPE_CHECKING:
@@ -93,7 +94,8 @@ class DiscordAdapter(Adapter):
         intents.message_content = True  # privileged, and needed; member intents stay off
         client = discord.Client(intents=intents,
                                 guild_ready_timeout=self.config.guild_ready_timeout_seconds,
-                                chunk_guilds_at_startup=False, max_messages=None)
+                                chunk_guilds_at_startup=False, max_messages=None,
+                                http_trace=self._rate_limit_trace())
         client.event(self.on_ready)
         client.event(self.on_resumed)
         client.event(self.on_disconnect)
@@ -371,6 +373,24 @@ class DiscordAdapter(Adapter):
         if not active or client is None or client.is_closed() or not self._gateway_up:
             return  # Discord's typing ends by itself after ten seconds, or with a message
         await client.http.send_typing(int(route.chat_id))
+
+    def send_room(self, route: Route) -> int:
+        """What Discord last said the channel takes (its rate limit headers, a 429)."""
+        return self.flow.room(route.chat_id, group=False)
+
+    def _rate_limit_trace(self) -> aiohttp.TraceConfig:
+        """discord.py waits out Discord's rate limits itself; what Discord says of a
+        channel's limit in each answer to a post also tells :meth:`send_room`."""
+        trace = aiohttp.TraceConfig()
+        trace.on_request_end.append(self._on_answer)
+        return trace
+
+    async def _on_answer(self, session: aiohttp.ClientSession, context: Any,
+                         params: aiohttp.TraceRequestEndParams) -> None:
+        report = rate_limit_report(params.method, params.url, params.response.status,
+                                   params.response.headers)
+        if report is not None:
+            self.flow.report(*report)
 
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None, dedupe_key: str | None = None,

@@ -1,10 +1,13 @@
 """What the Discord adapter derives without a connection: a message's route, the bot's
-id from its token, a send's nonce, and where discord.py is pointed."""
+id from its token, a send's nonce, what an answer says of a channel's rate limit, and
+where discord.py is pointed."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import re
+from collections.abc import Mapping
 
 import discord
 import yarl
@@ -29,6 +32,30 @@ def bot_id(token: str) -> str:
 def nonce_of(dedupe_key: str, part: int) -> str:
     """Discord's nonce holds 25 characters: a digest of the key and the part."""
     return hashlib.blake2b(f"{dedupe_key}#{part}".encode(), digest_size=12).hexdigest()
+
+
+#: a message post's path: ``…/channels/{channel id}/messages``
+_POST_PATH = re.compile(r"/channels/(\d+)/messages$")
+
+
+def rate_limit_report(method: str, url: yarl.URL, status: int,
+                      headers: Mapping[str, str]) -> tuple[str, int, float] | None:
+    """What Discord's answer to a message post says of its channel's rate limit:
+    ``(channel id, posts left, seconds until the limit resets)``; None for any other
+    request, or an answer without the headers."""
+    found = _POST_PATH.search(url.path) if method.upper() == "POST" else None
+    if found is None:
+        return None
+    try:
+        reset = headers.get("X-RateLimit-Reset-After") or headers.get("Retry-After")
+        if status == 429:
+            return found.group(1), 0, float(reset or 1.0)
+        remaining = headers.get("X-RateLimit-Remaining")
+        if remaining is None or reset is None:
+            return None
+        return found.group(1), int(remaining), float(reset)
+    except ValueError:  # a header that is not a number says nothing
+        return None
 
 
 def route_of(message: discord.Message, kind: discord.ChannelType | None,

@@ -6,6 +6,9 @@ A chat's messages go out one at a time, in the order they were handed over
 message, each retry — is admitted against the limits (:meth:`FlowControl.admit`).
 A chat told to wait (HTTP 429 with ``retry_after``) waits; when several chats
 are told to wait at once the limit hit was the global one, and every chat waits.
+How much a chat may still take now (:meth:`FlowControl.room`) is what the router
+asks before it sends a conversation's waiting notices one by one: when they do not
+fit, they go together in one message (gateway/merged_notices.py).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ class _Chat:
     paused_until: float = 0.0
     recent: deque[float] = field(default_factory=deque)  # send times in the last minute
     users: int = 0
+    #: what the platform said the chat takes (its rate limit headers): so many more
+    #: requests until then
+    reported_room: int = 0
+    reported_until: float = 0.0
 
 
 class FlowControl:
@@ -89,6 +96,28 @@ class FlowControl:
             state.recent.append(now)
         return wait
 
+    def room(self, chat: str, *, group: bool) -> int:
+        """How many more requests to ``chat`` fit every limit now, none of them counted:
+        0 while the chat (or every chat) is told to wait."""
+        state = self._state(chat)
+        now = self._clock()
+        if max(state.paused_until, self._global_paused_until) > now:
+            return 0
+        room = _spare(self._global_recent, now, 1.0, self.limits.per_second)
+        if group:
+            room = min(room, _spare(state.recent, now, 60.0, self.limits.group_per_minute))
+        if state.reported_until > now:
+            room = min(room, state.reported_room)
+        return room
+
+    def report(self, chat: str, remaining: int, reset_in: float) -> None:
+        """The platform said ``chat`` takes ``remaining`` more requests in the next
+        ``reset_in`` seconds (Discord's ``X-RateLimit-*`` headers; 0 with a 429). Its
+        library waits that out itself: this only tells :meth:`room`."""
+        state = self._state(chat)
+        state.reported_room = max(0, remaining)
+        state.reported_until = self._clock() + max(0.0, reset_in)
+
     def pause(self, chat: str, seconds: float) -> bool:
         """The platform asked us to wait before sending to ``chat`` again.
 
@@ -117,8 +146,16 @@ class FlowControl:
         now = self._clock()
         for key, state in list(self._chats.items()):
             idle = not state.recent or now - state.recent[-1] > 60
-            if state.users == 0 and idle and state.paused_until < now:
+            if (state.users == 0 and idle and state.paused_until < now
+                    and state.reported_until < now):
                 del self._chats[key]
+
+
+def _spare(recent: deque[float], now: float, window: float, allowed: float) -> int:
+    """How many more sends fit ``allowed`` per ``window`` now."""
+    while recent and now - recent[0] >= window:
+        recent.popleft()
+    return max(0, int(allowed) - len(recent))
 
 
 def _room(recent: deque[float], now: float, window: float, allowed: float) -> float:

@@ -42,6 +42,8 @@ class MemoryAdapter(Adapter):
         self.message_limit = message_limit
         self.send_delay = send_delay
         self.sent: list[SentMessage] = []
+        #: what :meth:`send_room` says: the messages the chats take now (None: no limit)
+        self.room: int | None = None
         self._runner: AdapterHost | None = None
 
     async def connect(self, runner: AdapterHost) -> None:
@@ -68,6 +70,9 @@ class MemoryAdapter(Adapter):
         for part in split_message(text, self.message_limit):
             self.sent.append(SentMessage(route=route, text=part, kind=kind))
         return SendResult.sent(str(len(self.sent)))
+
+    def send_room(self, route: Route) -> int | None:
+        return self.room
 
     def sent_to(self, route: Route) -> list[SentMessage]:
         return [m for m in self.sent

@@ -375,6 +375,10 @@ class TelegramAdapter(Adapter):
                 last = result.message_id
         return SendResult.sent(last)
 
+    def send_room(self, route: Route) -> int:
+        """What the flood limits leave for the chat now (a 429's wait leaves nothing)."""
+        return self.flow.room(route.chat_id, group=route.chat_type == "group")
+
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return TelegramPreview(self, route)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -70,6 +71,8 @@ class Failure:
     remaining: int
     #: matching calls let through before the failures start (part two of a message)
     skip: int = 0
+    #: only a call whose content holds this fails (None: any call)
+    content: str | None = None
 
 
 class ApiError(Exception):
@@ -107,6 +110,8 @@ class DiscordRest:
     _messages: dict[int, JSON]
     _post_failures: list[Failure]
     _edit_failures: list[Failure]
+    _post_limits: dict[int, tuple[int, float]]
+    _post_times: dict[int, deque[float]]
     upload_limit: int
     #: the bot's standing in the channel (discord_guild): 403 when it may not view or do
     _check_access: Callable[..., None]
@@ -169,7 +174,7 @@ class DiscordRest:
     async def _post_message(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
         payload, files = await self._read_payload(request)
-        _consume_failure(self._post_failures, channel_id)
+        _consume_failure(self._post_failures, channel_id, str(payload.get("content") or ""))
         channel = self._existing_channel(channel_id)
         self._check_access(channel, SEND_MESSAGES_IN_THREADS if "thread_metadata" in channel
                            else SEND_MESSAGES)
@@ -198,6 +203,7 @@ class DiscordRest:
                         and time.time() - earlier["_created"] < NONCE_WINDOW_SECONDS):
                     self.nonce_hits += 1
                     return json_response(public_message(earlier))
+        limit_headers = self._count_post(channel_id)
         if metadata is not None:
             metadata["archived"] = False  # posting reopens an archived (unlocked) thread
 
@@ -218,7 +224,27 @@ class DiscordRest:
                                     message_id=int(message["id"]), raw=payload,
                                     files=[f.filename for f in files], attachments=files))
         self._wake("sent")
-        return json_response(public_message(message))
+        return json_response(public_message(message), headers=limit_headers)
+
+    def _count_post(self, channel_id: int) -> dict[str, str]:
+        """A post against its channel's rate limit (``limit_posts``), as Discord counts it:
+        the bucket's headers, or a 429 when the post is one too many."""
+        limit = self._post_limits.get(channel_id)
+        if limit is None:
+            return {}
+        posts, per = limit
+        now = time.monotonic()
+        times = self._post_times.setdefault(channel_id, deque())
+        while times and now - times[0] >= per:
+            times.popleft()
+        if len(times) >= posts:
+            reset = per - (now - times[0])
+            raise ApiError(429, 0, "You are being rate limited.",
+                           extra={"retry_after": reset, "global": False},
+                           headers={"Via": "1.1 google", "Retry-After": str(max(1, round(reset))),
+                                    **_bucket(channel_id, posts, 0, reset)})
+        times.append(now)
+        return _bucket(channel_id, posts, posts - len(times), per - (now - times[0]))
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         """PATCH a message: the bot's own only; the fields it sends replace the old ones."""
@@ -319,9 +345,19 @@ def json_response(data: Any, status: int = 200,
                         headers={**(headers or {}), "Content-Type": "application/json"})
 
 
-def _consume_failure(failures: list[Failure], channel_id: int) -> None:
-    """Raise the first scripted failure for ``channel_id`` (or any channel), if any."""
+def _bucket(channel_id: int, posts: int, remaining: int, reset: float) -> dict[str, str]:
+    """Discord's rate limit headers for a channel's posts."""
+    return {"X-RateLimit-Limit": str(posts), "X-RateLimit-Remaining": str(remaining),
+            "X-RateLimit-Reset-After": f"{reset:.3f}", "X-RateLimit-Bucket": f"posts-{channel_id}",
+            "X-RateLimit-Scope": "user"}
+
+
+def _consume_failure(failures: list[Failure], channel_id: int, content: str = "") -> None:
+    """Raise the first scripted failure for ``channel_id`` (or any channel) and ``content``
+    (when the failure names one), if any."""
     for failure in failures:
+        if failure.content is not None and failure.content not in content:
+            continue
         if failure.channel_id is None or failure.channel_id == channel_id:
             if failure.skip > 0:
                 failure.skip -= 1

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from typing import Any
 
 from aiohttp import web
@@ -148,6 +149,9 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordGuild, DiscordInteractions
         self._messages: dict[int, JSON] = {}  # every message seen (user and bot), by id
         self._post_failures: list[Failure] = []
         self._edit_failures: list[Failure] = []
+        #: channels with a rate limit on posts: (posts, per seconds), and their posts' times
+        self._post_limits: dict[int, tuple[int, float]] = {}
+        self._post_times: dict[int, deque[float]] = {}
         self._session: Session | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         self._gateway_down = False
@@ -314,16 +318,28 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordGuild, DiscordInteractions
     def fail_next_post(self, *, channel_id: int | None = None, status: int = 429,
                        retry_after: float = 0.1, code: int = 0,
                        message: str = "You are being rate limited.", count: int = 1,
-                       after: int = 0) -> None:
-        """Make the next ``count`` message posts (to ``channel_id``, or any) fail, once
-        ``after`` more posts went through.
+                       after: int = 0, content: str | None = None) -> None:
+        """Make the next ``count`` message posts (to ``channel_id``, or any; with
+        ``content`` in theirs, when given: one message refused again and again) fail,
+        once ``after`` more posts went through.
 
         A 429 carries ``Via: 1.1 google`` and ``{"message", "retry_after",
         "global": false}``, so discord.py sleeps ``retry_after`` and retries it
         itself; other statuses answer ``{"code", "message"}``.
         """
         self._post_failures.append(
-            Failure(channel_id, status, retry_after, code, message, count, skip=after))
+            Failure(channel_id, status, retry_after, code, message, count, skip=after,
+                    content=content))
+
+    def limit_posts(self, channel_id: int, *, posts: int, per: float) -> None:
+        """As Discord limits a channel's messages: at most ``posts`` in any ``per``
+        seconds. Each post is answered with its bucket's ``X-RateLimit-*`` headers
+        (discord.py waits once none are left); one more is a 429 with ``retry_after``."""
+        self._post_limits[channel_id] = (posts, per)
+
+    def stop_failing_posts(self) -> None:
+        """Drop the scripted post failures not used up yet: posts are taken again."""
+        self._post_failures.clear()
 
     def fail_next_edit(self, *, channel_id: int | None = None, status: int = 429,
                        retry_after: float = 0.1, code: int = 0,

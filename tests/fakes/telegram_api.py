@@ -30,6 +30,8 @@ class Failure:
     description: str
     retry_after: int | None
     remaining: int
+    #: only a call whose text holds this fails (None: any call)
+    text: str | None = None
 
 
 class ApiError(Exception):
@@ -52,16 +54,19 @@ def error_response(status: int, description: str,
 
 
 def scripted_failure(chat_id: int | None, status: int, retry_after: int | None,
-                     description: str, count: int) -> Failure:
+                     description: str, count: int, text: str | None = None) -> Failure:
     """A scripted failure; a 429 without ``retry_after`` gets 1, as Telegram's own answer."""
     if status == 429 and retry_after is None:
         retry_after = 1
-    return Failure(chat_id, status, description, retry_after, count)
+    return Failure(chat_id, status, description, retry_after, count, text)
 
 
-def consume_failure(failures: list[Failure], chat_id: int | None) -> None:
-    """Raise the first scripted failure matching ``chat_id`` (or any chat), if any."""
+def consume_failure(failures: list[Failure], chat_id: int | None, text: str = "") -> None:
+    """Raise the first scripted failure matching ``chat_id`` (or any chat) and ``text``
+    (when the failure names one), if any."""
     for failure in failures:
+        if failure.text is not None and failure.text not in text:
+            continue
         if failure.chat_id is None or failure.chat_id == chat_id:
             failure.remaining -= 1
             if failure.remaining <= 0:

@@ -150,7 +150,7 @@ class BotMessages:
             else as_int(params.get("reply_to_message_id"))
         parse_mode = params.get("parse_mode")
 
-        consume_failure(self._send_failures, chat_id)
+        consume_failure(self._send_failures, chat_id, text)
         markup = inline_markup(params.get("reply_markup"))
         rendered = render(text, parse_mode)
         if not rendered.text.strip():

@@ -258,15 +258,20 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
     def fail_next_send(self, *, chat_id: int | None = None, status: int = 429,
                        retry_after: int | None = None,
                        description: str = "Too Many Requests: retry after 1",
-                       count: int = 1) -> None:
-        """Make the next ``count`` sendMessage calls (to ``chat_id``, or any chat) fail.
+                       count: int = 1, text: str | None = None) -> None:
+        """Make the next ``count`` sendMessage calls (to ``chat_id``, or any chat; with
+        ``text`` in their text, when given: one message refused again and again) fail.
 
         Failures are consumed in the order scripted. A 429 without
         ``retry_after`` gets ``retry_after=1`` like Telegram's own answer.
         Note PTB raises RetryAfter only for a non-zero ``retry_after``.
         """
         self._send_failures.append(
-            scripted_failure(chat_id, status, retry_after, description, count))
+            scripted_failure(chat_id, status, retry_after, description, count, text))
+
+    def stop_failing_sends(self) -> None:
+        """Drop the scripted send failures not used up yet: sends are taken again."""
+        self._send_failures.clear()
 
     def fail_next_edit(self, *, chat_id: int | None = None, status: int = 429,
                        retry_after: int | None = None,

@@ -1,0 +1,223 @@
+"""Under a platform's flood limits a conversation's waiting notices go out together.
+
+A watch job reports thirty matching lines, then its end, into a group the platform
+is limiting: Telegram answers the first notice with a 429 ``retry_after``; Discord's
+channel takes three posts in a few seconds (its ``X-RateLimit-*`` headers). What
+waits meanwhile arrives in few messages, each carrying several notices whole — job
+id, the match, the exit code and duration — every notice once, in the order made,
+and each row is recorded delivered once, by the one send that carried it. While
+notices wait, ``/status``, ``homing status`` and ``/metrics`` say how many and for
+how long.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway import router as router_module
+from gateway.daemon import Gateway, running_gateway
+from gateway.notifications import NewNotification, Notification, ReturnAddress
+from gateway.platforms import telegram as telegram_adapter
+from gateway.platforms.memory import MemoryAdapter
+from gateway.platforms.web import WebAdapter
+from gateway.route import Route
+
+from .conftest import make_config
+from .fakes.discord_server import FakeDiscord
+from .fakes.telegram_server import FakeTelegram
+from .faults import CrashPoint
+from .helpers import eventually, eventually_async, settled
+from .real_daemon import cli_json, home_env
+from .test_discord import CHANNEL, discord_config
+from .test_telegram import GROUP, telegram_config
+
+LINES = 30
+WATCHED = f"/watch RW for i in $(seq 1 {LINES}); do echo RW$i; done; echo end"
+IN_ORDER = [*(f"RW{i}" for i in range(1, LINES + 1)), "finished"]
+SETTINGS = dict(jobs__watch__cooldown_seconds=0, jobs__watch__max_notices=LINES + 5,
+                jobs__watch__global_max_per_minute=10 * LINES, jobs__tail_lines=1)
+
+
+def reported(text: str) -> list[str]:
+    """The notices a message carries, in its order: the watch lines, the job's end."""
+    return [t.rstrip(":") for t in re.findall(r"\bRW\d+\b|\bfinished:", text)]
+
+
+async def the_jobs_rows(gw: Gateway) -> list[Notification]:
+    return sorted((n for n in await gw.outbox.list() if n.job_id), key=lambda n: n.id)
+
+
+async def assert_together_in_order_each_once(gw: Gateway, messages: list[str]) -> None:
+    """The notices arrived in order, each once, several of them in one message; the
+    rows that went together were recorded by that one send."""
+    assert [t for text in messages for t in reported(text)] == IN_ORDER
+    merged = [text for text in messages if "notices at once" in text]
+    assert merged and len(messages) < len(IN_ORDER)
+    rows = await the_jobs_rows(gw)
+    assert len(rows) == len(IN_ORDER) and {n.state for n in rows} == {"delivered"}
+    assert {n.attempts for n in rows} == {1}  # none was sent twice or went back
+    job_id = rows[0].job_id
+    text = "\n".join(messages)
+    # each notice whole: its job, its match, and for the end its exit code and duration
+    assert text.count(f"Job {job_id} output matched") == LINES
+    assert re.search(rf"Job {job_id} finished: exit code 0 after \d", text)
+    together: dict[int, set[str | None]] = {}
+    for n in rows:
+        if n.merged_into is not None:
+            together.setdefault(n.merged_into, set()).add(n.sent_message_id)
+    assert len(together) == len(merged)
+    assert all(len(ids) == 1 and None not in ids for ids in together.values())
+
+
+@pytest.fixture
+async def telegram_fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+async def test_on_telegram_notices_waiting_out_a_flood_wait_go_together_in_order(
+        tmp_path: Path, telegram_fake: FakeTelegram) -> None:
+    fake = telegram_fake
+    # the first notice (RW1) is told to wait a few seconds; the rest arrive meanwhile
+    fake.fail_next_send(chat_id=GROUP, status=429, retry_after=4, text="RW1")
+    async with running_gateway(telegram_config(tmp_path / "home", fake, **SETTINGS)) as gw:
+        await gw.runner.adapters["telegram"].wait_connected()
+        fake.user_message(chat_id=GROUP, chat_type="supergroup", text=WATCHED)
+        await eventually(lambda: any(" finished: " in s.text for s in fake.sent), timeout=30,
+                         what="the job's end")
+        await settled(gw, timeout=20)
+        await assert_together_in_order_each_once(
+            gw, [s.text for s in fake.sent if s.chat_id == GROUP and "Job " in s.text])
+
+
+@pytest.fixture
+async def discord_fake(discord_endpoints: None) -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord() as server:
+        server.add_channel(CHANNEL, "builds")
+        server.limit_posts(CHANNEL, posts=3, per=3.0)
+        yield server
+
+
+async def test_on_discord_notices_over_a_channels_rate_limit_go_together_in_order(
+        tmp_path: Path, discord_fake: FakeDiscord) -> None:
+    fake = discord_fake
+    async with running_gateway(discord_config(tmp_path / "home", fake, **SETTINGS)) as gw:
+        await gw.runner.adapters["discord"].wait_connected(timeout=15)
+        await fake.user_message(channel_id=CHANNEL, content=WATCHED)
+        await eventually(lambda: any(" finished: " in (s.content or "") for s in fake.sent),
+                         timeout=40, what="the job's end")
+        await settled(gw, timeout=20)
+        await assert_together_in_order_each_once(
+            gw, [s.content for s in fake.sent
+                 if s.channel_id == CHANNEL and s.content and "Job " in s.content])
+
+
+async def test_waiting_notices_show_in_status_the_cli_and_metrics(
+        tmp_path: Path, telegram_fake: FakeTelegram, http: aiohttp.ClientSession,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = telegram_fake
+    monkeypatch.setattr(telegram_adapter, "SEND", replace(telegram_adapter.SEND,
+                                                          delays=(0.01,)))
+    monkeypatch.setattr(router_module, "REDELIVERY", router_module.RetryPolicy((0.2,)))
+    # the second notice is refused until the test lets it through: the rest wait behind it
+    fake.fail_next_send(chat_id=GROUP, status=502, description="Bad Gateway", text="RW2",
+                        count=10_000)
+    home = tmp_path / "home"
+    config = telegram_config(home, fake, **SETTINGS)
+    async with running_gateway(config) as gw:
+        await gw.runner.adapters["telegram"].wait_connected()
+        fake.user_message(chat_id=GROUP, chat_type="supergroup", text=WATCHED)
+
+        async def everything_after_rw1_waits() -> list:
+            waiting = await gw.outbox.waiting()
+            return waiting if waiting and waiting[0].count == len(IN_ORDER) - 1 else []
+
+        (waiting,) = await eventually_async(everything_after_rw1_waits, timeout=30,
+                                            what="the notices waiting behind RW2")
+        key = waiting.session_key
+        assert key.startswith(f"agent:main:telegram:group:{GROUP}")
+
+        web = gw.runner.adapters["web"]
+        assert isinstance(web, WebAdapter)
+        async with http.get(f"http://127.0.0.1:{web.port}/metrics") as response:
+            metrics = await response.text()
+        assert f'homing_notifications_waiting{{session_key="{key}"}} {len(IN_ORDER) - 1}.0' \
+            in metrics
+        (oldest,) = re.findall(
+            rf'homing_notification_oldest_wait_seconds{{session_key="{re.escape(key)}"}} (\S+)',
+            metrics)
+        assert float(oldest) > 0
+
+        status = await cli_json("status", env=home_env(home))
+        (shown,) = status["waiting_notices"]
+        assert (shown["session_key"], shown["count"]) == (key, len(IN_ORDER) - 1)
+        assert shown["oldest_wait_seconds"] >= 0
+
+        fake.user_message(chat_id=GROUP, chat_type="supergroup", text="/status")
+        (answer,) = await eventually(lambda: [s.text for s in fake.sent
+                                              if "session key:" in s.text], timeout=20,
+                                     what="the /status answer")
+        assert re.search(rf"notices waiting here: {len(IN_ORDER) - 1}, the oldest for "
+                         rf"\d+ min \d+ s", answer)
+
+        fake.stop_failing_sends()
+        await eventually(lambda: any(" finished: " in s.text for s in fake.sent), timeout=30,
+                         what="the job's end")
+        await settled(gw, timeout=20)
+        assert await gw.outbox.waiting() == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_crash_before_a_merged_send_is_recorded_sends_it_merged_again_never_in_parts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
+        backend: str) -> None:
+    chat = Route("memory", "dm", "1", user_id="1")
+    store = {"store__url": request.getfixturevalue("pg_fresh_url")} if backend != "sqlite" else {}
+    config = make_config(tmp_path / "home", platforms__web__enabled=False, **store)
+    adapter = MemoryAdapter("memory")
+    adapter.room = 0  # the chat takes nothing more now: its notices go together
+    async with running_gateway(config, [adapter]) as gw:
+        assert await adapter.receive("hello", chat) == "handled"
+        session = await gw.store.live_session("agent:main:memory:dm:1")
+        assert session is not None
+        crash = CrashPoint()
+        record_message = gw.store.record_message
+
+        def dies_before_the_record(session_id: str, role: str, text: str, **kw: Any) -> None:
+            if "notices at once" not in text:
+                record_message(session_id, role, text, **kw)
+            # else: the process dies before this write (and the sent ids with it) commits
+
+        async def crash_at_the_outcome(claimer: str, outcomes: Any) -> None:
+            crash.crash("after the merged send, before anything of it was recorded")
+
+        monkeypatch.setattr(gw.store, "record_message", dies_before_the_record)
+        monkeypatch.setattr(gw.outbox, "record_outcomes", crash_at_the_outcome)
+        address = ReturnAddress(session.session_key, session.id, chat)
+        await gw.outbox.produce([
+            NewNotification(f"j{i}:completion:0", "completion", address,
+                            f"Job j{i} finished: exit code {i} after {i} s.", job_id=f"j{i}")
+            for i in range(1, 5)])
+        await crash.wait()
+    (merged,) = [m for m in adapter.sent if m.kind == "notification"]
+    assert [f"j{i}" in merged.text for i in range(1, 5)] == [True] * 4
+    first_life = len(adapter.sent)
+    adapter.room = None  # a new life's limiter knows of no limit yet
+    async with running_gateway(config, [adapter]) as gw:
+        async def delivered() -> bool:
+            rows = await gw.outbox.list()
+            return len(rows) == 4 and {n.state for n in rows} == {"delivered"}
+
+        await eventually_async(delivered, what="the notices delivered after the restart")
+        await gw.router.wait_idle()
+        rows = await gw.outbox.list()
+    # the merged message once more, whole — none of its notices on its own as well
+    assert [m.text for m in adapter.sent[first_life:]] == [merged.text]
+    assert len({n.sent_message_id for n in rows}) == 1 and {n.attempts for n in rows} == {1}
