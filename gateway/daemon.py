@@ -187,9 +187,9 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             runner.replay.hold()
             replayed = await runner.replay()
             await runner.inbound.prune(time.time() - INBOUND_KEEP_SECONDS)
-            for adapter in adapters:
+            for adapter in adapters:  # (each stops receiving with the intake, below)
                 await life.start(adapter.platform, adapter.connect(runner),
-                                 stop=adapter.stop_receiving, shutdown=adapter.disconnect)
+                                 shutdown=adapter.disconnect)
             runner.replay.release()
             # a turn waiting for a choice does not hold the stop up (approvals.release)
             pending_approvals = await life.start("approvals", approvals.start(),
@@ -205,9 +205,9 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 await life.start("takeover", takeover.start(), stop=takeover.stop)
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
             life.add("store-watch", shutdown=_async(store_watch.cancel))
-            # the newest part, so the first to stop: from the signal no message's turn
-            # begins (what arrives is journaled, for the next life)
-            life.add("intake", stop=_async(runner.stop_accepting))
+            # the newest part, so the first to stop: from the signal no platform is
+            # polled and no message's turn begins
+            life.add("intake", stop=lambda: _stop_intake(adapters, runner))
             log.info("gateway_started", platforms=[a.platform for a in adapters],
                      state_db=config.state_shown, jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
@@ -216,6 +216,22 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler,
                           life, instance)
         log.info("gateway_stopped")
+
+
+async def _stop_intake(adapters: list[Adapter], runner: GatewayRunner) -> None:
+    """The platforms first: what Telegram has not handed out waits there, and a
+    Telegram poller or Discord session is let go for another instance to take at
+    once. Then no turn begins: what was taken in and not begun — or still arrives, on
+    a web tab open until its turn is done — is journaled, and on a shared store
+    handed over to the other instances now (gateway/inbound.py), each conversation's
+    after its turn under way here; alone on its store, it is the next life's."""
+    for adapter in adapters:
+        try:
+            await adapter.stop_receiving()
+        except Exception:  # the others must still stop, and the turns be cut off
+            log.exception("platform_stop_failed", platform=adapter.platform)
+    runner.stop_accepting()
+    await runner.hand_over_left()
 
 
 def _drain_seconds(config: Config, instance: Instance | None) -> float:

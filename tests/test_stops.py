@@ -28,8 +28,14 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType
 
+from gateway.daemon import running_gateway
+from gateway.events import MessageEvent
+from gateway.platforms.memory import MemoryAdapter
 from gateway.restart_notices import RESTARTING
+from gateway.route import Route
+from gateway.runner import Outcome
 
+from .conftest import make_config
 from .fakes.telegram_server import FakeTelegram
 from .helpers import eventually, eventually_async, running_command
 from .real_daemon import daemon_settled, home_env, start_daemon, web_home
@@ -247,5 +253,92 @@ async def test_a_fenced_daemon_closes_its_tabs_and_web_port_at_once_and_exits_1(
         gate.touch()
         for proc in (first, second):
             if proc is not None and proc.returncode is None:
+                proc.terminate()
+                await proc.wait()
+
+
+class LastBatch(MemoryAdapter):
+    """A poller that, told to stop, finishes journaling the batch it had fetched (as
+    the Telegram adapter does) before it returns."""
+
+    def __init__(self) -> None:
+        super().__init__("memory")
+        self.last: asyncio.Future[Outcome] | None = None
+
+    async def stop_receiving(self) -> None:
+        assert self._runner is not None
+        received = self._runner.receive(MessageEvent(
+            text="fetched as the stop began", route=Route("memory", "dm", "1", user_id="1")))
+        await received.journaled
+        self.last = received.handled
+
+
+async def test_the_platforms_stop_taking_in_before_the_turns_are_cut_off(
+        tmp_path: Path) -> None:
+    """Nothing a poller fetched before it stopped is left behind: its turn runs here
+    (what the poller has not fetched waits at the platform for the next one)."""
+    poller = LastBatch()
+    async with running_gateway(make_config(tmp_path / "home"), [poller]) as gw:
+        await gw.life.stop()
+        assert poller.last is not None and await poller.last == "handled"
+        assert [m.text.splitlines()[0] for m in poller.sent] == [
+            "Received: fetched as the stop began"]
+
+
+def pg_web_home(home: Path, url: str, name: str) -> dict[str, str]:
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        f"store: {{url: '{url}'}}\n"
+        f"instance: {{name: {name}}}\n"
+        "cluster: {lease_seconds: 3, failover_seconds: 6}\n"
+        f"shutdown: {{drain_timeout_seconds: {DRAIN}}}\n"
+        "platforms: {web: {port: 0}}\n")
+    return home_env(home)
+
+
+async def test_a_stopping_instance_hands_what_it_will_not_answer_to_a_survivor_at_once(
+        tmp_path: Path, pg_fresh_url: str) -> None:
+    """A message journaled on a stopping instance is answered by another one as soon as
+    its conversation's turn under way there is done — while the stopping instance
+    still drains another conversation's turn, not after it has ended."""
+    gates = {name: tmp_path / f"gate-{name}" for name in ("busy", "other")}
+    first, url = await start_daemon(pg_web_home(tmp_path / "first", pg_fresh_url, "vps1"))
+    survivor, survivor_url = await start_daemon(
+        pg_web_home(tmp_path / "second", pg_fresh_url, "vps2"))
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = url.rstrip("/")
+            tabs = {name: await open_tab(http, base, name) for name in gates}
+            for name, tab in tabs.items():
+                command = gated(gates[name], f"{name}-done")
+                await tab.say(f"/run {command}")
+                await eventually(lambda c=command: running_command(c, first.pid), STEP,
+                                 f"the {name} turn running its command")
+            first.send_signal(signal.SIGTERM)
+            busy = tabs["busy"]
+            await busy.ws.send_json({"type": "message", "text": "sent while stopping",
+                                     "id": "m-stop"})
+            while (await busy.frame(STEP)) != {"type": "ack", "id": "m-stop"}:
+                pass
+            gates["busy"].touch()  # its conversation's turn here ends; "other" goes on
+            assert (await until_closed(busy))[1] == 1001
+
+            async def answered() -> list[str]:
+                async with http.get(f"{survivor_url.rstrip('/')}/api/conversations/busy/"
+                                    "messages") as resp:
+                    return [m["text"].splitlines()[0] for m in (await resp.json())["messages"]
+                            if m["role"] == "reply" and "sent while stopping" in m["text"]]
+
+            assert await eventually_async(answered, STEP, "the survivor's answer") == [
+                "Received: sent while stopping"]
+            assert first.returncode is None  # still draining the other turn
+            gates["other"].touch()
+            assert await asyncio.wait_for(first.wait(), STEP) == 0
+            assert await answered() == ["Received: sent while stopping"]  # once
+    finally:
+        for gate in gates.values():
+            gate.touch()
+        for proc in (first, survivor):
+            if proc.returncode is None:
                 proc.terminate()
                 await proc.wait()
