@@ -73,6 +73,13 @@ def read_store(env: dict[str, str], sql: str) -> list[Any]:
         return conn.execute(sql).fetchall()
 
 
+def write_store(env: dict[str, str], sql: str, params: tuple[Any, ...]) -> None:
+    """A change the daemon did not make (it reads the row again when woken)."""
+    db = Path(env["HOMING_HOME"]) / "state.db"
+    with closing(sqlite3.connect(db, timeout=5)) as conn, conn:
+        conn.execute(sql, params)
+
+
 async def test_a_stopping_daemon_takes_no_new_tab_and_leaves_new_messages_to_the_next_life(
         tmp_path: Path) -> None:
     gate = tmp_path / "gate"
@@ -156,35 +163,46 @@ def telegram_home(home: Path, fake: FakeTelegram) -> dict[str, str]:
 
 async def test_a_schedule_due_while_the_daemon_stops_is_run_by_the_next_life_once(
         tmp_path: Path, telegram: FakeTelegram) -> None:
-    """The stop is held open past the schedule's time twice over: while the daemon
-    tells the conversation with a turn under way that it is restarting (its Telegram
-    send held), and while that turn finishes."""
+    """While the stop is held open (the restart notice's Telegram send held, a turn
+    under way), a schedule made for an hour ahead is moved to the past in the store,
+    and the scheduler is woken through the REST API (resuming another schedule): one
+    still running would claim the due run at once. None is claimed; the next life runs
+    it, once."""
     fake, gate = telegram, tmp_path / "gate"
     env = telegram_home(tmp_path / "home", fake)
-    first, _ = await start_daemon(env)
+    first, url = await start_daemon(env)
     second = None
     try:
-        command = gated(gate, "turn-done")
-        fake.user_message(chat_id=ALICE, text=f"/run {command}")
-        await eventually(lambda: running_command(command, first.pid), STEP,
-                         "the turn running its command")
-        fake.user_message(text="/at +8s echo at-marker", **TOPIC)
-        await eventually(lambda: any("at-marker" in s.text for s in fake.sent), STEP,
-                         "the schedule made")
-        ((due,),) = read_store(env, "SELECT next_run_at FROM schedules")
-        fake.hold_sends()
-        first.send_signal(signal.SIGTERM)
-        await eventually(lambda: any(m == "sendMessage" and p.get("text") == RESTARTING
-                                     for m, p in fake.calls), STEP, "the restart notice")
-        assert time.time() < due, "the stop began after the schedule's time"
-        # a scheduler still running wakes at the due time and claims it at once
-        await eventually(lambda: time.time() > due + 1.0, STEP, "the schedule's time")
-        fake.release_sends()
-        await eventually(lambda: time.time() > due + 2.0, STEP, "the schedule's time")
-        gate.touch()
-        assert await asyncio.wait_for(first.wait(), STEP) == 0
+        async with aiohttp.ClientSession() as http:
+            api = f"{url.rstrip('/')}/api/schedules"
+            command = gated(gate, "turn-done")
+            fake.user_message(chat_id=ALICE, text=f"/run {command}")
+            await eventually(lambda: running_command(command, first.pid), STEP,
+                             "the turn running its command")
+            fake.user_message(text="/at +1h echo at-marker", **TOPIC)
+            fake.user_message(text="/every 1d echo waker", **TOPIC)
+            await eventually(lambda: sum(("at-marker" in s.text or "waker" in s.text)
+                                         for s in fake.sent) >= 2, STEP, "the schedules made")
+            async with http.get(api) as resp:
+                made = {s["command"]: s["id"] for s in (await resp.json())["schedules"]}
+            due, waker = made["echo at-marker"], made["echo waker"]
+            async with http.patch(f"{api}/{waker}", json={"paused": True}) as resp:
+                assert resp.status == 200
+            fake.hold_sends()
+            first.send_signal(signal.SIGTERM)
+            await eventually(lambda: any(m == "sendMessage" and p.get("text") == RESTARTING
+                                         for m, p in fake.calls), STEP, "the restart notice")
+            moved = time.time() - 60
+            write_store(env, "UPDATE schedules SET next_run_at = ? WHERE id = ?", (moved, due))
+            # a scheduler still running wakes at this and claims the due run at once
+            async with http.patch(f"{api}/{waker}", json={"paused": False}) as resp:
+                assert resp.status == 200
+            fake.release_sends()
+            gate.touch()
+            assert await asyncio.wait_for(first.wait(), STEP) == 0
         assert read_store(env, "SELECT * FROM schedule_runs") == []
-        assert read_store(env, "SELECT next_run_at FROM schedules") == [(due,)]
+        assert read_store(env, f"SELECT next_run_at FROM schedules WHERE id = '{due}'") == [
+            (moved,)]
 
         second, _ = await start_daemon(env)
 
@@ -196,7 +214,8 @@ async def test_a_schedule_due_while_the_daemon_stops_is_run_by_the_next_life_onc
         await daemon_settled(env)
         (run,) = runs()
         assert "at-marker" in run and "exit code 0" in run
-        assert read_store(env, "SELECT state FROM schedule_runs") == [("finished",)]
+        assert read_store(env, "SELECT schedule_id, state FROM schedule_runs") == [
+            (due, "finished")]
     finally:
         fake.release_sends()
         gate.touch()
