@@ -174,11 +174,12 @@ class GatewayRunner:
         handled = self.run_in_lane(key, lambda: self._from_journal(key, event, taking))
         return Received(journaled, handled)
 
-    async def take_steered(self, session_key: str) -> list[MessageEvent]:
+    async def take_steered(self, session_key: str) -> list[JournalEntry]:
         """For a turn under way (``agent.busy: steer``): the messages that arrived
         meanwhile, given to it before its next model call; each is then answered by
-        this turn, not on its own."""
-        taken: list[MessageEvent] = []
+        this turn, not on its own. (Stored with its entry's id: replayed after a crash,
+        it is not written again.)"""
+        taken: list[JournalEntry] = []
         for taking in self._steering.pop(session_key, []):
             try:
                 entry = await taking
@@ -186,7 +187,7 @@ class GatewayRunner:
                 continue  # not journaled: its own lane work says so
             if isinstance(entry, JournalEntry) and entry.id not in self._steered:
                 self._steered.add(entry.id)
-                taken.append(entry.event)
+                taken.append(entry)
         return taken
 
     async def _journal(self, key: str, event: MessageEvent, platform_id: str | None,
