@@ -388,6 +388,8 @@ async def run_daemon(config: Config) -> None:
             write_status(config.home_path, {n: a.connected for n, a in gw.runner.adapters.items()},
                          "stopping", started_at)
             log.info("gateway_stopping")
+            if ended is not None:  # before anything that may wait on the store (down?)
+                await _close_listeners(gw)
             notifier.stopping("stopping: telling conversations, finishing turns in flight")
             # take nothing new first — no tab, no message's turn, no schedule run, no
             # notice — so every turn that runs is one that was told
@@ -403,6 +405,15 @@ async def run_daemon(config: Config) -> None:
     if ended is not None:
         raise InstanceEnded(f"this instance stopped taking part: {ended}; it starts again "
                             f"under a new epoch")
+
+
+async def _close_listeners(gw: Gateway) -> None:
+    """A fenced life has nothing to drain: its web tabs are closed with 1001 and its
+    port closed at once, so the pages reconnect to another instance now, not once the
+    rest has stopped (which may wait on a store that is out of reach)."""
+    for adapter in gw.runner.adapters.values():
+        if isinstance(adapter, WebAdapter):
+            await adapter.disconnect()
 
 
 async def _until_stopped(stop: asyncio.Event, instance: Instance | None) -> str | None:

@@ -141,8 +141,8 @@ class Inbound:
         conversations in ``keep`` (a turn under way here) are left for when it ends,
         so a survivor does not answer them before it. How many were handed over."""
         me = self.handler
-        if me is None:  # one process on its store: the next life replays them
-            return 0
+        if me is None or self.over():  # the next life replays them, or a survivor takes
+            return 0                   # them as it takes a life's that is over
 
         def give(conn: sqlite3.Connection) -> int:
             rows = conn.execute("SELECT id, session_key FROM inbound WHERE handler = ? "

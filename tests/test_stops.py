@@ -6,7 +6,9 @@ nothing new: a new web tab is refused with 503, each open tab is closed with 100
 next life or another instance), no schedule run is claimed, and a message that
 arrives is journaled and answered by the next life, once. A fenced life (another
 process took its instance name) has nothing to drain: it closes its tabs and its web
-port at once and exits 1, long before ``shutdown.drain_timeout_seconds``.
+port at once and exits 1, long before ``shutdown.drain_timeout_seconds`` — before
+anything that waits on a store out of reach. On a shared store, what a stopping
+instance journaled and will not begin is answered by another one at once.
 
 Each turn under way is a ``/run`` command waiting for a gate file the test creates,
 so the stop lasts exactly as long as the test needs.
@@ -27,6 +29,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import WSMsgType
+from yarl import URL
 
 from gateway.daemon import running_gateway
 from gateway.events import MessageEvent
@@ -37,7 +40,7 @@ from gateway.runner import Outcome
 
 from .conftest import make_config
 from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, eventually_async, running_command
+from .helpers import eventually, eventually_async, running_command, write_lock_held
 from .real_daemon import daemon_settled, home_env, start_daemon, web_home
 from .test_web import Tab, open_tab
 
@@ -274,6 +277,39 @@ async def test_a_fenced_daemon_closes_its_tabs_and_web_port_at_once_and_exits_1(
             if proc is not None and proc.returncode is None:
                 proc.terminate()
                 await proc.wait()
+
+
+async def test_a_daemon_fenced_by_a_store_out_of_reach_closes_its_port_before_it_waits_on_it(
+        tmp_path: Path, pg_fresh_url: str) -> None:
+    """Every write hangs (another client holds the store's write lock): the renewal
+    too, so the life ends once its lease has surely run out. Its tabs are closed with
+    1001 and its port closed while the store is still out of reach; what the rest of
+    the stop writes waits, and the daemon exits 1 once it may."""
+    env = pg_home(tmp_path / "home", pg_fresh_url)
+    first, url = await start_daemon(env)
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = url.rstrip("/")
+            tab = await open_tab(http, base, "cut-off")
+            address = URL(base)
+
+            async def port_closed() -> bool:
+                # a connection, not a request: a request would wait on the store
+                try:
+                    _, writer = await asyncio.open_connection(address.host, address.port)
+                except ConnectionRefusedError:
+                    return True
+                writer.close()
+                return False
+
+            async with write_lock_held(pg_fresh_url):
+                assert (await until_closed(tab))[1] == 1001
+                await eventually_async(port_closed, STEP, "the web port closed")
+            assert await asyncio.wait_for(first.wait(), STEP) == 1
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
 
 
 class LastBatch(MemoryAdapter):
