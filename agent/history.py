@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.database import Op
@@ -79,10 +80,14 @@ class History:
             f"AND substr(message, 1, ?) = ? LIMIT 1", (*session_ids, len(prefix), prefix))
         return row is not None
 
-    async def append(self, session_id: str, messages: list[Message]) -> None:
-        """Add ``messages`` in order, in one transaction; returns once committed."""
+    async def append(self, session_id: str, messages: list[Message], *,
+                     inbound_ids: Sequence[int] = ()) -> None:
+        """Add ``messages`` in order, in one transaction; returns once committed.
+        ``inbound_ids``, one per message when given: the journal entries whose messages
+        they are (given to a turn under way), written once per entry as in
+        :meth:`open_turn`."""
         if messages:
-            await self.db.write(append_ops(session_id, messages))
+            await self.db.write(append_ops(session_id, messages, inbound_ids))
 
     async def open_turn(self, session_id: str, opening: Message,
                         inbound_id: int | None) -> None:
@@ -93,9 +98,13 @@ class History:
         await self.db.write([_insert_op(session_id, opening, time.time(), inbound_id)])
 
 
-def append_ops(session_id: str, messages: list[Message]) -> list[Op]:
+def append_ops(session_id: str, messages: list[Message],
+               inbound_ids: Sequence[int] = ()) -> list[Op]:
     """The writes that add ``messages`` to a session's history (to join a transaction)."""
     now = time.time()
+    if inbound_ids:
+        return [_insert_op(session_id, m, now, i)
+                for m, i in zip(messages, inbound_ids, strict=True)]
     return [_insert_op(session_id, m, now) for m in messages]
 
 

@@ -175,10 +175,13 @@ class ModelAgent:
             # agent.busy: steer — what the user said meanwhile joins this turn
             steered = await turn.runner.take_steered(turn.session.session_key)
             if steered:
-                added: list[Message] = [{"role": "user", "content": e.text} for e in steered]
-                await self.history.append(turn.session.id, added)
+                added: list[Message] = [{"role": "user", "content": e.event.text}
+                                        for e in steered]
+                await self.history.append(turn.session.id, added,
+                                          inbound_ids=[e.id for e in steered])
                 for e in steered:
-                    turn.runner.store.record_message(turn.session.id, "user", e.text)
+                    turn.runner.store.record_message(turn.session.id, "user", e.event.text,
+                                                     inbound_id=e.id)
                 convo.messages += added
             await self._compress_if_needed(turn, convo)  # a long tool turn may pass the budget
             return wire_messages(self.system_prompt, convo.messages, vision=self.config.vision)

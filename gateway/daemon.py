@@ -187,9 +187,9 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             runner.replay.hold()
             replayed = await runner.replay()
             await runner.inbound.prune(time.time() - INBOUND_KEEP_SECONDS)
-            for adapter in adapters:
+            for adapter in adapters:  # (each stops receiving with the intake, below)
                 await life.start(adapter.platform, adapter.connect(runner),
-                                 stop=adapter.stop_receiving, shutdown=adapter.disconnect)
+                                 shutdown=adapter.disconnect)
             runner.replay.release()
             # a turn waiting for a choice does not hold the stop up (approvals.release)
             pending_approvals = await life.start("approvals", approvals.start(),
@@ -205,9 +205,9 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                 await life.start("takeover", takeover.start(), stop=takeover.stop)
             store_watch = asyncio.create_task(watch_store(store.db), name="store-watch")
             life.add("store-watch", shutdown=_async(store_watch.cancel))
-            # the newest part, so the first to stop: from the signal no message's turn
-            # begins (what arrives is journaled, for the next life)
-            life.add("intake", stop=_async(runner.stop_accepting))
+            # the newest part, so the first to stop: from the signal no platform is
+            # polled and no message's turn begins
+            life.add("intake", stop=lambda: _stop_intake(adapters, runner))
             log.info("gateway_started", platforms=[a.platform for a in adapters],
                      state_db=config.state_shown, jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
@@ -216,6 +216,22 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler,
                           life, instance)
         log.info("gateway_stopped")
+
+
+async def _stop_intake(adapters: list[Adapter], runner: GatewayRunner) -> None:
+    """The platforms first: what Telegram has not handed out waits there, and a
+    Telegram poller or Discord session is let go for another instance to take at
+    once. Then no turn begins: what was taken in and not begun — or still arrives, on
+    a web tab open until its turn is done — is journaled, and on a shared store
+    handed over to the other instances now (gateway/inbound.py), each conversation's
+    after its turn under way here; alone on its store, it is the next life's."""
+    for adapter in adapters:
+        try:
+            await adapter.stop_receiving()
+        except Exception:  # the others must still stop, and the turns be cut off
+            log.exception("platform_stop_failed", platform=adapter.platform)
+    runner.stop_accepting()
+    await runner.hand_over_left()
 
 
 def _drain_seconds(config: Config, instance: Instance | None) -> float:
@@ -372,6 +388,8 @@ async def run_daemon(config: Config) -> None:
             write_status(config.home_path, {n: a.connected for n, a in gw.runner.adapters.items()},
                          "stopping", started_at)
             log.info("gateway_stopping")
+            if ended is not None:  # before anything that may wait on the store (down?)
+                await _close_listeners(gw)
             notifier.stopping("stopping: telling conversations, finishing turns in flight")
             # take nothing new first — no tab, no message's turn, no schedule run, no
             # notice — so every turn that runs is one that was told
@@ -387,6 +405,15 @@ async def run_daemon(config: Config) -> None:
     if ended is not None:
         raise InstanceEnded(f"this instance stopped taking part: {ended}; it starts again "
                             f"under a new epoch")
+
+
+async def _close_listeners(gw: Gateway) -> None:
+    """A fenced life has nothing to drain: its web tabs are closed with 1001 and its
+    port closed at once, so the pages reconnect to another instance now, not once the
+    rest has stopped (which may wait on a store that is out of reach)."""
+    for adapter in gw.runner.adapters.values():
+        if isinstance(adapter, WebAdapter):
+            await adapter.disconnect()
 
 
 async def _until_stopped(stop: asyncio.Event, instance: Instance | None) -> str | None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from .approvals import Approvals
     from .config import Config
-    from .inbound import Inbound
+    from .inbound import Inbound, JournalEntry
     from .metrics import Metrics
     from .platforms.base import Adapter, LiveReply
     from .runner import Outcome, Received
@@ -53,7 +53,7 @@ class TurnHost(Protocol):
                              seed: Callable[[str], Sequence[Op]] | None = None
                              ) -> SessionEntry: ...
 
-    async def take_steered(self, session_key: str) -> list[MessageEvent]: ...
+    async def take_steered(self, session_key: str) -> list[JournalEntry]: ...
 
     def stop_turn(self, session_key: str) -> bool: ...
 

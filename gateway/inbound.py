@@ -22,7 +22,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +33,7 @@ from .cluster_store import writer_now
 from .database import Op
 from .events import MessageEvent
 from .lives import claim_alive
+from .migrations import INBOUND_CHANNEL
 from .route import Route
 from .state_database import StateDatabase
 
@@ -131,6 +132,37 @@ class Inbound:
         if self.handler is None:
             return "", (entry_id,)
         return " AND handler = ?", (entry_id, self.handler)
+
+    async def hand_over(self, ids: Collection[int] | None = None, *,
+                        keep: Collection[str] = ()) -> int:
+        """On a shared store, as this life stops: what it journaled and will not begin
+        (``ids``, or all of it) becomes nobody's, and the other instances are woken to
+        take it at once, rather than after this life has ended. Entries of the
+        conversations in ``keep`` (a turn under way here) are left for when it ends,
+        so a survivor does not answer them before it. How many were handed over."""
+        me = self.handler
+        if me is None or self.over():  # the next life replays them, or a survivor takes
+            return 0                   # them as it takes a life's that is over
+
+        def give(conn: sqlite3.Connection) -> int:
+            rows = conn.execute("SELECT id, session_key FROM inbound WHERE handler = ? "
+                                "AND state = 'received'", (me,)).fetchall()
+            chosen = [eid for eid, key in rows
+                      if key not in keep and (ids is None or eid in ids)]
+            if not chosen:
+                return 0
+            given = conn.execute(
+                f"UPDATE inbound SET handler = NULL WHERE id IN ({','.join('?' * len(chosen))}) "
+                "AND handler = ? AND state = 'received'", (*chosen, me)).rowcount
+            if given:  # sent at commit
+                conn.execute("SELECT pg_notify(?, ?)", (INBOUND_CHANNEL, ""))
+            return int(given)
+
+        given = int(await self.db.write(give))
+        if given:
+            log.info("messages_handed_over", messages=given,
+                     reason="this instance is stopping")
+        return given
 
     async def unfinished(self) -> list[JournalEntry]:
         """What a stopped process had taken in and not finished, oldest first. On a

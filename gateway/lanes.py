@@ -47,9 +47,11 @@ class Lanes:
         return done
 
     def stop(self, session_key: str) -> bool:
-        """End the work under way in this conversation; False when there is none."""
+        """End the work under way in this conversation; False when there is none — or
+        when it is the caller itself (a /stop replayed in its lane after a restart)."""
         lane = self.by_key.get(session_key)
-        if lane is None or lane.current is None or lane.current.done():
+        if (lane is None or lane.current is None or lane.current.done()
+                or lane.current is asyncio.current_task()):
             return False
         lane.current.cancel()
         log.info("turn_stopped", session_key=session_key)

@@ -468,6 +468,8 @@ OUTBOX_CHANNEL = "homing_outbox"
 SESSIONS_CHANNEL = "homing_sessions"
 APPROVALS_CHANNEL = "homing_approvals"
 JOBS_CHANNEL = "homing_jobs"
+#: journal entries a stopping instance handed over (gateway/inbound.py)
+INBOUND_CHANNEL = "homing_inbound"
 
 
 def postgres_statements(version: int) -> list[str]:

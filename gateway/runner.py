@@ -147,7 +147,7 @@ class GatewayRunner:
         handled once. An event claiming to be internal is refused, so no platform
         update can pose as a gateway notification. Once the gateway is stopping, a
         message is still journaled (and so acknowledged), and its turn is left for
-        the next life: the replay at its start, or a survivor's takeover.
+        the next life: the replay at its start, or (handed over) a survivor's.
         """
         if event.internal:
             raise ValueError("platform events cannot be internal")
@@ -156,9 +156,9 @@ class GatewayRunner:
         taking = asyncio.ensure_future(self._journal(key, event, platform_id, sent_at))
         journaled: asyncio.Future[Taken] = asyncio.get_running_loop().create_future()
         taking.add_done_callback(lambda t: _settle_taken(t, journaled))
-        if not self._accepting:  # not in a lane: nothing waits for it, nor it for anything
-            return Received(journaled, asyncio.ensure_future(
-                self._from_journal(key, event, taking)))
+        if not self._accepting:  # in its lane, to be handed over after the turn under way
+            return Received(journaled, self.run_in_lane(
+                key, lambda: self._from_journal(key, event, taking)))
         command = parse_command(event.text)
         if command is not None and command[0] in IMMEDIATE_COMMANDS:
             # answered at once, beside a turn or a foreground command under way
@@ -174,11 +174,12 @@ class GatewayRunner:
         handled = self.run_in_lane(key, lambda: self._from_journal(key, event, taking))
         return Received(journaled, handled)
 
-    async def take_steered(self, session_key: str) -> list[MessageEvent]:
+    async def take_steered(self, session_key: str) -> list[JournalEntry]:
         """For a turn under way (``agent.busy: steer``): the messages that arrived
         meanwhile, given to it before its next model call; each is then answered by
-        this turn, not on its own."""
-        taken: list[MessageEvent] = []
+        this turn, not on its own. (Stored with its entry's id: replayed after a crash,
+        it is not written again.)"""
+        taken: list[JournalEntry] = []
         for taking in self._steering.pop(session_key, []):
             try:
                 entry = await taking
@@ -186,7 +187,7 @@ class GatewayRunner:
                 continue  # not journaled: its own lane work says so
             if isinstance(entry, JournalEntry) and entry.id not in self._steered:
                 self._steered.add(entry.id)
-                taken.append(entry.event)
+                taken.append(entry)
         return taken
 
     async def _journal(self, key: str, event: MessageEvent, platform_id: str | None,
@@ -237,6 +238,7 @@ class GatewayRunner:
         once stopping (it stays journaled, for the next life)."""
         if not self._accepting:
             log.info("message_left_for_next_life", entry_id=entry.id, session_key=key)
+            await self.inbound.hand_over([entry.id])  # (on a shared store: to a survivor)
             return "shutdown"
         if not await self.acting():  # this life is over: a survivor takes the entry
             log.warning("message_left_to_survivor", entry_id=entry.id, session_key=key)
@@ -519,6 +521,12 @@ class GatewayRunner:
         journaled and left for the next life. Turns under way, and notices already in
         a lane, go on."""
         self._accepting = False
+
+    async def hand_over_left(self) -> int:
+        """Once stopping, on a shared store: the messages journaled here whose turns will
+        not begin go to the other instances now — except a conversation's with a turn
+        under way here, each handed over when its lane reaches it, after that turn."""
+        return await self.inbound.hand_over(keep=set(self.lanes.busy_keys))
 
     async def drain(self, timeout: float) -> bool:
         """Stop accepting and let the work in the lanes finish; True when all did."""

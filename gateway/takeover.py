@@ -12,8 +12,10 @@ the instance came back first and re-attached it (tools/job_takeover.py).
 
 Every one of those takes its rows in one conditional write, so two survivors never
 both take one thing. A cleanly stopped instance leaves no claims and keeps its jobs
-(they go on running, for its next start); its unfinished messages, if the drain ran
-out, are taken over like a crashed one's.
+(they go on running, for its next start). The messages it takes in and will not begin
+once stopping it hands over as it goes (gateway/inbound.py), with a wake-up, so they
+are answered here at once rather than after it has ended; what is left when it ends
+(the drain ran out) is taken over like a crashed one's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tools.job_takeover import report_lost
 
 from .cluster_store import list_instances, store_now
 from .group_commit import StoreClosed
+from .migrations import INBOUND_CHANNEL
 
 if TYPE_CHECKING:
     from tools.delegation import DelegationManager
@@ -53,15 +56,36 @@ class Takeover:
         #: back and dies again is a new life, looked at again
         self._settled: set[tuple[str, int, str]] = set()
         self._task: asyncio.Task[None] | None = None
+        #: a stopping instance handed messages over (set again for each wake-up)
+        self._handed_over = asyncio.Event()
+        self._taking: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._every_third_of_a_lease(), name="takeover")
+        # (also heard when the listener was made again: something may have been missed)
+        self.outbox.db.listen(INBOUND_CHANNEL, lambda _payload: self._handed_over.set())
+        self._taking = asyncio.create_task(self._take_handed_over(), name="takeover-inbound")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        for task in (self._task, self._taking):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._task = self._taking = None
+
+    async def _take_handed_over(self) -> None:
+        """Answer what a stopping instance handed over, in its conversations' lanes."""
+        while True:
+            await self._handed_over.wait()
+            self._handed_over.clear()
+            if not (self.instance.alive and self.runner.accepting):
+                continue  # this one is stopping too, or fenced: another takes them
+            try:
+                await self.runner.replay()
+            except StoreClosed:
+                return
+            except Exception:  # the sweep, or the next wake-up, takes them
+                log.exception("handed_over_messages_not_taken")
 
     async def _every_third_of_a_lease(self) -> None:
         while True:

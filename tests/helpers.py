@@ -1,10 +1,11 @@
 """Small test helpers: waiting for a condition, for a gateway with nothing left to do,
-for a command to be running."""
+for a command to be running; holding the store's write lock from outside."""
 
 from __future__ import annotations
 
 import asyncio
 import shlex
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -78,3 +79,38 @@ def running_command(command: str, parent: int) -> bool:
         if argv in wanted:
             return True
     return False
+
+
+class write_lock_held:
+    """Another client holding the store's write lock: SQLite's, or the cluster-wide
+    advisory lock the PostgreSQL backend takes for every write."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._release: Callable[[], Awaitable[None]] | None = None
+
+    async def __aenter__(self) -> None:
+        if self.url.startswith("postgresql://"):
+            import psycopg  # (only the PostgreSQL tests need it)
+
+            from gateway.pg_database import WRITE_LOCK
+
+            pg = await psycopg.AsyncConnection.connect(self.url)
+            await pg.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+
+            async def release_pg() -> None:
+                await pg.rollback()
+                await pg.close()
+            self._release = release_pg
+        else:
+            lite = sqlite3.connect(self.url, isolation_level=None)
+            lite.execute("BEGIN IMMEDIATE")
+
+            async def release_lite() -> None:
+                lite.execute("ROLLBACK")
+                lite.close()
+            self._release = release_lite
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._release is not None
+        await self._release()

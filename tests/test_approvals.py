@@ -13,7 +13,7 @@ from gateway.daemon import running_gateway
 
 from .approval_support import dangerous, runner_brain, runs
 from .fakes.openai_server import CallTools, ChatRequest, FakeOpenAI, Response, Say
-from .helpers import eventually_async
+from .helpers import eventually, eventually_async, write_lock_held
 from .model_support import is_notice, is_subagent, model_config, web_base
 from .test_web import Tab, open_tab
 
@@ -235,8 +235,6 @@ async def test_two_tabs_pressing_at_once_after_a_restart_start_the_command_once(
         tmp_path: Path, model: FakeOpenAI, http) -> None:
     """The turn that asked is gone, so approving starts the command as a job: two presses
     that both find the approval pending race to that start, and one of them wins."""
-    from .helpers import eventually
-    from .test_cluster import _write_lock_held
 
     marker = tmp_path / "marker"
     model.brain = runner_brain(marker)
@@ -253,10 +251,11 @@ async def test_two_tabs_pressing_at_once_after_a_restart_start_the_command_once(
         b = await open_tab(http, web_base(gw), conversation)
         for each in (a, b):
             assert (await next_of(each, "approval"))["id"] == asked["id"]
-        async with _write_lock_held(str(config.state_location)):
+        async with write_lock_held(str(config.state_location)):
             await asyncio.gather(choose(a, asked["id"], "once"), choose(b, asked["id"], "once"))
-            # both presses found it pending and got as far as starting the command (each
-            # job's folder is made before its row is written, which waits for the lock)
+            # both presses found it pending and got as far as starting the command: each
+            # job's folder is made before its row is written, which waits for the lock —
+            # so neither write can have failed yet (the loser's folder goes when it does)
             await eventually(lambda: jobs.is_dir() and len(list(jobs.iterdir())) == 2,
                              what="both presses starting the command")
         decided = [await next_of(each, "approval_decided") for each in (a, b)]
@@ -272,6 +271,7 @@ async def test_two_tabs_pressing_at_once_after_a_restart_start_the_command_once(
         started = await eventually_async(settled_jobs, what="the job's end")
     assert [job.command for job in started] == [dangerous(marker)]  # started once
     assert runs(marker) == 1
+    assert [p.name for p in jobs.iterdir()] == [started[0].id]  # the loser's folder went
     assert f"background job {started[0].id}" in decided[0]["text"]
 
 

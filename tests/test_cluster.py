@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,9 @@ from gateway.cluster import Instance, Lease
 from gateway.cluster_store import ACQUIRE, dead_instances, list_instances
 from gateway.config import ConfigError, default_instance_name, parse_config
 from gateway.database import Database
-from gateway.pg_database import WRITE_LOCK, PgDatabase
+from gateway.pg_database import PgDatabase
 
-from .helpers import eventually, eventually_async
+from .helpers import eventually, eventually_async, write_lock_held
 from .real_daemon import run_cli, web_home
 
 LEASE = 0.3  # seconds, renewed every 0.1: for an instance that is to die or be cut off
@@ -319,7 +318,7 @@ async def test_an_instance_that_cannot_renew_fences_itself(cluster: Cluster) -> 
     lease, told = Lease(a, "telegram:1"), Told()
     lease.watch(told.acquired, told.lost)
     await eventually(lambda: told.holding, DEADLINE, "a holding the lease")
-    async with _write_lock_held(cluster.url):  # every write waits, the renewal too
+    async with write_lock_held(cluster.url):  # every write waits, the renewal too
         await eventually(lambda: not a.alive, DEADLINE, "a fencing itself")
         assert not lease.held
         await eventually(lambda: told.events == [("acquired", 1), ("lost", None)], DEADLINE,
@@ -342,37 +341,6 @@ async def test_a_second_process_under_the_same_name_ends_the_first(cluster: Clus
     assert not first.alive and second.alive
     await renewals(second, 2)
     assert second.ended is None
-
-
-class _write_lock_held:
-    """Another client holding the store's write lock: SQLite's, or the cluster-wide
-    advisory lock the PostgreSQL backend takes for every write."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._release: Callable[[], Awaitable[None]] | None = None
-
-    async def __aenter__(self) -> None:
-        if self.url.startswith("postgresql://"):
-            pg = await psycopg.AsyncConnection.connect(self.url)
-            await pg.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-
-            async def release_pg() -> None:
-                await pg.rollback()
-                await pg.close()
-            self._release = release_pg
-        else:
-            lite = sqlite3.connect(self.url, isolation_level=None)
-            lite.execute("BEGIN IMMEDIATE")
-
-            async def release_lite() -> None:
-                lite.execute("ROLLBACK")
-                lite.close()
-            self._release = release_lite
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._release is not None
-        await self._release()
 
 
 # configuration ----------------------------------------------------------------------

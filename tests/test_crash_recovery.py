@@ -14,9 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from .fakes.openai_server import FakeOpenAI, Hang, Say
+from .fakes.openai_server import CallTools, FakeOpenAI, Hang, Say
 from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, eventually_async
+from .helpers import eventually, eventually_async, running_command
 from .kill_window import kill_window_rounds
 from .real_daemon import (
     cli_json,
@@ -269,3 +269,54 @@ async def test_a_message_replayed_after_a_kill_9_mid_model_call_is_written_once(
                 if proc is not None and proc.returncode is None:
                     proc.terminate()
                     await proc.wait()
+
+
+async def test_a_steered_message_replayed_after_a_kill_9_is_written_once(
+        tmp_path: Path, model: FakeOpenAI, http: aiohttp.ClientSession) -> None:
+    """``agent.busy: steer``: a message given to the turn under way is stored with its
+    journal entry. The turn dies (kill -9) before answering it; the next life answers
+    it on its own, and the transcript and the model's history still hold it once."""
+    gate = tmp_path / "gate"
+    command = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo deployed"
+    # the first life's turn: a command, then (steered) a call held until it is gone
+    model.script(CallTools([("terminal", {"command": command})]), Hang(60))
+    model.brain = lambda req: Say("answered once")
+    env = web_home(tmp_path / "home",
+                   f"agent: {{backend: openai, base_url: '{model.base_url}', "
+                   "model: fake-model, busy: steer}\n")
+    first, url = await start_daemon(env)
+    second = None
+
+    async def user_lines(base: str) -> list[str]:
+        async with http.get(f"{base}api/conversations/steered/messages") as resp:
+            return [m["text"] for m in (await resp.json())["messages"] if m["role"] == "user"]
+
+    try:
+        tab = await open_tab(http, url.rstrip("/"), "steered")
+        await tab.say("deploy it")
+        await eventually(lambda: running_command(command, first.pid), 20, "the command")
+        await tab.say("to staging, please")  # given to the turn before its next call
+        gate.touch()
+        await eventually(lambda: len(model.requests) == 2, 20, "the steered call")
+        assert await user_lines(url) == ["deploy it", "to staging, please"]
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+        second, url = await start_daemon(env)
+
+        async def answered() -> list[str]:
+            async with http.get(f"{url}api/conversations/steered/messages") as resp:
+                return [m["text"] for m in (await resp.json())["messages"]
+                        if m["text"] == "answered once"]
+
+        await eventually_async(answered, 30, "the steered message answered")
+        await daemon_settled(env)
+        assert await user_lines(url) == ["deploy it", "to staging, please"]
+        assert model.requests[1].texts("user") == ["deploy it", "to staging, please"]
+        (replayed,) = model.requests[2:]
+        assert replayed.texts("user") == ["deploy it", "to staging, please"]  # not twice
+    finally:
+        gate.touch()
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.terminate()
+                await proc.wait()

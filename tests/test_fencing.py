@@ -36,8 +36,7 @@ from gateway.signs_of_life import HeldLive, signs_of_life
 from tools.approval_rules import Need
 
 from .conftest import make_config
-from .helpers import eventually
-from .test_cluster import _write_lock_held
+from .helpers import eventually, write_lock_held
 from .test_schedules import CHAT, START, Clock, runs, say, schedule_config, schedule_id, settle
 
 TOPIC = Route("memory", "group", "-100", thread_id="42", user_id="1")
@@ -74,7 +73,7 @@ async def test_a_stalled_instance_whose_life_ended_sends_nothing_and_leaves_its_
     assert await runner.inbound.started(begun.id)
     session = await gw.store.get_or_create(KEY, TOPIC)
     address = ReturnAddress(KEY, session.id, TOPIC)
-    async with _write_lock_held(pg_fresh_url):  # its renewals wait, as in a stall
+    async with write_lock_held(pg_fresh_url):  # its renewals wait, as in a stall
         await eventually(lambda: not instance.alive, DEADLINE, "vps1 overdue by its own count")
         held = [asyncio.create_task(work) for work in (
             runner.post(TOPIC, "the begun message's reply"),
@@ -156,7 +155,7 @@ async def test_a_stalled_instance_shows_nothing_either_typing_previews_prompts_o
         await live.status("running make")
         await live.close()
 
-    async with _write_lock_held(pg_fresh_url):  # its renewals wait, as in a stall
+    async with write_lock_held(pg_fresh_url):  # its renewals wait, as in a stall
         await eventually(lambda: not instance.alive, DEADLINE, "vps1 overdue by its own count")
         await asyncio.wait_for(asyncio.gather(
             a_turn_through_the_stall(), its_preview(), runner.tool_status(dm, "reading"),

@@ -96,6 +96,21 @@ async def test_after_a_crash_what_was_taken_in_is_handled_once_in_order(tmp_path
         assert await gw.runner.inbound.unfinished() == []
 
 
+async def test_a_replayed_stop_answers_that_nothing_runs_and_does_not_stop_itself(
+        tmp_path: Path) -> None:
+    """/stop sent while the gateway stopped is answered by the next life: nothing runs
+    there (the replay that answers it is not "the turn under way")."""
+    config = make_config(tmp_path / "home")
+    adapter = MemoryAdapter("memory")
+    async with running_gateway(config, [adapter]) as gw:
+        gw.runner.stop_accepting()
+        assert await adapter.receive("/stop", CHAT) == "shutdown"  # left for the next life
+    adapter = MemoryAdapter("memory")
+    async with running_gateway(config, [adapter]) as gw:
+        await settled(gw)
+        assert [m.text for m in adapter.sent] == ["Nothing is running in this conversation."]
+
+
 async def test_waiting_behind_a_long_turn_is_not_the_gateway_being_away(
         tmp_path: Path) -> None:
     adapter = MemoryAdapter("memory")

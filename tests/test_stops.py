@@ -6,7 +6,9 @@ nothing new: a new web tab is refused with 503, each open tab is closed with 100
 next life or another instance), no schedule run is claimed, and a message that
 arrives is journaled and answered by the next life, once. A fenced life (another
 process took its instance name) has nothing to drain: it closes its tabs and its web
-port at once and exits 1, long before ``shutdown.drain_timeout_seconds``.
+port at once and exits 1, long before ``shutdown.drain_timeout_seconds`` — before
+anything that waits on a store out of reach. On a shared store, what a stopping
+instance journaled and will not begin is answered by another one at once.
 
 Each turn under way is a ``/run`` command waiting for a gate file the test creates,
 so the stop lasts exactly as long as the test needs.
@@ -27,11 +29,18 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import WSMsgType
+from yarl import URL
 
+from gateway.daemon import running_gateway
+from gateway.events import MessageEvent
+from gateway.platforms.memory import MemoryAdapter
 from gateway.restart_notices import RESTARTING
+from gateway.route import Route
+from gateway.runner import Outcome
 
+from .conftest import make_config
 from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, eventually_async, running_command
+from .helpers import eventually, eventually_async, running_command, write_lock_held
 from .real_daemon import daemon_settled, home_env, start_daemon, web_home
 from .test_web import Tab, open_tab
 
@@ -65,6 +74,13 @@ def read_store(env: dict[str, str], sql: str) -> list[Any]:
     db = Path(env["HOMING_HOME"]) / "state.db"
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
         return conn.execute(sql).fetchall()
+
+
+def write_store(env: dict[str, str], sql: str, params: tuple[Any, ...]) -> None:
+    """A change the daemon did not make (it reads the row again when woken)."""
+    db = Path(env["HOMING_HOME"]) / "state.db"
+    with closing(sqlite3.connect(db, timeout=5)) as conn, conn:
+        conn.execute(sql, params)
 
 
 async def test_a_stopping_daemon_takes_no_new_tab_and_leaves_new_messages_to_the_next_life(
@@ -150,35 +166,46 @@ def telegram_home(home: Path, fake: FakeTelegram) -> dict[str, str]:
 
 async def test_a_schedule_due_while_the_daemon_stops_is_run_by_the_next_life_once(
         tmp_path: Path, telegram: FakeTelegram) -> None:
-    """The stop is held open past the schedule's time twice over: while the daemon
-    tells the conversation with a turn under way that it is restarting (its Telegram
-    send held), and while that turn finishes."""
+    """While the stop is held open (the restart notice's Telegram send held, a turn
+    under way), a schedule made for an hour ahead is moved to the past in the store,
+    and the scheduler is woken through the REST API (resuming another schedule): one
+    still running would claim the due run at once. None is claimed; the next life runs
+    it, once."""
     fake, gate = telegram, tmp_path / "gate"
     env = telegram_home(tmp_path / "home", fake)
-    first, _ = await start_daemon(env)
+    first, url = await start_daemon(env)
     second = None
     try:
-        command = gated(gate, "turn-done")
-        fake.user_message(chat_id=ALICE, text=f"/run {command}")
-        await eventually(lambda: running_command(command, first.pid), STEP,
-                         "the turn running its command")
-        fake.user_message(text="/at +8s echo at-marker", **TOPIC)
-        await eventually(lambda: any("at-marker" in s.text for s in fake.sent), STEP,
-                         "the schedule made")
-        ((due,),) = read_store(env, "SELECT next_run_at FROM schedules")
-        fake.hold_sends()
-        first.send_signal(signal.SIGTERM)
-        await eventually(lambda: any(m == "sendMessage" and p.get("text") == RESTARTING
-                                     for m, p in fake.calls), STEP, "the restart notice")
-        assert time.time() < due, "the stop began after the schedule's time"
-        # a scheduler still running wakes at the due time and claims it at once
-        await eventually(lambda: time.time() > due + 1.0, STEP, "the schedule's time")
-        fake.release_sends()
-        await eventually(lambda: time.time() > due + 2.0, STEP, "the schedule's time")
-        gate.touch()
-        assert await asyncio.wait_for(first.wait(), STEP) == 0
+        async with aiohttp.ClientSession() as http:
+            api = f"{url.rstrip('/')}/api/schedules"
+            command = gated(gate, "turn-done")
+            fake.user_message(chat_id=ALICE, text=f"/run {command}")
+            await eventually(lambda: running_command(command, first.pid), STEP,
+                             "the turn running its command")
+            fake.user_message(text="/at +1h echo at-marker", **TOPIC)
+            fake.user_message(text="/every 1d echo waker", **TOPIC)
+            await eventually(lambda: sum(("at-marker" in s.text or "waker" in s.text)
+                                         for s in fake.sent) >= 2, STEP, "the schedules made")
+            async with http.get(api) as resp:
+                made = {s["command"]: s["id"] for s in (await resp.json())["schedules"]}
+            due, waker = made["echo at-marker"], made["echo waker"]
+            async with http.patch(f"{api}/{waker}", json={"paused": True}) as resp:
+                assert resp.status == 200
+            fake.hold_sends()
+            first.send_signal(signal.SIGTERM)
+            await eventually(lambda: any(m == "sendMessage" and p.get("text") == RESTARTING
+                                         for m, p in fake.calls), STEP, "the restart notice")
+            moved = time.time() - 60
+            write_store(env, "UPDATE schedules SET next_run_at = ? WHERE id = ?", (moved, due))
+            # a scheduler still running wakes at this and claims the due run at once
+            async with http.patch(f"{api}/{waker}", json={"paused": False}) as resp:
+                assert resp.status == 200
+            fake.release_sends()
+            gate.touch()
+            assert await asyncio.wait_for(first.wait(), STEP) == 0
         assert read_store(env, "SELECT * FROM schedule_runs") == []
-        assert read_store(env, "SELECT next_run_at FROM schedules") == [(due,)]
+        assert read_store(env, f"SELECT next_run_at FROM schedules WHERE id = '{due}'") == [
+            (moved,)]
 
         second, _ = await start_daemon(env)
 
@@ -190,7 +217,8 @@ async def test_a_schedule_due_while_the_daemon_stops_is_run_by_the_next_life_onc
         await daemon_settled(env)
         (run,) = runs()
         assert "at-marker" in run and "exit code 0" in run
-        assert read_store(env, "SELECT state FROM schedule_runs") == [("finished",)]
+        assert read_store(env, "SELECT schedule_id, state FROM schedule_runs") == [
+            (due, "finished")]
     finally:
         fake.release_sends()
         gate.touch()
@@ -247,5 +275,125 @@ async def test_a_fenced_daemon_closes_its_tabs_and_web_port_at_once_and_exits_1(
         gate.touch()
         for proc in (first, second):
             if proc is not None and proc.returncode is None:
+                proc.terminate()
+                await proc.wait()
+
+
+async def test_a_daemon_fenced_by_a_store_out_of_reach_closes_its_port_before_it_waits_on_it(
+        tmp_path: Path, pg_fresh_url: str) -> None:
+    """Every write hangs (another client holds the store's write lock): the renewal
+    too, so the life ends once its lease has surely run out. Its tabs are closed with
+    1001 and its port closed while the store is still out of reach; what the rest of
+    the stop writes waits, and the daemon exits 1 once it may."""
+    env = pg_home(tmp_path / "home", pg_fresh_url)
+    first, url = await start_daemon(env)
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = url.rstrip("/")
+            tab = await open_tab(http, base, "cut-off")
+            address = URL(base)
+
+            async def port_closed() -> bool:
+                # a connection, not a request: a request would wait on the store
+                try:
+                    _, writer = await asyncio.open_connection(address.host, address.port)
+                except ConnectionRefusedError:
+                    return True
+                writer.close()
+                return False
+
+            async with write_lock_held(pg_fresh_url):
+                assert (await until_closed(tab))[1] == 1001
+                await eventually_async(port_closed, STEP, "the web port closed")
+            assert await asyncio.wait_for(first.wait(), STEP) == 1
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
+
+
+class LastBatch(MemoryAdapter):
+    """A poller that, told to stop, finishes journaling the batch it had fetched (as
+    the Telegram adapter does) before it returns."""
+
+    def __init__(self) -> None:
+        super().__init__("memory")
+        self.last: asyncio.Future[Outcome] | None = None
+
+    async def stop_receiving(self) -> None:
+        assert self._runner is not None
+        received = self._runner.receive(MessageEvent(
+            text="fetched as the stop began", route=Route("memory", "dm", "1", user_id="1")))
+        await received.journaled
+        self.last = received.handled
+
+
+async def test_the_platforms_stop_taking_in_before_the_turns_are_cut_off(
+        tmp_path: Path) -> None:
+    """Nothing a poller fetched before it stopped is left behind: its turn runs here
+    (what the poller has not fetched waits at the platform for the next one)."""
+    poller = LastBatch()
+    async with running_gateway(make_config(tmp_path / "home"), [poller]) as gw:
+        await gw.life.stop()
+        assert poller.last is not None and await poller.last == "handled"
+        assert [m.text.splitlines()[0] for m in poller.sent] == [
+            "Received: fetched as the stop began"]
+
+
+def pg_web_home(home: Path, url: str, name: str) -> dict[str, str]:
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        f"store: {{url: '{url}'}}\n"
+        f"instance: {{name: {name}}}\n"
+        "cluster: {lease_seconds: 3, failover_seconds: 6}\n"
+        f"shutdown: {{drain_timeout_seconds: {DRAIN}}}\n"
+        "platforms: {web: {port: 0}}\n")
+    return home_env(home)
+
+
+async def test_a_stopping_instance_hands_what_it_will_not_answer_to_a_survivor_at_once(
+        tmp_path: Path, pg_fresh_url: str) -> None:
+    """A message journaled on a stopping instance is answered by another one as soon as
+    its conversation's turn under way there is done — while the stopping instance
+    still drains another conversation's turn, not after it has ended."""
+    gates = {name: tmp_path / f"gate-{name}" for name in ("busy", "other")}
+    first, url = await start_daemon(pg_web_home(tmp_path / "first", pg_fresh_url, "vps1"))
+    survivor, survivor_url = await start_daemon(
+        pg_web_home(tmp_path / "second", pg_fresh_url, "vps2"))
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = url.rstrip("/")
+            tabs = {name: await open_tab(http, base, name) for name in gates}
+            for name, tab in tabs.items():
+                command = gated(gates[name], f"{name}-done")
+                await tab.say(f"/run {command}")
+                await eventually(lambda c=command: running_command(c, first.pid), STEP,
+                                 f"the {name} turn running its command")
+            first.send_signal(signal.SIGTERM)
+            busy = tabs["busy"]
+            await busy.ws.send_json({"type": "message", "text": "sent while stopping",
+                                     "id": "m-stop"})
+            while (await busy.frame(STEP)) != {"type": "ack", "id": "m-stop"}:
+                pass
+            gates["busy"].touch()  # its conversation's turn here ends; "other" goes on
+            assert (await until_closed(busy))[1] == 1001
+
+            async def answered() -> list[str]:
+                async with http.get(f"{survivor_url.rstrip('/')}/api/conversations/busy/"
+                                    "messages") as resp:
+                    return [m["text"].splitlines()[0] for m in (await resp.json())["messages"]
+                            if m["role"] == "reply" and "sent while stopping" in m["text"]]
+
+            assert await eventually_async(answered, STEP, "the survivor's answer") == [
+                "Received: sent while stopping"]
+            assert first.returncode is None  # still draining the other turn
+            gates["other"].touch()
+            assert await asyncio.wait_for(first.wait(), STEP) == 0
+            assert await answered() == ["Received: sent while stopping"]  # once
+    finally:
+        for gate in gates.values():
+            gate.touch()
+        for proc in (first, survivor):
+            if proc.returncode is None:
                 proc.terminate()
                 await proc.wait()

@@ -16,7 +16,7 @@ from gateway.platforms.telegram import TelegramAdapter
 
 from .conftest import make_config
 from .fakes.telegram_server import FakeTelegram, SentRecord
-from .helpers import eventually, eventually_async, running_command, settled
+from .helpers import eventually, eventually_async, running_command, settled, write_lock_held
 from .test_cli import _env, run_cli
 
 FORUM, OTHER_FORUM, GROUP = -1001, -1002, -1003
@@ -324,13 +324,11 @@ async def test_a_stop_while_an_update_is_being_journaled_confirms_it_once_writte
         tmp_path: Path, fake: FakeTelegram) -> None:
     """Stopping cuts the long poll, not the journaling of what it returned: the update
     is written, then confirmed to Telegram, so the next start is not handed it again."""
-    from .test_cluster import _write_lock_held
-
     config = telegram_config(tmp_path / "home", fake)
     async with running_gateway(config) as gw:
         adapter = gw.runner.adapters["telegram"]
         await adapter.wait_connected()
-        async with _write_lock_held(str(config.state_location)):  # the journal write waits
+        async with write_lock_held(str(config.state_location)):  # the journal write waits
             fake.user_message(chat_id=ALICE, text="journaled as the stop began")
             await eventually(lambda: fake.handed_out >= 1, what="the update handed out")
             stopping = asyncio.create_task(adapter.stop_receiving())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
+import shutil
 import sqlite3
 import time
 import uuid
@@ -166,6 +167,9 @@ class JobManager:
         except asyncio.CancelledError:
             # the row may have committed: it must not show a job that never ran as running
             self.db.write_behind([_failed_op(job_id)])
+            raise
+        except Exception:  # not registered (rolled back): its folder is nobody's
+            await asyncio.to_thread(shutil.rmtree, files.folder, ignore_errors=True)
             raise
         try:
             pid = self._spawn(record, workdir)

@@ -189,6 +189,14 @@ class DiscordAdapter(Adapter):
                 ready.cancel()
                 raise ConnectionError("discord could not connect; see the log")
 
+    async def stop_receiving(self) -> None:
+        """On a shared store, let the gateway session go: another instance opens it at
+        once and reads back from the journal what came meanwhile (sending goes on over
+        REST). Alone on its store, what arrives is journaled for the next life."""
+        if self.poll_lease is not None:
+            self._receiving = False
+            await self.poll_lease.stop()
+
     async def disconnect(self) -> None:
         self._receiving = False
         if self.poll_lease is not None:  # the session closes first, then the lease goes
