@@ -8,6 +8,12 @@ headers), the router gathers them: one message carries several notices, each who
 its job id, exit code, duration, the match — in the order they were made, and one
 write records all of them as delivered by that one send.
 
+Notices gather only with notices of the same owner: the same kind of delivery (a
+late notice of an ended session, labelled, or the live session's), the same session
+and the same route — topic and reply anchor. After a ``/new`` the ended session's
+notices and the new session's go in messages of their own, each recorded in its own
+session's transcript.
+
 Only notices that are posted as they are gather: a job's notice under the command
 agent, a model agent's own gateway notes, a late notice from an ended session. A
 notice that gives the model a turn gets its own turn and its own answer, and one
@@ -29,9 +35,16 @@ from dataclasses import dataclass, field
 from .events import NoticeInfo
 from .notifications import Notification
 from .ownership import DeliverNotice, DeliverTurn
+from .route import Route
 
 #: a notice's delivery, once the ownership rule found its owner
 Sendable = DeliverTurn | DeliverNotice
+
+
+def owner_of(decision: Sendable) -> tuple[bool, str, Route]:
+    """Who a message of notices is posted to and recorded for: notices go together
+    only when this is the same (one message has one session and one route)."""
+    return isinstance(decision, DeliverNotice), decision.session.id, decision.route
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +82,9 @@ class Delivery:
         return self.members[0].notification.session_key
 
     def takes(self, member: Member) -> bool:
-        """Whether ``member`` may join: while it gathers, the same merged message sent
-        again, or a fresh one with room for its text."""
-        if not self.gathering:
+        """Whether ``member`` may join: while it gathers, for the same owner, the same
+        merged message sent again, or a fresh one with room for its text."""
+        if not self.gathering or owner_of(member.decision) != owner_of(self.members[0].decision):
             return False
         if self.merged_into is not None or member.notification.merged_into is not None:
             return member.notification.merged_into == self.merged_into

@@ -30,7 +30,15 @@ import structlog
 from .database import Op
 from .events import SendResult
 from .lives import claimer_name
-from .merged_notices import Delivery, Member, Sendable, merged_info, merged_text, notice_text
+from .merged_notices import (
+    Delivery,
+    Member,
+    Sendable,
+    merged_info,
+    merged_text,
+    notice_text,
+    owner_of,
+)
 from .migrations import OUTBOX_CHANNEL
 from .notifications import Notification
 from .outbox import DeliveryOutcome as _Outcome
@@ -417,6 +425,9 @@ class Router:
             (decision,) = await self._decide([n])
         if isinstance(decision, Park):
             return _parked(decision)
+        return await self._deliver_to(n, decision)
+
+    async def _deliver_to(self, n: Notification, decision: Sendable) -> _Outcome:
         if isinstance(decision, DeliverNotice):
             return await self._deliver_notice(n, decision)
         if not self._connected(decision.route.platform):
@@ -443,7 +454,12 @@ class Router:
     async def _deliver_together(self, going: Sequence[Member],
                                 merged_into: int | None) -> dict[int, _Outcome]:
         """Several notices of one conversation in one message, each whole and in order;
-        the send and its record mark every one of them delivered, in one write."""
+        the send and its record mark every one of them delivered, in one write.
+
+        One whose owner changed while they waited (its session ended meanwhile) goes
+        with the others of its owner now, in a message of its own: a message has one
+        session and one route. Once one of these messages is refused, those after it
+        go back untried, behind it."""
         # as for one notice: an owner reset while these waited is asked about again
         again = [m.notification for m in going if not self._still_live(m.decision)]
         fresh = dict(zip((n.id for n in again), await self._decide(again) if again else [],
@@ -456,25 +472,42 @@ class Router:
                 outcomes[m.notification.id] = _parked(decision)
             else:
                 sending.append((m.notification, decision))
-        if not sending:
-            return outcomes
-        (first, where), ids = sending[0], [n.id for n, _ in sending]
+        runs = _by_owner(sending)
+        for index, run in enumerate(runs):
+            if len(run) == 1:
+                (n, decision), = run
+                sent = {n.id: await self._deliver_to(n, decision)}
+            else:  # (a set marked before and still whole keeps its mark)
+                whole = merged_into is not None and len(runs) == 1
+                sent = await self._send_merged(run, merged_into if whole else None)
+            outcomes |= sent
+            refused = next((i for i, o in sent.items() if o.state == "retry"), None)
+            if refused is not None:
+                held = _Outcome("held", reason=f"waits behind notification {refused}")
+                outcomes |= {n.id: held for later in runs[index + 1:] for n, _ in later}
+                break
+        return outcomes
+
+    async def _send_merged(self, run: Sequence[tuple[Notification, Sendable]],
+                           merged_into: int | None) -> dict[int, _Outcome]:
+        """One message carrying ``run``'s notices (one owner's), recorded by its send."""
+        (first, where), ids = run[0], [n.id for n, _ in run]
         if not self._connected(where.route.platform):
-            return outcomes | {i: _DISCONNECTED for i in ids}
+            return {i: _DISCONNECTED for i in ids}
         if merged_into is None:  # marked first: after a crash they go together again
             await self.outbox.merge(ids, self.name)
 
         def sent(result: SendResult) -> list[Op]:
             return [self.outbox.sent_op(i, self.name, result.message_id) for i in ids]
 
-        notices = [n for n, _ in sending]
+        notices = [n for n, _ in run]
         result = await self.runner.send(
-            where.session, where.route, merged_text([notice_text(n, d) for n, d in sending]),
+            where.session, where.route, merged_text([notice_text(n, d) for n, d in run]),
             kind="notification", recorded_with=sent, notice=merged_info(notices),
             dedupe_key=f"{first.idempotency_key}:merged")
         log.info("notices_sent_together", session_key=first.session_key,
                  notification_ids=ids, ok=result.ok)
-        return outcomes | {n.id: _from_sends(n, [result]) for n in notices}
+        return {n.id: _from_sends(n, [result]) for n in notices}
 
     def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:
         def ops(result: SendResult) -> list[Op]:
@@ -494,6 +527,18 @@ _DISCONNECTED = _Outcome("retry", reason="platform disconnected",
 
 
 _STOPPING = _Outcome("retry", reason="gateway stopping", retry_in=0.0)
+
+
+def _by_owner(sending: list[tuple[Notification, Sendable]]
+              ) -> list[list[tuple[Notification, Sendable]]]:
+    """``sending`` in runs of one owner each, in their order."""
+    runs: list[list[tuple[Notification, Sendable]]] = []
+    for item in sending:
+        if runs and owner_of(runs[-1][0][1]) == owner_of(item[1]):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
 
 
 def _parked(decision: Park) -> _Outcome:

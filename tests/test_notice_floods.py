@@ -221,3 +221,48 @@ async def test_a_crash_before_a_merged_send_is_recorded_sends_it_merged_again_ne
     # the merged message once more, whole — none of its notices on its own as well
     assert [m.text for m in adapter.sent[first_life:]] == [merged.text]
     assert len({n.sent_message_id for n in rows}) == 1 and {n.attempts for n in rows} == {1}
+
+
+def jobs_in(text: str) -> list[str]:
+    return re.findall(r"\bj\d\b", text)
+
+
+async def test_under_a_flood_limit_an_ended_sessions_notices_never_join_the_new_sessions(
+        tmp_path: Path) -> None:
+    """After ``/new``, late notices of the ended session and notices of the new one wait
+    together: each message goes to one owner — the ended session's labelled, the live
+    session's not — and is written in that owner's transcript only."""
+    chat = Route("memory", "dm", "1", user_id="1")
+    key = "agent:main:memory:dm:1"
+    adapter = MemoryAdapter("memory")
+    adapter.room = 0  # the chat takes nothing more now: its notices go together
+    config = make_config(tmp_path / "home", platforms__web__enabled=False)
+    async with running_gateway(config, [adapter]) as gw:
+        assert await adapter.receive("hello", chat) == "handled"
+        ended = await gw.store.live_session(key)
+        assert ended is not None
+        assert await adapter.receive("/new", chat) == "handled"
+        live = await gw.store.live_session(key)
+        assert live is not None and live.id != ended.id
+
+        def notice(i: int, session_id: str) -> NewNotification:
+            return NewNotification(f"j{i}:completion:0", "completion",
+                                   ReturnAddress(key, session_id, chat),
+                                   f"Job j{i} finished: exit code 0 after {i} s.", job_id=f"j{i}")
+
+        await gw.outbox.produce([notice(1, ended.id), notice(2, live.id), notice(3, live.id),
+                                 notice(4, ended.id), notice(5, ended.id)])
+
+        async def delivered() -> bool:
+            rows = [n for n in await gw.outbox.list() if n.job_id]
+            return len(rows) == 5 and {n.state for n in rows} == {"delivered"}
+
+        await eventually_async(delivered, what="the five notices delivered")
+        await gw.router.wait_idle()
+        said = {s.id: "\n".join(line.text for line in await gw.store.messages(s.id))
+                for s in (ended, live)}
+    sent = [m.text for m in adapter.sent if m.kind == "notification"]
+    assert [jobs_in(text) for text in sent] == [["j1"], ["j2", "j3"], ["j4", "j5"]]
+    assert ["from an ended session" in text for text in sent] == [True, False, True]
+    assert jobs_in(said[ended.id]) == ["j1", "j4", "j5"]
+    assert jobs_in(said[live.id]) == ["j2", "j3"]
