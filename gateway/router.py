@@ -45,8 +45,9 @@ from .outbox import DeliveryOutcome as _Outcome
 from .outbox import Outbox
 from .ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from .retry import RetryPolicy
+from .route import Route
 from .runner import GatewayRunner
-from .session_key import platform_prefix
+from .session_key import SessionKeyError, parse_session_key, platform_prefix
 from .store import SessionStore
 
 log = structlog.get_logger(__name__)
@@ -229,21 +230,19 @@ class Router:
                                           DISCONNECTED_RETRY_SECONDS)
             return
         self._open += len(batch)
-        # by conversation: how many of its notices could gather, and (once asked) whether
-        # its platform can take them one by one now
-        plain = Counter(n.session_key for n, d in zip(batch, decisions, strict=True)
-                        if self._posts_as_is(n, d))
-        short: dict[str, bool] = {}
+        budgets = _Budgets(self.runner, Counter(
+            _chat_of(d.route) for n, d in zip(batch, decisions, strict=True)
+            if not isinstance(d, Park) and self._posts_as_is(n, d)))
         for n, decision in zip(batch, decisions, strict=True):
             if isinstance(decision, Park):
                 self._record(n, _parked(decision))
                 continue
             member = Member(n, decision, claim)
-            if self._posts_as_is(n, decision) and self._gather(member, plain, short):
+            if self._posts_as_is(n, decision) and self._gather(member, budgets):
                 continue
             # turns and labelled notices alike go through the conversation's
             # lane, so its notices keep their order
-            self._queue(Delivery([member]))
+            self._queue(Delivery([member]), budgets)
 
     def _posts_as_is(self, n: Notification, decision: Decision) -> bool:
         """A notice whose delivery only posts its text (no turn of the model, no file)."""
@@ -251,36 +250,29 @@ class Router:
             return False
         return isinstance(decision, DeliverNotice) or self.runner.agent.posts_as_is(n)
 
-    def _gather(self, member: Member, plain: Counter[str], short: dict[str, bool]) -> bool:
+    def _gather(self, member: Member, budgets: _Budgets) -> bool:
         """Put ``member`` into a delivery of several notices in one message: the one its
-        conversation has open, or a new one when the platform cannot take the
-        conversation's waiting notices one by one now. False: it goes alone."""
+        conversation has open, or a new one when the platform cannot take the waiting
+        notices of the conversation's chat one by one now. False: it goes alone."""
         n = member.notification
         key = n.session_key
-        lanes = self.runner.lanes
         open_ = self._gathering.get(key)
-        if (open_ is not None and open_.done is not None and lanes.queued_last(key, open_.done)
-                and open_.takes(member)):
+        budgets.place(member.decision)
+        if (open_ is not None and open_.done is not None
+                and self.runner.lanes.queued_last(key, open_.done) and open_.takes(member)):
             open_.members.append(member)
             return True
-        if n.merged_into is None:  # (one of a merged message sent before goes merged again)
-            if key not in short:  # (the work under way in its lane takes its part too)
-                wanted = plain[key] + lanes.waiting(key) + lanes.is_busy(key)
-                short[key] = self._short_of_room(member.decision, wanted)
-            if not short[key]:
-                return False
+        # (one of a merged message sent before goes merged again)
+        if n.merged_into is None and not budgets.short(member.decision):
+            return False
         adapter = self.runner.adapters[member.decision.route.platform]
         self._queue(Delivery([member], gathering=True, limit=adapter.message_limit,
-                             merged_into=n.merged_into))
+                             merged_into=n.merged_into), budgets)
         return True
 
-    def _short_of_room(self, decision: Sendable, wanted: int) -> bool:
-        adapter = self.runner.adapters.get(decision.route.platform)
-        room = adapter.send_room(decision.route) if adapter is not None else None
-        return room is not None and room < wanted
-
-    def _queue(self, delivery: Delivery) -> None:
+    def _queue(self, delivery: Delivery, budgets: _Budgets) -> None:
         key = delivery.session_key
+        budgets.spend(delivery.members[0].decision)
         delivery.done = self.runner.run_in_lane(key, partial(self._deliver_in_lane, delivery))
         delivery.done.add_done_callback(partial(self._lane_done, delivery))
         if delivery.gathering:
@@ -520,6 +512,64 @@ class Router:
 
     def _schedule_wake(self, delay: float) -> None:
         asyncio.get_running_loop().call_later(max(delay, 0.0), self.wake)
+
+
+class _Budgets:
+    """What each chat can still take while a batch's deliveries are queued.
+
+    A platform's budget is the chat's, not one conversation's: Telegram's 20 messages
+    a minute are a group's, all its forum topics together. So a chat is short when the
+    notices all its conversations still want one by one exceed what it takes now, less
+    the work its lanes already hold and each delivery queued since.
+    """
+
+    def __init__(self, runner: GatewayRunner, wanted: Counter[tuple[str, str]]) -> None:
+        self._runner = runner
+        #: by chat, the batch's notices posted as they are and not placed yet
+        self._wanted = wanted
+        #: by chat, once asked: the sends it takes now (None: no limit)
+        self._room: dict[tuple[str, str], int | None] = {}
+
+    def place(self, decision: Sendable) -> None:
+        """A notice counted in ``wanted`` is being placed (alone or in a message)."""
+        self._wanted[_chat_of(decision.route)] -= 1
+
+    def short(self, decision: Sendable) -> bool:
+        """Whether the chat cannot take one by one the notices it still wants, the one
+        just placed included."""
+        chat = _chat_of(decision.route)
+        if chat not in self._room:
+            self._room[chat] = self._room_now(decision.route)
+        room = self._room[chat]
+        return room is not None and room < self._wanted[chat] + 1
+
+    def spend(self, decision: Sendable) -> None:
+        """A delivery was queued for the chat: one send less of its room."""
+        chat = _chat_of(decision.route)
+        room = self._room.get(chat)
+        if room is not None:
+            self._room[chat] = room - 1
+
+    def _room_now(self, route: Route) -> int | None:
+        adapter = self._runner.adapters.get(route.platform)
+        room = adapter.send_room(route) if adapter is not None else None
+        if room is None:
+            return None
+        lanes = self._runner.lanes
+        queued = 0  # (the work under way in a lane takes its part too)
+        for key in list(lanes.by_key):
+            try:
+                parts = parse_session_key(key)
+            except SessionKeyError:
+                continue
+            if (parts.platform, parts.chat_id) == (route.platform, route.chat_id):
+                queued += lanes.waiting(key) + lanes.is_busy(key)
+        return room - queued
+
+
+def _chat_of(route: Route) -> tuple[str, str]:
+    """What a platform's send budget belongs to."""
+    return route.platform, route.chat_id
 
 
 _DISCONNECTED = _Outcome("retry", reason="platform disconnected",

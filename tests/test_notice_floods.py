@@ -28,6 +28,7 @@ from gateway.platforms import telegram as telegram_adapter
 from gateway.platforms.memory import MemoryAdapter
 from gateway.platforms.web import WebAdapter
 from gateway.route import Route
+from gateway.session_key import build_session_key
 
 from .conftest import make_config
 from .fakes.discord_server import FakeDiscord
@@ -36,7 +37,7 @@ from .faults import CrashPoint
 from .helpers import eventually, eventually_async, settled
 from .real_daemon import cli_json, home_env
 from .test_discord import CHANNEL, discord_config
-from .test_telegram import GROUP, telegram_config
+from .test_telegram import FORUM, GROUP, telegram_config
 
 LINES = 30
 WATCHED = f"/watch RW for i in $(seq 1 {LINES}); do echo RW$i; done; echo end"
@@ -95,6 +96,51 @@ async def test_on_telegram_notices_waiting_out_a_flood_wait_go_together_in_order
         await settled(gw, timeout=20)
         await assert_together_in_order_each_once(
             gw, [s.text for s in fake.sent if s.chat_id == GROUP and "Job " in s.text])
+
+
+#: a forum group's topics, each with a few notices: together more than the group takes
+TOPICS = (42, 43, 44, 45, 46)
+PER_TOPIC = 4
+
+
+async def test_in_a_forum_group_over_its_flood_limit_each_topics_notices_go_together_there(
+        tmp_path: Path, telegram_fake: FakeTelegram) -> None:
+    """Telegram's limit is the whole group's: five topics with four notices each want 20
+    messages of a group that takes 16 a minute, though no topic alone wants more than
+    four. Each topic's notices go in one message to that topic, never to another."""
+    fake = telegram_fake
+    config = make_config(
+        tmp_path / "home", platforms__telegram__enabled=True,
+        platforms__telegram__token=fake.token, platforms__telegram__base_url=fake.base_url,
+        platforms__telegram__group_messages_per_minute=len(TOPICS) * PER_TOPIC - 4)
+    async with running_gateway(config) as gw:
+        await gw.runner.adapters["telegram"].wait_connected()
+        addresses = {}
+        for topic in TOPICS:
+            route = Route("telegram", "group", str(FORUM), thread_id=str(topic))
+            key = build_session_key(route)
+            session = await gw.store.get_or_create(key, route)
+            addresses[topic] = ReturnAddress(key, session.id, route)
+        # made in turns, topic after topic, as a busy forum's jobs end
+        await gw.outbox.produce([
+            NewNotification(f"t{topic}n{i}:completion:0", "completion", addresses[topic],
+                            f"Job t{topic}n{i} finished: exit code 0 after {i} s.",
+                            job_id=f"t{topic}n{i}")
+            for i in range(1, PER_TOPIC + 1) for topic in TOPICS])
+
+        async def delivered() -> bool:
+            rows = await gw.outbox.list()
+            return (len(rows) == len(TOPICS) * PER_TOPIC
+                    and {n.state for n in rows} == {"delivered"})
+
+        await eventually_async(delivered, timeout=30, what="every topic's notices delivered")
+        await settled(gw, timeout=20)
+    sent = [s for s in fake.sent if s.chat_id == FORUM and "Job " in s.text]
+    assert sorted(int(s.message_thread_id or 0) for s in sent) == list(TOPICS)
+    for s in sent:
+        carried = re.findall(r"\bJob t(\d+)n(\d)\b", s.text)
+        assert {int(topic) for topic, _ in carried} == {s.message_thread_id}
+        assert [int(i) for _, i in carried] == list(range(1, PER_TOPIC + 1))
 
 
 @pytest.fixture
