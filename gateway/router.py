@@ -33,7 +33,9 @@ from .lives import claimer_name
 from .merged_notices import (
     Delivery,
     Member,
+    Outgoing,
     Sendable,
+    in_messages,
     merged_info,
     merged_text,
     notice_text,
@@ -457,14 +459,14 @@ class Router:
         fresh = dict(zip((n.id for n in again), await self._decide(again) if again else [],
                          strict=True))
         outcomes: dict[int, _Outcome] = {}
-        sending: list[tuple[Notification, Sendable]] = []
+        sending: list[Outgoing] = []
         for m in going:
             decision = fresh.get(m.notification.id, m.decision)
             if isinstance(decision, Park):
                 outcomes[m.notification.id] = _parked(decision)
             else:
                 sending.append((m.notification, decision))
-        runs = _by_owner(sending)
+        runs = [group for run in _by_owner(sending) for group in self._in_messages(run)]
         for index, run in enumerate(runs):
             if len(run) == 1:
                 (n, decision), = run
@@ -480,7 +482,11 @@ class Router:
                 break
         return outcomes
 
-    async def _send_merged(self, run: Sequence[tuple[Notification, Sendable]],
+    def _in_messages(self, run: list[Outgoing]) -> list[list[Outgoing]]:
+        adapter = self.runner.adapters.get(run[0][1].route.platform)
+        return in_messages(run, adapter.message_count) if adapter is not None else [run]
+
+    async def _send_merged(self, run: Sequence[Outgoing],
                            merged_into: int | None) -> dict[int, _Outcome]:
         """One message carrying ``run``'s notices (one owner's), recorded by its send."""
         (first, where), ids = run[0], [n.id for n, _ in run]
@@ -579,10 +585,10 @@ _DISCONNECTED = _Outcome("retry", reason="platform disconnected",
 _STOPPING = _Outcome("retry", reason="gateway stopping", retry_in=0.0)
 
 
-def _by_owner(sending: list[tuple[Notification, Sendable]]
-              ) -> list[list[tuple[Notification, Sendable]]]:
+def _by_owner(sending: list[Outgoing]
+              ) -> list[list[Outgoing]]:
     """``sending`` in runs of one owner each, in their order."""
-    runs: list[list[tuple[Notification, Sendable]]] = []
+    runs: list[list[Outgoing]] = []
     for item in sending:
         if runs and owner_of(runs[-1][0][1]) == owner_of(item[1]):
             runs[-1].append(item)

@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 
 from gateway import router as router_module
+from gateway.config import Config
 from gateway.daemon import Gateway, running_gateway
 from gateway.notifications import NewNotification, Notification, ReturnAddress
 from gateway.platforms import telegram as telegram_adapter
@@ -98,6 +99,33 @@ async def test_on_telegram_notices_waiting_out_a_flood_wait_go_together_in_order
             gw, [s.text for s in fake.sent if s.chat_id == GROUP and "Job " in s.text])
 
 
+def limited_telegram(home: Path, fake: FakeTelegram, *, per_minute: int) -> Config:
+    """Telegram, with a group taking ``per_minute`` messages a minute."""
+    return make_config(
+        home, platforms__telegram__enabled=True, platforms__telegram__token=fake.token,
+        platforms__telegram__base_url=fake.base_url,
+        platforms__telegram__group_messages_per_minute=per_minute)
+
+
+async def addresses_in(gw: Gateway, routes: dict[int, Route]) -> dict[int, ReturnAddress]:
+    """A live session for each route, as a conversation there would have."""
+    addresses = {}
+    for name, route in routes.items():
+        key = build_session_key(route)
+        session = await gw.store.get_or_create(key, route)
+        addresses[name] = ReturnAddress(key, session.id, route)
+    return addresses
+
+
+async def all_delivered(gw: Gateway, count: int) -> None:
+    async def delivered() -> bool:
+        rows = await gw.outbox.list()
+        return len(rows) == count and {n.state for n in rows} == {"delivered"}
+
+    await eventually_async(delivered, timeout=30, what=f"the {count} notices delivered")
+    await settled(gw, timeout=20)
+
+
 #: a forum group's topics, each with a few notices: together more than the group takes
 TOPICS = (42, 43, 44, 45, 46)
 PER_TOPIC = 4
@@ -109,18 +137,11 @@ async def test_in_a_forum_group_over_its_flood_limit_each_topics_notices_go_toge
     messages of a group that takes 16 a minute, though no topic alone wants more than
     four. Each topic's notices go in one message to that topic, never to another."""
     fake = telegram_fake
-    config = make_config(
-        tmp_path / "home", platforms__telegram__enabled=True,
-        platforms__telegram__token=fake.token, platforms__telegram__base_url=fake.base_url,
-        platforms__telegram__group_messages_per_minute=len(TOPICS) * PER_TOPIC - 4)
+    config = limited_telegram(tmp_path / "home", fake, per_minute=len(TOPICS) * PER_TOPIC - 4)
     async with running_gateway(config) as gw:
         await gw.runner.adapters["telegram"].wait_connected()
-        addresses = {}
-        for topic in TOPICS:
-            route = Route("telegram", "group", str(FORUM), thread_id=str(topic))
-            key = build_session_key(route)
-            session = await gw.store.get_or_create(key, route)
-            addresses[topic] = ReturnAddress(key, session.id, route)
+        addresses = await addresses_in(gw, {topic: Route(
+            "telegram", "group", str(FORUM), thread_id=str(topic)) for topic in TOPICS})
         # made in turns, topic after topic, as a busy forum's jobs end
         await gw.outbox.produce([
             NewNotification(f"t{topic}n{i}:completion:0", "completion", addresses[topic],
@@ -128,19 +149,39 @@ async def test_in_a_forum_group_over_its_flood_limit_each_topics_notices_go_toge
                             job_id=f"t{topic}n{i}")
             for i in range(1, PER_TOPIC + 1) for topic in TOPICS])
 
-        async def delivered() -> bool:
-            rows = await gw.outbox.list()
-            return (len(rows) == len(TOPICS) * PER_TOPIC
-                    and {n.state for n in rows} == {"delivered"})
-
-        await eventually_async(delivered, timeout=30, what="every topic's notices delivered")
-        await settled(gw, timeout=20)
+        await all_delivered(gw, len(TOPICS) * PER_TOPIC)
     sent = [s for s in fake.sent if s.chat_id == FORUM and "Job " in s.text]
     assert sorted(int(s.message_thread_id or 0) for s in sent) == list(TOPICS)
     for s in sent:
         carried = re.findall(r"\bJob t(\d+)n(\d)\b", s.text)
         assert {int(topic) for topic, _ in carried} == {s.message_thread_id}
         assert [int(i) for _, i in carried] == list(range(1, PER_TOPIC + 1))
+
+
+async def test_notices_go_together_only_as_many_as_telegram_shows_in_one_message(
+        tmp_path: Path, telegram_fake: FakeTelegram) -> None:
+    """Telegram measures a message as it shows it, in UTF-16 units: four notices of
+    1,200 emoji each fit in 4,096 characters of Python but not in one message. Each
+    message carries the notices it says it carries, each whole, none cut off into the
+    next message."""
+    fake = telegram_fake
+    async with running_gateway(limited_telegram(tmp_path / "home", fake, per_minute=2)) as gw:
+        await gw.runner.adapters["telegram"].wait_connected()
+        (address,) = (await addresses_in(gw, {0: Route("telegram", "group", str(GROUP))})
+                      ).values()
+        await gw.outbox.produce([
+            NewNotification(f"e{i}:completion:0", "completion", address,
+                            f"Job e{i} finished: exit code 0 after 1 s. {'😀' * 700} end-e{i}",
+                            job_id=f"e{i}") for i in range(1, 5)])
+        await all_delivered(gw, 4)
+    sent = [s.text for s in fake.sent if s.chat_id == GROUP]
+    assert [i for text in sent for i in re.findall(r"\bJob e(\d)", text)] == ["1", "2", "3", "4"]
+    assert any("notices at once" in text for text in sent)
+    for text in sent:
+        carried = re.findall(r"\bJob e(\d)", text)
+        assert carried, "a message with no notice's start: one was cut in two"
+        assert re.findall(r"\bend-e(\d)", text) == carried
+        assert text.startswith(f"{len(carried)} notices at once") or len(carried) == 1
 
 
 @pytest.fixture
