@@ -287,8 +287,10 @@ class Router:
         elif (exc := pending.exception()) is not None:
             log.error("notification_delivery_crashed", notification_ids=[n.id for n in members],
                       session_key=delivery.session_key, exc_info=exc)
-            outcomes = [_Outcome("retry", reason=f"delivery crashed: {exc!r}",
-                                 retry_in=_backoff(n)) for n in members]
+            # one retry time for them all: notices merged before stay one message
+            crashed = _Outcome("retry", reason=f"delivery crashed: {exc!r}",
+                               retry_in=max(_backoff(n) for n in members))
+            outcomes = [crashed] * len(members)
         else:
             result = pending.result()
             # not outcomes: the lane was shut down before this delivery ran
@@ -493,19 +495,23 @@ class Router:
         if not self._connected(where.route.platform):
             return {i: _DISCONNECTED for i in ids}
         if merged_into is None:  # marked first: after a crash they go together again
-            await self.outbox.merge(ids, self.name)
+            merged_into = await self.outbox.merge(ids, self.name)
 
         def sent(result: SendResult) -> list[Op]:
             return [self.outbox.sent_op(i, self.name, result.message_id) for i in ids]
 
         notices = [n for n, _ in run]
+        # the message's own name: sent again after a crash it is the same post to a
+        # platform that deduplicates, though a notice of it was taken meanwhile
         result = await self.runner.send(
             where.session, where.route, merged_text([notice_text(n, d) for n, d in run]),
             kind="notification", recorded_with=sent, notice=merged_info(notices),
-            dedupe_key=f"{first.idempotency_key}:merged")
+            dedupe_key=f"{first.session_key}:merged:{merged_into}")
         log.info("notices_sent_together", session_key=first.session_key,
-                 notification_ids=ids, ok=result.ok)
-        return {n.id: _from_sends(n, [result]) for n in notices}
+                 notification_ids=ids, merged_into=merged_into, ok=result.ok)
+        # one outcome for the set: one retry time, so it stays one message
+        outcome = _from_sends(max(notices, key=lambda n: n.attempts), [result])
+        return dict.fromkeys(ids, outcome)
 
     def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:
         def ops(result: SendResult) -> list[Op]:

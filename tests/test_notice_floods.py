@@ -13,6 +13,7 @@ how long.
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from gateway.config import Config
 from gateway.daemon import Gateway, running_gateway
 from gateway.notifications import NewNotification, Notification, ReturnAddress
 from gateway.platforms import telegram as telegram_adapter
-from gateway.platforms.memory import MemoryAdapter
+from gateway.platforms.memory import MemoryAdapter, SentMessage
 from gateway.platforms.web import WebAdapter
 from gateway.route import Route
 from gateway.session_key import build_session_key
@@ -261,14 +262,11 @@ async def test_waiting_notices_show_in_status_the_cli_and_metrics(
         assert await gw.outbox.waiting() == []
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-async def test_a_crash_before_a_merged_send_is_recorded_sends_it_merged_again_never_in_parts(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
-        backend: str) -> None:
-    chat = Route("memory", "dm", "1", user_id="1")
-    store = {"store__url": request.getfixturevalue("pg_fresh_url")} if backend != "sqlite" else {}
-    config = make_config(tmp_path / "home", platforms__web__enabled=False, **store)
-    adapter = MemoryAdapter("memory")
+async def a_merged_send_dies_before_its_record(
+        config: Config, adapter: MemoryAdapter, chat: Route,
+        monkeypatch: pytest.MonkeyPatch) -> SentMessage:
+    """A life that sends four notices as one message and dies before anything of that
+    send is recorded; the message it sent."""
     adapter.room = 0  # the chat takes nothing more now: its notices go together
     async with running_gateway(config, [adapter]) as gw:
         assert await adapter.receive("hello", chat) == "handled"
@@ -295,20 +293,56 @@ async def test_a_crash_before_a_merged_send_is_recorded_sends_it_merged_again_ne
         await crash.wait()
     (merged,) = [m for m in adapter.sent if m.kind == "notification"]
     assert [f"j{i}" in merged.text for i in range(1, 5)] == [True] * 4
-    first_life = len(adapter.sent)
     adapter.room = None  # a new life's limiter knows of no limit yet
+    return merged
+
+
+async def delivered_after_the_restart(config: Config, adapter: MemoryAdapter,
+                                      count: int) -> list[Notification]:
     async with running_gateway(config, [adapter]) as gw:
         async def delivered() -> bool:
             rows = await gw.outbox.list()
-            return len(rows) == 4 and {n.state for n in rows} == {"delivered"}
+            return len(rows) == count and {n.state for n in rows} == {"delivered"}
 
         await eventually_async(delivered, what="the notices delivered after the restart")
         await gw.router.wait_idle()
-        rows = await gw.outbox.list()
+        return await gw.outbox.list()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_crash_before_a_merged_send_is_recorded_sends_it_merged_again_never_in_parts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
+        backend: str) -> None:
+    chat = Route("memory", "dm", "1", user_id="1")
+    store = {"store__url": request.getfixturevalue("pg_fresh_url")} if backend != "sqlite" else {}
+    config = make_config(tmp_path / "home", platforms__web__enabled=False, **store)
+    adapter = MemoryAdapter("memory")
+    merged = await a_merged_send_dies_before_its_record(config, adapter, chat, monkeypatch)
+    first_life = len(adapter.sent)
+    rows = await delivered_after_the_restart(config, adapter, 4)
     # the merged message once more, whole — none of its notices on its own as well
     assert [m.text for m in adapter.sent[first_life:]] == [merged.text]
     assert len({n.sent_message_id for n in rows}) == 1 and {n.attempts for n in rows} == {1}
 
+
+async def test_a_merged_message_sent_again_is_the_same_post_though_its_first_notice_was_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the crash, ``process wait`` took the first notice of the merged message
+    (its completion returned inline): what is sent again carries the other three, under
+    the same name, so a platform that deduplicates (Discord's nonce) does not post
+    them a second time."""
+    chat = Route("memory", "dm", "1", user_id="1")
+    config = make_config(tmp_path / "home", platforms__web__enabled=False)
+    adapter = MemoryAdapter("memory")
+    merged = await a_merged_send_dies_before_its_record(config, adapter, chat, monkeypatch)
+    first_life = len(adapter.sent)
+    with sqlite3.connect(config.state_db) as db:  # as Outbox.consume writes it
+        db.execute("UPDATE notifications SET state = 'delivered', reason = 'consumed' "
+                   "WHERE job_id = 'j1'")
+    await delivered_after_the_restart(config, adapter, 4)
+    (again,) = adapter.sent[first_life:]
+    assert jobs_in(again.text) == ["j2", "j3", "j4"]
+    assert again.dedupe_key == merged.dedupe_key is not None
 
 def jobs_in(text: str) -> list[str]:
     return re.findall(r"\bj\d\b", text)

@@ -10,7 +10,7 @@ import pytest
 from agent.command import CommandAgent
 from gateway.config import Config
 from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import Outbox
+from gateway.outbox import DeliveryOutcome, Outbox
 from gateway.platforms.memory import MemoryAdapter
 from gateway.retry import RetryPolicy
 from gateway.route import Route
@@ -212,3 +212,14 @@ async def test_notices_claimed_behind_a_refused_one_go_back_untried_and_its_retr
     attempts = {n.text: n.attempts for n in await outbox.list()}
     # the ones that went back untried count no attempt: only their one delivery
     assert attempts == {"notice 1": 3, **{f"notice {i}": 1 for i in range(2, 7)}}
+
+
+async def test_a_merged_message_is_claimed_whole_though_the_claims_limit_falls_inside_it(
+        store: SessionStore) -> None:
+    outbox = Outbox(store.db)
+    await outbox.produce([notice(KEY, "s1", ROUTE, i) for i in range(1, 6)])
+    claimed = await outbox.claim("r")
+    await outbox.merge([n.id for n in claimed[1:]], "r")  # notices 2-5 are one message
+    await outbox.record_outcomes("r", [(n, DeliveryOutcome("held")) for n in claimed])
+    taken = await outbox.claim("r", limit=2)
+    assert [n.text for n in taken] == [f"notice {i}" for i in range(1, 6)]
