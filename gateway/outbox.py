@@ -351,6 +351,14 @@ class Outbox:
         """Each conversation's notices not delivered yet, with the oldest one's age."""
         return await waiting_notices(self.db)
 
+    async def still_pending(self, notification_ids: Sequence[int]) -> set[int]:
+        """Which of these notifications are pending (not taken, delivered or parked)."""
+        marks = ",".join("?" * len(notification_ids))
+        rows = await self.db.fetchall(
+            f"SELECT id FROM notifications WHERE state = 'pending' AND id IN ({marks})",
+            tuple(notification_ids))
+        return {int(row[0]) for row in rows}
+
     async def next_due_at(self) -> float | None:
         row = await self.db.fetchone(
             "SELECT MIN(not_before) FROM notifications WHERE state = 'pending'")

@@ -186,6 +186,7 @@ class Router:
                 self._claims += 1
                 claim = self._claims
                 batch = await self.outbox.claim(self.name, CLAIM_BATCH)
+                await self._forget_gone_holds(claim)
                 if batch:
                     await self._dispatch_or_release(batch, claim)
                     if len(batch) == CLAIM_BATCH:
@@ -351,6 +352,22 @@ class Router:
                          session_key=n.session_key, behind=outcome.reason)
         if held:  # the claim decides whether they wait still (their notice may be gone)
             self.wake()
+
+    async def _forget_gone_holds(self, claim: int) -> None:
+        """Forget the refused notices that no longer wait for their retry: taken by
+        ``process wait``, claimed by another instance, or by this claim (its retry is
+        under way; refused again, it is held again). Asked after a claim begun once the
+        retry was written; a conversation with nothing more would keep it forever."""
+        written = {hold.notification_id: key for key, hold in self._holds.items()
+                   if hold.written_by_claim is not None and hold.written_by_claim < claim}
+        if not written:
+            return
+        waiting = await self.outbox.still_pending(list(written))
+        for notification_id, key in written.items():
+            hold = self._holds.get(key)
+            if (notification_id not in waiting and hold is not None
+                    and hold.notification_id == notification_id):
+                del self._holds[key]
 
     def _holding(self, n: Notification) -> bool:
         hold = self._holds.get(n.session_key)

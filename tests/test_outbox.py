@@ -223,3 +223,49 @@ async def test_a_merged_message_is_claimed_whole_though_the_claims_limit_falls_i
     await outbox.record_outcomes("r", [(n, DeliveryOutcome("held")) for n in claimed])
     taken = await outbox.claim("r", limit=2)
     assert [n.text for n in taken] == [f"notice {i}" for i in range(1, 6)]
+
+
+async def test_a_refused_notice_taken_by_process_wait_holds_nothing_for_the_router_to_keep(
+        store: SessionStore, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router remembers a refused notice its conversation waits behind; once the
+    notice is gone from the outbox by another way (``process wait`` took it, another
+    instance retried it) the next claim forgets it, though the conversation has
+    nothing more — one remembered conversation per refusal would grow forever."""
+    from gateway import router as router_module
+    from gateway.events import SendResult
+
+    monkeypatch.setattr(router_module, "REDELIVERY", RetryPolicy((3600.0,)))
+    other = Route("memory", "dm", "2", user_id="2")
+    mine = await store.get_or_create(KEY, ROUTE)
+    theirs = await store.get_or_create("agent:main:memory:dm:2", other)
+    runner = GatewayRunner(config, store, CommandAgent())
+    adapter = MemoryAdapter("memory")
+    runner.add_adapter(adapter)
+    await adapter.connect(runner)
+    adapter.scripted_failures[ROUTE.chat_id] = [SendResult.failed("502 bad gateway")]
+    outbox = Outbox(store.db)
+    router = Router(outbox, store, runner)
+    await router.start()
+    try:
+        await outbox.produce([notice(KEY, mine.id, ROUTE, 1)])
+
+        async def waits_for_its_retry() -> bool:
+            (row,) = await outbox.list()
+            return row.state == "pending" and row.attempts == 1
+
+        await eventually_async(waits_for_its_retry, what="notice 1 waiting for its retry")
+        await router.wait_idle()
+        assert KEY in router._holds
+        assert await outbox.consume("j1") == ["notice 1"]
+        await outbox.produce([notice(theirs.session_key, theirs.id, other, 2)])
+
+        async def the_other_delivered() -> bool:
+            return {n.state for n in await outbox.list()} == {"delivered"}
+
+        await eventually_async(the_other_delivered, what="notice 2 delivered")
+        await router.wait_idle()
+        assert router._holds == {}
+    finally:
+        await router.stop()
+        await router.settle()
+        await runner.drain(5)
