@@ -67,8 +67,9 @@ def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """A conversation's notices that wait for delivery (pending, or claimed and not
-    sent yet): how many, and since when the oldest of them."""
+    """A conversation's notices not delivered yet: pending (due, held back, or waiting
+    for a retry) or claimed (being delivered — sent, perhaps, and not recorded yet):
+    how many, and since when the oldest of them was made."""
 
     session_key: str
     count: int
@@ -82,22 +83,17 @@ class Waiting:
                 "oldest_wait_seconds": round(self.oldest_wait(now), 1)}
 
 
-_WAITING = ("SELECT session_key, COUNT(*), MIN(created_at) FROM notifications "
-            "WHERE state IN ('pending', 'claimed') {where}GROUP BY session_key "
-            "ORDER BY MIN(created_at)")
-
-
-async def waiting_notices(db: StateDatabase) -> list[Waiting]:
-    """:meth:`Outbox.waiting`, for readers of the store without an outbox (the CLI,
-    ``/metrics``)."""
-    rows = await db.fetchall(_WAITING.format(where=""))
+async def waiting_notices(db: StateDatabase, session_key: str | None = None
+                          ) -> list[Waiting]:
+    """Each conversation's :class:`Waiting` notices, the longest waiting first; only
+    ``session_key``'s when given (``/status``). For every reader: the router's
+    process, the CLI and ``/metrics`` alike."""
+    where, params = ("AND session_key = ? ", (session_key,)) if session_key else ("", ())
+    rows = await db.fetchall(
+        "SELECT session_key, COUNT(*), MIN(created_at) FROM notifications "
+        f"WHERE state IN ('pending', 'claimed') {where}GROUP BY session_key "
+        "ORDER BY MIN(created_at)", params)
     return [Waiting(key, int(count), float(oldest)) for key, count, oldest in rows]
-
-
-async def waiting_in(db: StateDatabase, session_key: str) -> Waiting | None:
-    """One conversation's :func:`waiting_notices` (``/status``); None when none wait."""
-    row = await db.fetchone(_WAITING.format(where="AND session_key = ? "), (session_key,))
-    return Waiting(row[0], int(row[1]), float(row[2])) if row else None
 
 
 #: told of a notification's settled state: (notification, state, reason, detail)
@@ -346,10 +342,6 @@ class Outbox:
         return delivered, requeued
 
     # reading ---------------------------------------------------------------
-
-    async def waiting(self) -> list[Waiting]:
-        """Each conversation's notices not delivered yet, with the oldest one's age."""
-        return await waiting_notices(self.db)
 
     async def still_pending(self, notification_ids: Sequence[int]) -> set[int]:
         """Which of these notifications are pending (not taken, delivered or parked)."""
