@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from .approval_records import Decision
-from .outbox import waiting_in
+from .outbox import waiting_notices
 from .turn import Turn
 
 
@@ -126,7 +126,8 @@ async def _status(turn: Turn) -> None:
         f"started: {_ago(s.created_at)}",
     ]
     # notices not delivered yet: under a platform's flood limits they wait, and go together
-    waiting = await waiting_in(turn.runner.store.db, s.session_key)
+    here = await waiting_notices(turn.runner.store.db, s.session_key)
+    waiting = here[0] if here else None
     lines.append("notices waiting here: none" if waiting is None else
                  f"notices waiting here: {waiting.count}, the oldest for "
                  f"{_duration(waiting.oldest_wait(time.time()))}")

@@ -19,6 +19,7 @@ from prometheus_client import (
 )
 
 from .outbox import waiting_notices
+from .session_key import SessionKeyError, parse_session_key
 
 if TYPE_CHECKING:
     from .state_database import StateDatabase
@@ -46,13 +47,15 @@ class Metrics:
             "From a notification's creation (the job's exit) to its delivery",
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
             registry=r)
+        # by platform, not conversation: a series per chat would grow without bound
+        # (each conversation's are in /status and `homing status`)
         self.waiting = Gauge("homing_notifications_waiting",
-                             "Notices not delivered yet (pending or claimed), by conversation",
-                             ["session_key"], registry=r)
+                             "Notices not delivered yet (pending or claimed), by platform",
+                             ["platform"], registry=r)
         self.oldest_wait = Gauge(
             "homing_notification_oldest_wait_seconds",
-            "How long the oldest notice not delivered yet has waited, by conversation",
-            ["session_key"], registry=r)
+            "How long the oldest notice not delivered yet has waited, by platform",
+            ["platform"], registry=r)
         self.platform_up = Gauge("homing_platform_connected",
                                  "Whether a platform adapter is connected (1) or not (0)",
                                  ["platform"], registry=r)
@@ -67,14 +70,26 @@ class Metrics:
         rows = await db.fetchall(
             "SELECT reason, COUNT(*) FROM notifications WHERE state = 'parked' GROUP BY reason")
         _set_all(self.parked, ((reason or "unknown", n) for reason, n in rows))
-        waiting = await waiting_notices(db)
+        count: dict[str, int] = {}
+        oldest: dict[str, float] = {}
         now = time.time()
-        _set_all(self.waiting, ((w.session_key, w.count) for w in waiting))
-        _set_all(self.oldest_wait, ((w.session_key, w.oldest_wait(now)) for w in waiting))
+        for w in await waiting_notices(db):
+            platform = _platform_of(w.session_key)
+            count[platform] = count.get(platform, 0) + w.count
+            oldest[platform] = max(oldest.get(platform, 0.0), w.oldest_wait(now))
+        _set_all(self.waiting, count.items())
+        _set_all(self.oldest_wait, oldest.items())
         self.jobs_running.set(jobs_running)
         for name, adapter in adapters.items():
             self.platform_up.labels(name).set(1 if adapter.connected else 0)
         return generate_latest(self.registry)
+
+
+def _platform_of(session_key: str) -> str:
+    try:
+        return parse_session_key(session_key).platform
+    except SessionKeyError:  # (a row the router parks as no_route)
+        return "unknown"
 
 
 def _set_all(gauge: Gauge, rows: Iterable[tuple[Any, ...]]) -> None:

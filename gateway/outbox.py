@@ -67,8 +67,9 @@ def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """A conversation's notices that wait for delivery (pending, or claimed and not
-    sent yet): how many, and since when the oldest of them."""
+    """A conversation's notices not delivered yet: pending (due, held back, or waiting
+    for a retry) or claimed (being delivered — sent, perhaps, and not recorded yet):
+    how many, and since when the oldest of them was made."""
 
     session_key: str
     count: int
@@ -82,22 +83,17 @@ class Waiting:
                 "oldest_wait_seconds": round(self.oldest_wait(now), 1)}
 
 
-_WAITING = ("SELECT session_key, COUNT(*), MIN(created_at) FROM notifications "
-            "WHERE state IN ('pending', 'claimed') {where}GROUP BY session_key "
-            "ORDER BY MIN(created_at)")
-
-
-async def waiting_notices(db: StateDatabase) -> list[Waiting]:
-    """:meth:`Outbox.waiting`, for readers of the store without an outbox (the CLI,
-    ``/metrics``)."""
-    rows = await db.fetchall(_WAITING.format(where=""))
+async def waiting_notices(db: StateDatabase, session_key: str | None = None
+                          ) -> list[Waiting]:
+    """Each conversation's :class:`Waiting` notices, the longest waiting first; only
+    ``session_key``'s when given (``/status``). For every reader: the router's
+    process, the CLI and ``/metrics`` alike."""
+    where, params = ("AND session_key = ? ", (session_key,)) if session_key else ("", ())
+    rows = await db.fetchall(
+        "SELECT session_key, COUNT(*), MIN(created_at) FROM notifications "
+        f"WHERE state IN ('pending', 'claimed') {where}GROUP BY session_key "
+        "ORDER BY MIN(created_at)", params)
     return [Waiting(key, int(count), float(oldest)) for key, count, oldest in rows]
-
-
-async def waiting_in(db: StateDatabase, session_key: str) -> Waiting | None:
-    """One conversation's :func:`waiting_notices` (``/status``); None when none wait."""
-    row = await db.fetchone(_WAITING.format(where="AND session_key = ? "), (session_key,))
-    return Waiting(row[0], int(row[1]), float(row[2])) if row else None
 
 
 #: told of a notification's settled state: (notification, state, reason, detail)
@@ -156,7 +152,9 @@ class Outbox:
     # delivering ------------------------------------------------------------
 
     async def claim(self, claimer: str, limit: int = 500) -> list[Notification]:
-        """Atomically take up to ``limit`` due pending notifications, oldest first."""
+        """Atomically take up to ``limit`` due pending notifications, oldest first, and
+        with any of them marked as one message (``merged_into``) the rest of that
+        message's rows: a merged message is never claimed, and so sent, in parts."""
         now = time.time()
 
         # a row waits while an earlier one of its conversation waits for a retry,
@@ -165,6 +163,7 @@ class Outbox:
         # conversation another instance has in hand (gateway/affinity.py)
         shared = self.db.shared
         skip_taken = " FOR UPDATE OF n SKIP LOCKED" if shared else ""
+        skip_taken_s = " FOR UPDATE OF s SKIP LOCKED" if shared else ""
         not_elsewhere = NOT_BUSY_ELSEWHERE if shared else ""
         mine = elsewhere(self.own_claims) if shared else ()
 
@@ -178,9 +177,14 @@ class Outbox:
                 f"  SELECT 1 FROM notifications e WHERE e.session_key = n.session_key "
                 f"  AND e.id < n.id AND e.state = 'pending' AND e.not_before IS NOT NULL "
                 f"  AND e.not_before > ?){not_elsewhere} "
-                f"ORDER BY n.id LIMIT ?{skip_taken}) "
+                f"ORDER BY n.id LIMIT ?{skip_taken}), "
+                f"rest AS MATERIALIZED (SELECT s.id FROM notifications s "
+                f"WHERE s.state = 'pending' AND s.merged_into IN (SELECT m.merged_into "
+                f"FROM notifications m WHERE m.id IN (SELECT id FROM due) "
+                f"AND m.merged_into IS NOT NULL){skip_taken_s}) "
                 f"UPDATE notifications SET state = 'claimed', claimed_by = ?, claimed_at = ? "
-                f"WHERE id IN (SELECT id FROM due) AND state = 'pending' "
+                f"WHERE (id IN (SELECT id FROM due) OR id IN (SELECT id FROM rest)) "
+                f"AND state = 'pending' "
                 f"RETURNING {NOTIFICATION_COLUMNS}", (now, now, *mine, limit, claimer, now),
             ).fetchall()
             return sorted((Notification(*row) for row in rows), key=lambda n: n.id)
@@ -196,15 +200,18 @@ class Outbox:
                 "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
                 (message_id or "sent", notification_id, claimer))
 
-    async def merge(self, notification_ids: Sequence[int], claimer: str) -> None:
-        """Mark claimed notifications as one message, named by the first of them, before
-        it is sent: after a crash before its record they go together again (the send
-        record itself is one :meth:`sent_op` per row, in one write)."""
+    async def merge(self, notification_ids: Sequence[int], claimer: str) -> int:
+        """Mark claimed notifications as one message, named by the first of them (the
+        name is returned), before it is sent: after a crash before its record they go
+        together again, claimed whole (the send record itself is one :meth:`sent_op`
+        per row, in one write)."""
         marks = ",".join("?" * len(notification_ids))
+        merged_into = min(notification_ids)
         await self.db.write([(
             f"UPDATE notifications SET merged_into = ? WHERE id IN ({marks}) "
             f"AND state = 'claimed' AND claimed_by = ?",
-            (min(notification_ids), *notification_ids, claimer))])
+            (merged_into, *notification_ids, claimer))])
+        return merged_into
 
     def record_sent(self, notification_id: int, claimer: str, message_id: str | None) -> None:
         """:meth:`sent_op` on its own, written behind (lands in the next group commit)."""
@@ -336,9 +343,13 @@ class Outbox:
 
     # reading ---------------------------------------------------------------
 
-    async def waiting(self) -> list[Waiting]:
-        """Each conversation's notices not delivered yet, with the oldest one's age."""
-        return await waiting_notices(self.db)
+    async def still_pending(self, notification_ids: Sequence[int]) -> set[int]:
+        """Which of these notifications are pending (not taken, delivered or parked)."""
+        marks = ",".join("?" * len(notification_ids))
+        rows = await self.db.fetchall(
+            f"SELECT id FROM notifications WHERE state = 'pending' AND id IN ({marks})",
+            tuple(notification_ids))
+        return {int(row[0]) for row in rows}
 
     async def next_due_at(self) -> float | None:
         row = await self.db.fetchone(

@@ -30,15 +30,26 @@ import structlog
 from .database import Op
 from .events import SendResult
 from .lives import claimer_name
-from .merged_notices import Delivery, Member, Sendable, merged_info, merged_text, notice_text
+from .merged_notices import (
+    Delivery,
+    Member,
+    Outgoing,
+    Sendable,
+    in_messages,
+    merged_info,
+    merged_text,
+    notice_text,
+    owner_of,
+)
 from .migrations import OUTBOX_CHANNEL
 from .notifications import Notification
 from .outbox import DeliveryOutcome as _Outcome
 from .outbox import Outbox
 from .ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from .retry import RetryPolicy
+from .route import Route
 from .runner import GatewayRunner
-from .session_key import platform_prefix
+from .session_key import SessionKeyError, parse_session_key, platform_prefix
 from .store import SessionStore
 
 log = structlog.get_logger(__name__)
@@ -175,6 +186,7 @@ class Router:
                 self._claims += 1
                 claim = self._claims
                 batch = await self.outbox.claim(self.name, CLAIM_BATCH)
+                await self._forget_gone_holds(claim)
                 if batch:
                     await self._dispatch_or_release(batch, claim)
                     if len(batch) == CLAIM_BATCH:
@@ -221,21 +233,19 @@ class Router:
                                           DISCONNECTED_RETRY_SECONDS)
             return
         self._open += len(batch)
-        # by conversation: how many of its notices could gather, and (once asked) whether
-        # its platform can take them one by one now
-        plain = Counter(n.session_key for n, d in zip(batch, decisions, strict=True)
-                        if self._posts_as_is(n, d))
-        short: dict[str, bool] = {}
+        budgets = _Budgets(self.runner, Counter(
+            _chat_of(d.route) for n, d in zip(batch, decisions, strict=True)
+            if not isinstance(d, Park) and self._posts_as_is(n, d)))
         for n, decision in zip(batch, decisions, strict=True):
             if isinstance(decision, Park):
                 self._record(n, _parked(decision))
                 continue
             member = Member(n, decision, claim)
-            if self._posts_as_is(n, decision) and self._gather(member, plain, short):
+            if self._posts_as_is(n, decision) and self._gather(member, budgets):
                 continue
             # turns and labelled notices alike go through the conversation's
             # lane, so its notices keep their order
-            self._queue(Delivery([member]))
+            self._queue(Delivery([member]), budgets)
 
     def _posts_as_is(self, n: Notification, decision: Decision) -> bool:
         """A notice whose delivery only posts its text (no turn of the model, no file)."""
@@ -243,36 +253,29 @@ class Router:
             return False
         return isinstance(decision, DeliverNotice) or self.runner.agent.posts_as_is(n)
 
-    def _gather(self, member: Member, plain: Counter[str], short: dict[str, bool]) -> bool:
+    def _gather(self, member: Member, budgets: _Budgets) -> bool:
         """Put ``member`` into a delivery of several notices in one message: the one its
-        conversation has open, or a new one when the platform cannot take the
-        conversation's waiting notices one by one now. False: it goes alone."""
+        conversation has open, or a new one when the platform cannot take the waiting
+        notices of the conversation's chat one by one now. False: it goes alone."""
         n = member.notification
         key = n.session_key
-        lanes = self.runner.lanes
         open_ = self._gathering.get(key)
-        if (open_ is not None and open_.done is not None and lanes.queued_last(key, open_.done)
-                and open_.takes(member)):
+        budgets.place(member.decision)
+        if (open_ is not None and open_.done is not None
+                and self.runner.lanes.queued_last(key, open_.done) and open_.takes(member)):
             open_.members.append(member)
             return True
-        if n.merged_into is None:  # (one of a merged message sent before goes merged again)
-            if key not in short:  # (the work under way in its lane takes its part too)
-                wanted = plain[key] + lanes.waiting(key) + lanes.is_busy(key)
-                short[key] = self._short_of_room(member.decision, wanted)
-            if not short[key]:
-                return False
+        # (one of a merged message sent before goes merged again)
+        if n.merged_into is None and not budgets.short(member.decision):
+            return False
         adapter = self.runner.adapters[member.decision.route.platform]
         self._queue(Delivery([member], gathering=True, limit=adapter.message_limit,
-                             merged_into=n.merged_into))
+                             merged_into=n.merged_into), budgets)
         return True
 
-    def _short_of_room(self, decision: Sendable, wanted: int) -> bool:
-        adapter = self.runner.adapters.get(decision.route.platform)
-        room = adapter.send_room(decision.route) if adapter is not None else None
-        return room is not None and room < wanted
-
-    def _queue(self, delivery: Delivery) -> None:
+    def _queue(self, delivery: Delivery, budgets: _Budgets) -> None:
         key = delivery.session_key
+        budgets.spend(delivery.members[0].decision)
         delivery.done = self.runner.run_in_lane(key, partial(self._deliver_in_lane, delivery))
         delivery.done.add_done_callback(partial(self._lane_done, delivery))
         if delivery.gathering:
@@ -285,8 +288,10 @@ class Router:
         elif (exc := pending.exception()) is not None:
             log.error("notification_delivery_crashed", notification_ids=[n.id for n in members],
                       session_key=delivery.session_key, exc_info=exc)
-            outcomes = [_Outcome("retry", reason=f"delivery crashed: {exc!r}",
-                                 retry_in=_backoff(n)) for n in members]
+            # one retry time for them all: notices merged before stay one message
+            crashed = _Outcome("retry", reason=f"delivery crashed: {exc!r}",
+                               retry_in=max(_backoff(n) for n in members))
+            outcomes = [crashed] * len(members)
         else:
             result = pending.result()
             # not outcomes: the lane was shut down before this delivery ran
@@ -347,6 +352,22 @@ class Router:
                          session_key=n.session_key, behind=outcome.reason)
         if held:  # the claim decides whether they wait still (their notice may be gone)
             self.wake()
+
+    async def _forget_gone_holds(self, claim: int) -> None:
+        """Forget the refused notices that no longer wait for their retry: taken by
+        ``process wait``, claimed by another instance, or by this claim (its retry is
+        under way; refused again, it is held again). Asked after a claim begun once the
+        retry was written; a conversation with nothing more would keep it forever."""
+        written = {hold.notification_id: key for key, hold in self._holds.items()
+                   if hold.written_by_claim is not None and hold.written_by_claim < claim}
+        if not written:
+            return
+        waiting = await self.outbox.still_pending(list(written))
+        for notification_id, key in written.items():
+            hold = self._holds.get(key)
+            if (notification_id not in waiting and hold is not None
+                    and hold.notification_id == notification_id):
+                del self._holds[key]
 
     def _holding(self, n: Notification) -> bool:
         hold = self._holds.get(n.session_key)
@@ -417,6 +438,9 @@ class Router:
             (decision,) = await self._decide([n])
         if isinstance(decision, Park):
             return _parked(decision)
+        return await self._deliver_to(n, decision)
+
+    async def _deliver_to(self, n: Notification, decision: Sendable) -> _Outcome:
         if isinstance(decision, DeliverNotice):
             return await self._deliver_notice(n, decision)
         if not self._connected(decision.route.platform):
@@ -443,38 +467,68 @@ class Router:
     async def _deliver_together(self, going: Sequence[Member],
                                 merged_into: int | None) -> dict[int, _Outcome]:
         """Several notices of one conversation in one message, each whole and in order;
-        the send and its record mark every one of them delivered, in one write."""
+        the send and its record mark every one of them delivered, in one write.
+
+        One whose owner changed while they waited (its session ended meanwhile) goes
+        with the others of its owner now, in a message of its own: a message has one
+        session and one route. Once one of these messages is refused, those after it
+        go back untried, behind it."""
         # as for one notice: an owner reset while these waited is asked about again
         again = [m.notification for m in going if not self._still_live(m.decision)]
         fresh = dict(zip((n.id for n in again), await self._decide(again) if again else [],
                          strict=True))
         outcomes: dict[int, _Outcome] = {}
-        sending: list[tuple[Notification, Sendable]] = []
+        sending: list[Outgoing] = []
         for m in going:
             decision = fresh.get(m.notification.id, m.decision)
             if isinstance(decision, Park):
                 outcomes[m.notification.id] = _parked(decision)
             else:
                 sending.append((m.notification, decision))
-        if not sending:
-            return outcomes
-        (first, where), ids = sending[0], [n.id for n, _ in sending]
+        runs = [group for run in _by_owner(sending) for group in self._in_messages(run)]
+        for index, run in enumerate(runs):
+            if len(run) == 1:
+                (n, decision), = run
+                sent = {n.id: await self._deliver_to(n, decision)}
+            else:  # (a set marked before and still whole keeps its mark)
+                whole = merged_into is not None and len(runs) == 1
+                sent = await self._send_merged(run, merged_into if whole else None)
+            outcomes |= sent
+            refused = next((i for i, o in sent.items() if o.state == "retry"), None)
+            if refused is not None:
+                held = _Outcome("held", reason=f"waits behind notification {refused}")
+                outcomes |= {n.id: held for later in runs[index + 1:] for n, _ in later}
+                break
+        return outcomes
+
+    def _in_messages(self, run: list[Outgoing]) -> list[list[Outgoing]]:
+        adapter = self.runner.adapters.get(run[0][1].route.platform)
+        return in_messages(run, adapter.message_count) if adapter is not None else [run]
+
+    async def _send_merged(self, run: Sequence[Outgoing],
+                           merged_into: int | None) -> dict[int, _Outcome]:
+        """One message carrying ``run``'s notices (one owner's), recorded by its send."""
+        (first, where), ids = run[0], [n.id for n, _ in run]
         if not self._connected(where.route.platform):
-            return outcomes | {i: _DISCONNECTED for i in ids}
+            return {i: _DISCONNECTED for i in ids}
         if merged_into is None:  # marked first: after a crash they go together again
-            await self.outbox.merge(ids, self.name)
+            merged_into = await self.outbox.merge(ids, self.name)
 
         def sent(result: SendResult) -> list[Op]:
             return [self.outbox.sent_op(i, self.name, result.message_id) for i in ids]
 
-        notices = [n for n, _ in sending]
+        notices = [n for n, _ in run]
+        # the message's own name: sent again after a crash it is the same post to a
+        # platform that deduplicates, though a notice of it was taken meanwhile
         result = await self.runner.send(
-            where.session, where.route, merged_text([notice_text(n, d) for n, d in sending]),
+            where.session, where.route, merged_text([notice_text(n, d) for n, d in run]),
             kind="notification", recorded_with=sent, notice=merged_info(notices),
-            dedupe_key=f"{first.idempotency_key}:merged")
+            dedupe_key=f"{first.session_key}:merged:{merged_into}")
         log.info("notices_sent_together", session_key=first.session_key,
-                 notification_ids=ids, ok=result.ok)
-        return outcomes | {n.id: _from_sends(n, [result]) for n in notices}
+                 notification_ids=ids, merged_into=merged_into, ok=result.ok)
+        # one outcome for the set: one retry time, so it stays one message
+        outcome = _from_sends(max(notices, key=lambda n: n.attempts), [result])
+        return dict.fromkeys(ids, outcome)
 
     def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:
         def ops(result: SendResult) -> list[Op]:
@@ -489,11 +543,81 @@ class Router:
         asyncio.get_running_loop().call_later(max(delay, 0.0), self.wake)
 
 
+class _Budgets:
+    """What each chat can still take while a batch's deliveries are queued.
+
+    A platform's budget is the chat's, not one conversation's: Telegram's 20 messages
+    a minute are a group's, all its forum topics together. So a chat is short when the
+    notices all its conversations still want one by one exceed what it takes now, less
+    the work its lanes already hold and each delivery queued since.
+    """
+
+    def __init__(self, runner: GatewayRunner, wanted: Counter[tuple[str, str]]) -> None:
+        self._runner = runner
+        #: by chat, the batch's notices posted as they are and not placed yet
+        self._wanted = wanted
+        #: by chat, once asked: the sends it takes now (None: no limit)
+        self._room: dict[tuple[str, str], int | None] = {}
+
+    def place(self, decision: Sendable) -> None:
+        """A notice counted in ``wanted`` is being placed (alone or in a message)."""
+        self._wanted[_chat_of(decision.route)] -= 1
+
+    def short(self, decision: Sendable) -> bool:
+        """Whether the chat cannot take one by one the notices it still wants, the one
+        just placed included."""
+        chat = _chat_of(decision.route)
+        if chat not in self._room:
+            self._room[chat] = self._room_now(decision.route)
+        room = self._room[chat]
+        return room is not None and room < self._wanted[chat] + 1
+
+    def spend(self, decision: Sendable) -> None:
+        """A delivery was queued for the chat: one send less of its room."""
+        chat = _chat_of(decision.route)
+        room = self._room.get(chat)
+        if room is not None:
+            self._room[chat] = room - 1
+
+    def _room_now(self, route: Route) -> int | None:
+        adapter = self._runner.adapters.get(route.platform)
+        room = adapter.send_room(route) if adapter is not None else None
+        if room is None:
+            return None
+        lanes = self._runner.lanes
+        queued = 0  # (the work under way in a lane takes its part too)
+        for key in list(lanes.by_key):
+            try:
+                parts = parse_session_key(key)
+            except SessionKeyError:
+                continue
+            if (parts.platform, parts.chat_id) == (route.platform, route.chat_id):
+                queued += lanes.waiting(key) + lanes.is_busy(key)
+        return room - queued
+
+
+def _chat_of(route: Route) -> tuple[str, str]:
+    """What a platform's send budget belongs to."""
+    return route.platform, route.chat_id
+
+
 _DISCONNECTED = _Outcome("retry", reason="platform disconnected",
                          retry_in=DISCONNECTED_RETRY_SECONDS)
 
 
 _STOPPING = _Outcome("retry", reason="gateway stopping", retry_in=0.0)
+
+
+def _by_owner(sending: list[Outgoing]
+              ) -> list[list[Outgoing]]:
+    """``sending`` in runs of one owner each, in their order."""
+    runs: list[list[Outgoing]] = []
+    for item in sending:
+        if runs and owner_of(runs[-1][0][1]) == owner_of(item[1]):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
 
 
 def _parked(decision: Park) -> _Outcome:

@@ -10,7 +10,7 @@ import pytest
 from agent.command import CommandAgent
 from gateway.config import Config
 from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import Outbox
+from gateway.outbox import DeliveryOutcome, Outbox
 from gateway.platforms.memory import MemoryAdapter
 from gateway.retry import RetryPolicy
 from gateway.route import Route
@@ -212,3 +212,60 @@ async def test_notices_claimed_behind_a_refused_one_go_back_untried_and_its_retr
     attempts = {n.text: n.attempts for n in await outbox.list()}
     # the ones that went back untried count no attempt: only their one delivery
     assert attempts == {"notice 1": 3, **{f"notice {i}": 1 for i in range(2, 7)}}
+
+
+async def test_a_merged_message_is_claimed_whole_though_the_claims_limit_falls_inside_it(
+        store: SessionStore) -> None:
+    outbox = Outbox(store.db)
+    await outbox.produce([notice(KEY, "s1", ROUTE, i) for i in range(1, 6)])
+    claimed = await outbox.claim("r")
+    await outbox.merge([n.id for n in claimed[1:]], "r")  # notices 2-5 are one message
+    await outbox.record_outcomes("r", [(n, DeliveryOutcome("held")) for n in claimed])
+    taken = await outbox.claim("r", limit=2)
+    assert [n.text for n in taken] == [f"notice {i}" for i in range(1, 6)]
+
+
+async def test_a_refused_notice_taken_by_process_wait_holds_nothing_for_the_router_to_keep(
+        store: SessionStore, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router remembers a refused notice its conversation waits behind; once the
+    notice is gone from the outbox by another way (``process wait`` took it, another
+    instance retried it) the next claim forgets it, though the conversation has
+    nothing more — one remembered conversation per refusal would grow forever."""
+    from gateway import router as router_module
+    from gateway.events import SendResult
+
+    monkeypatch.setattr(router_module, "REDELIVERY", RetryPolicy((3600.0,)))
+    other = Route("memory", "dm", "2", user_id="2")
+    mine = await store.get_or_create(KEY, ROUTE)
+    theirs = await store.get_or_create("agent:main:memory:dm:2", other)
+    runner = GatewayRunner(config, store, CommandAgent())
+    adapter = MemoryAdapter("memory")
+    runner.add_adapter(adapter)
+    await adapter.connect(runner)
+    adapter.scripted_failures[ROUTE.chat_id] = [SendResult.failed("502 bad gateway")]
+    outbox = Outbox(store.db)
+    router = Router(outbox, store, runner)
+    await router.start()
+    try:
+        await outbox.produce([notice(KEY, mine.id, ROUTE, 1)])
+
+        async def waits_for_its_retry() -> bool:
+            (row,) = await outbox.list()
+            return row.state == "pending" and row.attempts == 1
+
+        await eventually_async(waits_for_its_retry, what="notice 1 waiting for its retry")
+        await router.wait_idle()
+        assert KEY in router._holds
+        assert await outbox.consume("j1") == ["notice 1"]
+        await outbox.produce([notice(theirs.session_key, theirs.id, other, 2)])
+
+        async def the_other_delivered() -> bool:
+            return {n.state for n in await outbox.list()} == {"delivered"}
+
+        await eventually_async(the_other_delivered, what="notice 2 delivered")
+        await router.wait_idle()
+        assert router._holds == {}
+    finally:
+        await router.stop()
+        await router.settle()
+        await runner.drain(5)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..attachments import FileRefused, IncomingFile
 from ..events import MessageKind, NoticeInfo, SendResult
 from ..route import Route
+from ..splitter import split_message
 
 if TYPE_CHECKING:
     from ..approval_records import ApprovalRecord
@@ -110,6 +111,12 @@ class Adapter(ABC):
         None where the platform has none. Notices that do not fit go out together, in
         one message (gateway/merged_notices.py)."""
         return None
+
+    def message_count(self, text: str) -> int:
+        """How many platform messages ``send`` makes of ``text``: its own splitting, as
+        the platform measures a message, so notices put together in one message
+        (gateway/merged_notices.py) are known to go out as one."""
+        return len(split_message(text, self.message_limit))
 
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply | None:
         """A reply shown as it is written in ``route``, or None where the platform

@@ -386,6 +386,9 @@ class DiscordAdapter(Adapter):
         """What Discord last said the channel takes (its rate limit headers, a 429)."""
         return self.flow.room(route.chat_id, group=False)
 
+    def message_count(self, text: str) -> int:
+        return len(message_parts(text))  # rendered, as :meth:`send` cuts
+
     def _rate_limit_trace(self) -> aiohttp.TraceConfig:
         """discord.py waits out Discord's rate limits itself; what Discord says of a
         channel's limit in each answer to a post also tells :meth:`send_room`."""

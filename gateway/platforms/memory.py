@@ -23,6 +23,8 @@ class SentMessage:
     text: str
     kind: MessageKind
     sent_at: float = field(default_factory=time.monotonic)
+    #: what a platform that deduplicates would know it by (Discord's nonce)
+    dedupe_key: str | None = None
 
 
 class MemoryAdapter(Adapter):
@@ -68,7 +70,8 @@ class MemoryAdapter(Adapter):
         if scripted:
             return scripted.pop(0)
         for part in split_message(text, self.message_limit):
-            self.sent.append(SentMessage(route=route, text=part, kind=kind))
+            self.sent.append(SentMessage(route=route, text=part, kind=kind,
+                                         dedupe_key=dedupe_key))
         return SendResult.sent(str(len(self.sent)))
 
     def send_room(self, route: Route) -> int | None:

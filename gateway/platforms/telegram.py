@@ -379,6 +379,9 @@ class TelegramAdapter(Adapter):
         """What the flood limits leave for the chat now (a 429's wait leaves nothing)."""
         return self.flow.room(route.chat_id, group=route.chat_type == "group")
 
+    def message_count(self, text: str) -> int:
+        return len(message_parts(text))  # rendered, in UTF-16 units, as :meth:`send` cuts
+
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return TelegramPreview(self, route)
 
