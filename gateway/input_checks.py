@@ -2,8 +2,9 @@
 
 One JSON decoder for every REST body and WebSocket frame: Python's own
 ``json`` would recurse until it fails on deep nesting, refuse a long number
-with a ValueError about ``sys.set_int_max_str_digits`` and pass a lone
-surrogate (``"\\ud800"``) through to the database, which cannot store it.
+with a ValueError about ``sys.set_int_max_str_digits``, decode ``1e400`` as
+infinity and pass a lone surrogate (``"\\ud800"``) through to the database,
+which cannot store it.
 Here each of those is an :class:`InputRefused` saying what is wrong, with the
 limit. :func:`text_problem` is the same rule for a message's text from any
 platform: text the journal cannot store is refused, never "send it again".
@@ -12,6 +13,7 @@ platform: text the journal cannot store is refused, never "send it again".
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +27,10 @@ MAX_JSON_DEPTH = 32
 #: characters in one JSON number; Python refuses more than 4300 digits with a ValueError
 MAX_NUMBER_CHARS = 100
 
-# a JSON string (skipped whole, so brackets in it are not counted) or a bracket
-_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# a JSON string (skipped whole, so brackets in it are not counted) or a bracket. An
+# unclosed string runs to the end, as the decoder reads it: were the closing quote
+# required, every later `"` would start a fresh scan to the end (quadratic).
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -90,7 +94,10 @@ def _integer(token: str) -> int:
 
 def _real(token: str) -> float:
     _check_number(token)
-    return float(token)
+    value = float(token)
+    if math.isinf(value):  # `1e400`: no JSON number, and no column can hold it
+        raise InputRefused(f"it has {token}, which is out of range for a number")
+    return value
 
 
 def _no_constant(token: str) -> Any:
