@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.approval_rules import ApprovalPolicy
+from tools.approval_rules import MAX_READ_CHARS, TEXT_RULES, ApprovalPolicy
+from tools.inline_code import effects
 
 from .real_daemon import home_env, run_cli
 
@@ -270,6 +271,36 @@ def test_a_line_nested_too_deep_to_read_is_asked_not_a_crash() -> None:
                  "sh -c " + "'sh -c \"" * 20 + "ls" + "\"'" * 20):
         need = policy.check("terminal", line)
         assert need is not None and need.grant == "unparsable"
+
+
+#: a megabyte: read from every position, the old fork-bomb pattern took 8 s on 20 KB of
+#: one word, so this would take hours (the suite's timeout ends the test long before)
+MEGABYTE = 1024 * 1024
+
+
+@pytest.mark.parametrize("text", [
+    "echo " + "a" * MEGABYTE, ":" * MEGABYTE, "drop" + " " * MEGABYTE,
+    "x" * MEGABYTE + "() { y", "f() { " + "f" * MEGABYTE,
+], ids=["word", "colons", "spaces", "open-function", "long-body"])
+def test_the_text_rules_read_a_long_line_in_one_pass(text: str) -> None:
+    for rule in TEXT_RULES:
+        assert rule.pattern.search(text) is None, rule.key
+
+
+def test_an_unclosed_literal_in_a_one_liner_is_read_once() -> None:
+    """An open quote runs to the end of the code, as it would for the interpreter;
+    rescanned from every escaped quote, a megabyte of them took hours."""
+    assert effects("perl", 'print "' + '\\"' * (MEGABYTE // 2)) == []
+    assert effects("ruby", "puts 'it\\'s'") == []  # a closed literal is still one
+
+
+def test_a_line_longer_than_the_rules_read_is_asked_unread() -> None:
+    policy = ApprovalPolicy("dangerous", [], [])
+    long = policy.check("terminal", "cat > notes.txt <<'EOF'\n" + "a" * MAX_READ_CHARS
+                        + "\nEOF")
+    assert long is not None and long.grant == "too-long" and "65536" in long.reason
+    # up to the limit a long line is read like any other, quickly and to the end
+    assert policy.check("terminal", "echo " + "a" * (MAX_READ_CHARS - 5)) is None
 
 
 def test_patterns_add_to_the_list_and_allow_exempts() -> None:

@@ -199,7 +199,10 @@ def _join(left: str, right: str) -> str:
 
 # Perl, Ruby, Node (and Python that does not parse) ------------------------------
 
-_LITERAL = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|`((?:[^`\\]|\\.)*)`")
+# a literal left open runs to the end: were its closing quote required, every later
+# quote would start a fresh scan to the end (quadratic on a long line of `\"`)
+_LITERAL = re.compile(r"'((?:[^'\\]|\\.)*+)'?|\"((?:[^\"\\]|\\.)*+)\"?|`((?:[^`\\]|\\.)*+)`?",
+                      re.DOTALL)
 _DELETES = re.compile(r"\b(?:rmtree|remove_tree|rm_rf|rm_r|remove_dir|remove_entry\w*|rmSync|"
                       r"rmdirSync|unlinkSync|rimraf|unlink|rmdir)\b|\bfs\.rm\b|"
                       r"\bFile\.delete\b|\bFileUtils\.rm\b")
