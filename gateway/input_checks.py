@@ -35,7 +35,15 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class InputRefused(ValueError):
-    """Input the gateway does not take; ``str(exc)`` says what is wrong with it."""
+    """Input the gateway does not take; ``str(exc)`` says what is wrong with it.
+
+    ``decoded`` is the JSON value when it was read but holds text that cannot be
+    stored, so that the caller can still say which request it refuses (a frame's id);
+    None when it could not be read."""
+
+    def __init__(self, problem: str, decoded: Any = None) -> None:
+        super().__init__(problem)
+        self.decoded = decoded
 
 
 def load_json(data: str | bytes) -> Any:
@@ -51,7 +59,8 @@ def load_json(data: str | bytes) -> Any:
                            parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise InputRefused(f"it is not valid JSON: {exc.msg} (character {exc.pos})") from None
-    _check_strings(value)
+    if (problem := _string_problem(value)) is not None:
+        raise InputRefused(f"a string in it {problem}", decoded=value)
     return value
 
 
@@ -104,8 +113,9 @@ def _no_constant(token: str) -> Any:
     raise InputRefused(f"it has {token}, which is not a JSON number")
 
 
-def _check_strings(value: Any) -> None:
-    """Every string in ``value`` (keys too) can be stored: no NUL, no lone surrogate."""
+def _string_problem(value: Any) -> str | None:
+    """What is wrong with the first string in ``value`` (keys too) that cannot be
+    stored (a NUL, a lone surrogate); None when every one can."""
     pending = [value]
     while pending:
         item = pending.pop()
@@ -115,7 +125,8 @@ def _check_strings(value: Any) -> None:
         elif isinstance(item, list):
             pending.extend(item)
         elif isinstance(item, str) and (problem := text_problem(item)) is not None:
-            raise InputRefused(f"a string in it {problem}")
+            return problem
+    return None
 
 
 def message_problem(event: MessageEvent) -> str | None:

@@ -118,6 +118,23 @@ async def test_a_frame_past_the_limits_gets_an_error_frame_and_the_tab_stays_ope
     assert [line.text for line in lines if line.role == "user"] == ["still here?"]
 
 
+@pytest.mark.parametrize(("text", "problem"), [
+    ("a\\u0000b", "NUL character"), ("hi \\ud800", "lone surrogate"), ("", "non-empty"),
+])
+async def test_a_message_frame_refused_for_what_it_holds_names_its_id_not_to_resend(
+        gw: Gateway, http: aiohttp.ClientSession, text: str, problem: str) -> None:
+    """The page keeps a message until it is acknowledged and sends it again on every
+    reconnect: a refusal for its content names it, and says that resending cannot help."""
+    tab = await open_tab(http, web_base(gw))
+    await tab.ws.send_str('{"type": "message", "text": "' + text + '", "id": "m-1"}')
+    frame = await tab.frame()
+    assert frame["type"] == "error" and problem in frame["error"]
+    assert (frame["id"], frame["retry"]) == ("m-1", False)
+    await tab.ws.send_str('{"type": "message", "text": "x\\u0000", "id": 5}')
+    assert "id" not in await tab.frame()  # no message id to name: nothing to hold back
+    assert await gw.store.messages(tab.ready["session_id"]) == []
+
+
 def test_an_unclosed_string_is_read_once_not_from_every_quote() -> None:
     """A string left open runs to the end, brackets and all, as the decoder reads it.
     Scanned again from each escaped quote, a megabyte took hours on the event loop;
