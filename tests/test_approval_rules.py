@@ -88,6 +88,16 @@ DANGEROUS = {
     "perl -e 'system(\"rm -rf ~\")'": "recursive-delete",
     "ruby -e 'require \"fileutils\"; FileUtils.rm_rf(\"/\")'": "recursive-delete",
     "node -e 'require(\"fs\").rmSync(\"/\", {recursive: true})'": "recursive-delete",
+    # what a one-liner hands to system, exec or backticks is read as shell, and only that
+    "ruby -e 'puts \"hi\"; system \"rm -rf ~\"'": "recursive-delete",
+    "perl -e 'system(\"rm\", \"-rf\", \"/\")'": "recursive-delete",
+    "ruby -e 'puts `rm -rf ~`'": "recursive-delete",
+    "perl -e 'print qx{rm -rf ~}'": "recursive-delete",
+    "ruby -e 'puts %x(rm -rf /)'": "recursive-delete",
+    "node -e 'require(\"child_process\").execSync(\"rm -rf ~\", {stdio: \"inherit\"})'":
+        "recursive-delete",
+    "node -e 'require(\"child_process\").spawn(\"rm\", [\"-rf\", \"/\"])'": "recursive-delete",
+    "ruby -e 'exec \"echo (x\"'": "unparsable",
     # filesystems and disks
     "mkfs.ext4 /dev/sdb1": "make-filesystem", "wipefs -a /dev/sdb": "make-filesystem",
     "sudo mkfs -t ext4 /dev/sdb": "make-filesystem", "sh -c 'mkswap /dev/sdb2'":
@@ -225,6 +235,10 @@ HARMLESS = [
     "python3 -c \"print(open('/etc/hostname').read())\"",
     "echo '{\"a\": 1}' | python3 -m json.tool", "python3 - <<'EOF'\nprint(1)\nEOF",
     "node -e 'console.log(1)'", "perl -pi -e 's/a/b/' notes.txt",
+    # a string that is not handed to a shell is only a string, whatever it says
+    "ruby -e 'puts \"exec (x\"'", "ruby -e 'system \"ls\"; puts \"a (b\"'",
+    "perl -e 'print \"use exec (carefully\\n\"'",
+    "node -e 'console.log(/a/.exec(\"abc\"), \"(\")'",
     "source .venv/bin/activate", ". .venv/bin/activate", "source ~/.bashrc",
     "bash scripts/build.sh", "sh -c 'echo hi'", "bash -c \"cd src && make\"",
     # deleting what a build made
@@ -333,6 +347,9 @@ def test_an_unclosed_literal_in_a_one_liner_is_read_once() -> None:
     rescanned from every escaped quote, a megabyte of them took hours."""
     assert effects("perl", 'print "' + '\\"' * (MEGABYTE // 2)) == []
     assert effects("ruby", "puts 'it\\'s'") == []  # a closed literal is still one
+    # a call's name inside a string is no call: each literal is read once, not per name
+    chained = effects("ruby", "x = [" + "\"system'\", " * (MEGABYTE // 11) + "]")
+    assert all(effect.script is None for effect in chained)
 
 
 def test_a_line_longer_than_the_rules_read_is_asked_unread() -> None:
