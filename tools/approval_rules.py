@@ -317,6 +317,9 @@ class Need:
 
 
 class ApprovalPolicy:
+    """The ``approvals`` settings as one decision: :meth:`check` says whether an action
+    waits for a human and why. It only reads the action's text, never runs it."""
+
     def __init__(self, mode: ApprovalMode, patterns: list[str], allow: list[str]) -> None:
         self.mode = mode
         self.extra = [Rule(f"pattern:{p}", f"it matches approvals.patterns {p!r}",

@@ -34,6 +34,8 @@ class Effect:
 
 
 def effects(language: Language, code: str) -> list[Effect]:
+    """What ``code`` does that the rules judge. Code it cannot follow is not guessed
+    at and gives no effect; code it runs from a computed string is ``runs_computed``."""
     if language == "python":
         try:
             return _python(ast.parse(code), depth=0)

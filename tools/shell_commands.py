@@ -167,6 +167,10 @@ _SSH_VALUES = "BbcDEeFIiJLlmOoPpQRSWw"
 
 
 class _Reader:
+    """Walks a script's syntax tree and collects, in ``found``, every command it would
+    run, following what runs inside what (wrappers, ``sh -c``, pipes into a shell,
+    one-liners) down to :data:`MAX_DEPTH` scripts deep."""
+
     def __init__(self) -> None:
         self.found: list[Command] = []
 
@@ -258,7 +262,7 @@ class _Reader:
         code = self._code(program, argv[1:], stdin)
         self.found.append(Command(argv, redirects, runs_unseen=code is _COMPUTED))
         if isinstance(code, _Code):
-            code.read(self, depth + 1)
+            self._read_code(code, depth + 1)
             return
         if program == "find":
             for command in find_commands(argv[1:]):
@@ -283,6 +287,25 @@ class _Reader:
             inner += stdin.paths if stdin else ()
             stdin = None
         self._run(inner, (), stdin, depth)
+
+    def _read_code(self, code: _Code, depth: int) -> None:
+        """A script is read as one; a one-liner by what it does, each effect as the
+        shell command that would do the same (tools/inline_code.py)."""
+        if code.language is None:
+            self.script(code.text, depth)
+            return
+        for effect in effects(code.language, code.text):
+            if effect.script is not None:
+                self.script(effect.script, depth)
+            elif effect.writes is not None:
+                path, appending = effect.writes
+                self.found.append(Command((), (Redirect(
+                    ">>" if appending else ">", UNKNOWN if path is None else _shown(path)),)))
+            elif effect.runs_computed:
+                self.found.append(Command((code.language,), runs_unseen=True))
+            elif effect.argv:
+                self._run(tuple(UNKNOWN if w is None else _shown(w) for w in effect.argv),
+                          (), None, depth)
 
     def _code(self, program: str, args: tuple[str, ...],
               stdin: _Input | None) -> _Code | _Computed | None:
@@ -341,26 +364,11 @@ _COMPUTED = _Computed()
 
 @dataclass(frozen=True, slots=True)
 class _Code:
+    """Code a shell or an interpreter is handed, as the line shows it."""
+
     #: None: a shell script
     language: CodeLanguage | None
     text: str
-
-    def read(self, reader: _Reader, depth: int) -> None:
-        if self.language is None:
-            reader.script(self.text, depth)
-            return
-        for effect in effects(self.language, self.text):
-            if effect.script is not None:
-                reader.script(effect.script, depth)
-            elif effect.writes is not None:
-                path, appending = effect.writes
-                reader.found.append(Command((), (Redirect(
-                    ">>" if appending else ">", UNKNOWN if path is None else _shown(path)),)))
-            elif effect.runs_computed:
-                reader.found.append(Command((self.language,), runs_unseen=True))
-            elif effect.argv:
-                reader._run(tuple(UNKNOWN if w is None else _shown(w) for w in effect.argv),
-                            (), None, depth)
 
 
 # the programs that run code ----------------------------------------------------------
