@@ -2,8 +2,9 @@
 
 One JSON decoder for every REST body and WebSocket frame: Python's own
 ``json`` would recurse until it fails on deep nesting, refuse a long number
-with a ValueError about ``sys.set_int_max_str_digits`` and pass a lone
-surrogate (``"\\ud800"``) through to the database, which cannot store it.
+with a ValueError about ``sys.set_int_max_str_digits``, decode ``1e400`` as
+infinity and pass a lone surrogate (``"\\ud800"``) through to the database,
+which cannot store it.
 Here each of those is an :class:`InputRefused` saying what is wrong, with the
 limit. :func:`text_problem` is the same rule for a message's text from any
 platform: text the journal cannot store is refused, never "send it again".
@@ -12,6 +13,7 @@ platform: text the journal cannot store is refused, never "send it again".
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +27,23 @@ MAX_JSON_DEPTH = 32
 #: characters in one JSON number; Python refuses more than 4300 digits with a ValueError
 MAX_NUMBER_CHARS = 100
 
-# a JSON string (skipped whole, so brackets in it are not counted) or a bracket
-_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# a JSON string (skipped whole, so brackets in it are not counted) or a bracket. An
+# unclosed string runs to the end, as the decoder reads it: were the closing quote
+# required, every later `"` would start a fresh scan to the end (quadratic).
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class InputRefused(ValueError):
-    """Input the gateway does not take; ``str(exc)`` says what is wrong with it."""
+    """Input the gateway does not take; ``str(exc)`` says what is wrong with it.
+
+    ``decoded`` is the JSON value when it was read but holds text that cannot be
+    stored, so that the caller can still say which request it refuses (a frame's id);
+    None when it could not be read."""
+
+    def __init__(self, problem: str, decoded: Any = None) -> None:
+        super().__init__(problem)
+        self.decoded = decoded
 
 
 def load_json(data: str | bytes) -> Any:
@@ -47,7 +59,8 @@ def load_json(data: str | bytes) -> Any:
                            parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise InputRefused(f"it is not valid JSON: {exc.msg} (character {exc.pos})") from None
-    _check_strings(value)
+    if (problem := _string_problem(value)) is not None:
+        raise InputRefused(f"a string in it {problem}", decoded=value)
     return value
 
 
@@ -90,15 +103,19 @@ def _integer(token: str) -> int:
 
 def _real(token: str) -> float:
     _check_number(token)
-    return float(token)
+    value = float(token)
+    if math.isinf(value):  # `1e400`: no JSON number, and no column can hold it
+        raise InputRefused(f"it has {token}, which is out of range for a number")
+    return value
 
 
 def _no_constant(token: str) -> Any:
     raise InputRefused(f"it has {token}, which is not a JSON number")
 
 
-def _check_strings(value: Any) -> None:
-    """Every string in ``value`` (keys too) can be stored: no NUL, no lone surrogate."""
+def _string_problem(value: Any) -> str | None:
+    """What is wrong with the first string in ``value`` (keys too) that cannot be
+    stored (a NUL, a lone surrogate); None when every one can."""
     pending = [value]
     while pending:
         item = pending.pop()
@@ -108,7 +125,8 @@ def _check_strings(value: Any) -> None:
         elif isinstance(item, list):
             pending.extend(item)
         elif isinstance(item, str) and (problem := text_problem(item)) is not None:
-            raise InputRefused(f"a string in it {problem}")
+            return problem
+    return None
 
 
 def message_problem(event: MessageEvent) -> str | None:

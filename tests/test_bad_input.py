@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from gateway.daemon import Gateway, running_gateway
+from gateway.input_checks import MAX_JSON_DEPTH, InputRefused, load_json
 from gateway.platforms.telegram import TelegramAdapter
 
 from .conftest import make_config
@@ -81,6 +82,7 @@ async def test_a_path_with_a_nul_is_a_400(gw: Gateway, http: aiohttp.ClientSessi
     ('{"title": "\\ud800"}', "lone surrogate"),
     ('{"title": "a\\u0000b"}', "NUL character"),
     ('{"title": NaN}', "NaN, which is not a JSON number"),
+    ('{"title": 1e400}', "1e400, which is out of range for a number"),
 ])
 @pytest.mark.parametrize("path", ["/api/sessions/{sid}", "/api/schedules/{sid}",
                                   "/api/conversations/{conversation}"])
@@ -114,6 +116,35 @@ async def test_a_frame_past_the_limits_gets_an_error_frame_and_the_tab_stays_ope
     assert "still here?" in (await tab.frame())["text"]
     lines = await gw.store.messages(tab.ready["session_id"])
     assert [line.text for line in lines if line.role == "user"] == ["still here?"]
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("a\\u0000b", "NUL character"), ("hi \\ud800", "lone surrogate"), ("", "non-empty"),
+])
+async def test_a_message_frame_refused_for_what_it_holds_names_its_id_not_to_resend(
+        gw: Gateway, http: aiohttp.ClientSession, text: str, problem: str) -> None:
+    """The page keeps a message until it is acknowledged and sends it again on every
+    reconnect: a refusal for its content names it, and says that resending cannot help."""
+    tab = await open_tab(http, web_base(gw))
+    await tab.ws.send_str('{"type": "message", "text": "' + text + '", "id": "m-1"}')
+    frame = await tab.frame()
+    assert frame["type"] == "error" and problem in frame["error"]
+    assert (frame["id"], frame["retry"]) == ("m-1", False)
+    await tab.ws.send_str('{"type": "message", "text": "x\\u0000", "id": 5}')
+    assert "id" not in await tab.frame()  # no message id to name: nothing to hold back
+    assert await gw.store.messages(tab.ready["session_id"]) == []
+
+
+def test_an_unclosed_string_is_read_once_not_from_every_quote() -> None:
+    """A string left open runs to the end, brackets and all, as the decoder reads it.
+    Scanned again from each escaped quote, a megabyte took hours on the event loop;
+    read once, it is refused as the broken JSON it is, within the test's timeout."""
+    for size in (10, 500_000):  # 1 MB, the most a REST body may be (aiohttp's limit)
+        data = '{"text": "' + '\\"' * size + "[" * (MAX_JSON_DEPTH + 1)
+        with pytest.raises(InputRefused, match="Unterminated string"):
+            load_json(data)
+    with pytest.raises(InputRefused, match="more than 32 deep"):
+        load_json('["a\\"b", ' + "[" * 33 + "]" * 34)  # an escaped quote closes nothing
 
 
 async def test_brackets_and_digits_inside_text_are_only_text(

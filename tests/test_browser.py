@@ -602,6 +602,29 @@ async def test_a_file_over_the_limit_shows_the_gateways_reason_and_nothing_is_ke
         await context.close()
 
 
+async def test_a_message_refused_for_what_it_holds_shows_why_and_is_never_sent_again(
+        gateway: Gateway, site: str, browser) -> None:
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context()
+    page = await open_page(context, site + "/")
+    await page.evaluate("document.getElementById('input').value = 'deploy \\u0000 now'")
+    await page.locator("#send").click()
+    refused = page.locator('div.msg[data-kind="user"][data-not-taken="1"]')
+    await expect(refused).to_contain_text("not sent: frame refused")
+    await expect(refused).to_contain_text("NUL character")
+    await expect(page.locator('div.msg[data-pending="1"]')).to_have_count(0)
+    await page.reload()  # a reconnect sends what is still unacknowledged: not that one
+    await expect(page.locator("#conn")).to_have_text("connected")
+    await say(page, "deploy now")
+    await expect(page.locator('div.msg[data-kind="reply"]')).to_contain_text("deploy now")
+    await expect(page.locator('div.msg[data-pending="1"]')).to_have_count(0)
+    await expect(page.locator('div.msg[data-kind="error"]')).to_have_count(0)
+    session = await gateway.store.live_session(f"agent:main:web:dm:{conversation_of(page)}")
+    assert [line.text for line in await gateway.store.messages(session.id)
+            if line.role == "user"] == ["deploy now"]
+    await context.close()
+
+
 async def test_a_file_the_agent_posts_is_a_download_link_and_an_image_shows_inline(
         tmp_path: Path, browser, artifacts: Path) -> None:
     expect.set_options(timeout=10_000)

@@ -14,13 +14,14 @@ every command seen. ``patterns`` and ``allow`` match the action's text as writte
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .shell_commands import Command, Unreadable, find_roots, read_commands
-from .shell_paths import is_broad, is_disk, is_system_file
+from .shell_commands import Command, Unreadable, find_commands, find_roots, innermost, read_commands
+from .shell_paths import is_broad, is_device, is_disk, is_system_file
 
 ApprovalMode = Literal["off", "dangerous", "all"]
 
@@ -29,6 +30,11 @@ ApprovalMode = Literal["off", "dangerous", "all"]
 PROSE_TOOLS = frozenset({"delegate_task"})
 #: the rule of a line the shell parser cannot read (fail closed)
 UNPARSABLE = "unparsable"
+#: characters of an action the rules read; a longer one is asked unread (the check runs
+#: on the event loop, and nobody reviews a 64 KB command by its rules anyway)
+MAX_READ_CHARS = 64 * 1024
+#: the rule of an action longer than that
+TOO_LONG = "too-long"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +69,17 @@ def _options(args: tuple[str, ...]) -> list[str]:
     return found
 
 
-def _operands(args: tuple[str, ...], takes_value: tuple[str, ...] = ()) -> list[str]:
+def _operands(args: tuple[str, ...], takes_value: tuple[str, ...] = (),
+              modes: re.Pattern[str] | None = None) -> list[str]:
     """Its operands: the other words (all words after ``--``); ``takes_value`` names the
-    options whose value is the next word."""
+    options whose value is the next word, ``modes`` the dashed words that are operands."""
     found, i, ended = [], 0, False
     while i < len(args):
         word = args[i]
         if not ended and word == "--":
             ended = True
-        elif not ended and word.startswith("-") and len(word) > 1:
+        elif not ended and word.startswith("-") and len(word) > 1 and not (
+                modes is not None and modes.fullmatch(word)):
             i += 1 if word in takes_value else 0
         else:
             found.append(word)
@@ -79,15 +87,26 @@ def _operands(args: tuple[str, ...], takes_value: tuple[str, ...] = ()) -> list[
     return found
 
 
+#: a mode of chmod's that starts with a dash (``-w``, ``-rwx``, ``-x,g+w``)
+_DASH_MODE = re.compile(r"-[rwxXst]+(?:,\S*)?")
+
+
 def _has_flag(args: tuple[str, ...], short: str, *long: str) -> bool:
     """Whether a short flag (alone or in a cluster: ``-rf``) or a long one is given."""
-    return any(word in long or (not word.startswith("--") and any(c in word[1:] for c in short))
+    return any(any(_is_long(word, option) for option in long)
+               or (not word.startswith("--") and any(c in word[1:] for c in short))
                for word in _options(args))
+
+
+def _is_long(word: str, option: str) -> bool:
+    """``word`` is the long ``option`` or a prefix of it: GNU programs take any unique
+    prefix (``rm --recur``); one that is not unique is refused, so taking it is safe."""
+    return word == option or (len(word) > 2 and option.startswith(word))
 
 
 def _recursive_delete(c: Command) -> bool:
     if c.program == "rm":
-        return "--no-preserve-root" in c.args or (
+        return any(_is_long(w, "--no-preserve-root") for w in _options(c.args)) or (
             _has_flag(c.args, "rR", "--recursive")
             and any(is_broad(path) for path in _operands(c.args)))
     if c.program == "find":  # `find / -delete`, `find ~ -exec rm {} +`
@@ -97,15 +116,17 @@ def _recursive_delete(c: Command) -> bool:
 
 
 def _find_deletes(args: tuple[str, ...]) -> bool:
+    """``-delete``, or an ``-exec`` of a deleting program (``-exec sudo rm {} +`` too)."""
     deleters = {"rm", "unlink", "shred", "rmdir"}
     return "-delete" in args or any(
-        word in ("-exec", "-execdir", "-ok", "-okdir") and i + 1 < len(args)
-        and args[i + 1].rsplit("/", 1)[-1] in deleters for i, word in enumerate(args))
+        (program := innermost(command)) and os.path.basename(program[0]) in deleters
+        for command in find_commands(args))
 
 
 def _makes_filesystem(c: Command) -> bool:
+    """On a device (or a path the shell computes), not on a file image."""
     return re.fullmatch(r"mkfs(?:\.\w+)?|mke2fs|mkswap|wipefs|mkntfs|mkdosfs", c.program) \
-        is not None
+        is not None and any(is_device(w) for w in c.args if not w.startswith("-"))
 
 
 def _writes_disk(c: Command) -> bool:
@@ -135,7 +156,8 @@ def _opens_permissions(c: Command) -> bool:
     if c.program not in ("chmod", "chown", "chgrp") or not _has_flag(c.args, "R",
                                                                       "--recursive"):
         return False
-    operands = _operands(c.args)
+    # `chmod -R -w /`: GNU chmod reads a dashed mode as the mode, not as an option
+    operands = _operands(c.args, modes=_DASH_MODE if c.program == "chmod" else None)
     targets = operands if any(w.startswith("--reference") for w in c.args) else operands[1:]
     return any(is_broad(path) for path in targets)
 
@@ -223,7 +245,10 @@ def _overwrites_system_file(c: Command) -> bool:
         target = next((c.args[i + 1] for i, w in enumerate(c.args[:-1])
                        if w in ("-t", "--target-directory")), None)
         destination = target or (operands[-1] if len(operands) >= 2 else None)
-        return destination is not None and is_system_file(destination)
+        # what `mv` takes away is gone from where it was (`mv ~/.ssh/id_ed25519 /tmp/`);
+        # what `cp` copies from is only read
+        sources = (operands if target else operands[:-1]) if c.program == "mv" else []
+        return any(is_system_file(path) for path in [*sources, *filter(None, [destination])])
     return False
 
 
@@ -238,7 +263,12 @@ def _moves_broad_path(c: Command) -> bool:
 
 
 def _removes_crontab(c: Command) -> bool:
-    return c.program == "crontab" and _has_flag(c.args, "r", "--remove")
+    """``crontab -r``, or ``crontab FILE`` (``-`` too), which replaces every job with the
+    file's (``crontab /dev/null`` removes them all)."""
+    if c.program != "crontab":
+        return False
+    return _has_flag(c.args, "r", "--remove") or (
+        not _has_flag(c.args, "leT") and bool(_operands(c.args, ("-u",))))
 
 
 #: the documented list (README, "Approvals"): each judges every command the line runs
@@ -258,18 +288,22 @@ COMMAND_RULES: tuple[CommandRule, ...] = (
     CommandRule("force-push", "a force-push (rewrites shared history)", _force_pushes),
     CommandRule("kill-init", "killing pid 1, every process, or every process of a user",
                 _kills_everything),
-    CommandRule("system-file", "deleting or overwriting a system file, a key or a shell "
-                               "start-up file", _overwrites_system_file),
     CommandRule("move-broad-path", "moving a broad path away (/, a home, a system "
                                    "directory)", _moves_broad_path),
-    CommandRule("crontab-remove", "removing every cron job of a user", _removes_crontab),
+    CommandRule("system-file", "deleting or overwriting a system file, a key or a shell "
+                               "start-up file", _overwrites_system_file),
+    CommandRule("crontab-remove", "removing or replacing every cron job of a user",
+                _removes_crontab),
 )
 
 #: rules over the text as written, for what is no shell syntax (SQL) or is best seen whole
 TEXT_RULES: tuple[Rule, ...] = (
     Rule("drop", "dropping a database or a table",
          re.compile(r"\bdrop\s+(?:table|database|schema)\b", re.IGNORECASE)),
-    Rule("fork-bomb", "a fork bomb", re.compile(r"(\w+|:)\s*\(\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}")),
+    # the name starts where a word does and is taken whole (possessive): tried from
+    # every letter of a long word, `\w+` backtracking made a 20 KB word take seconds
+    Rule("fork-bomb", "a fork bomb",
+         re.compile(r"(?<!\w)(\w++|:)\s*\(\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}")),
 )
 
 
@@ -283,6 +317,9 @@ class Need:
 
 
 class ApprovalPolicy:
+    """The ``approvals`` settings as one decision: :meth:`check` says whether an action
+    waits for a human and why. It only reads the action's text, never runs it."""
+
     def __init__(self, mode: ApprovalMode, patterns: list[str], allow: list[str]) -> None:
         self.mode = mode
         self.extra = [Rule(f"pattern:{p}", f"it matches approvals.patterns {p!r}",
@@ -311,6 +348,9 @@ class ApprovalPolicy:
 
     @staticmethod
     def _built_in(tool: str, text: str) -> Need | None:
+        if len(text) > MAX_READ_CHARS:
+            return Need(f"it is {len(text)} characters long, more than the {MAX_READ_CHARS} "
+                        f"the rules read, and what is not read is asked", TOO_LONG)
         if tool not in PROSE_TOOLS:
             try:
                 commands = read_commands(text)

@@ -11,6 +11,7 @@ obvious one-liner, not an interpreter: code it cannot follow is not guessed at.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -33,6 +34,8 @@ class Effect:
 
 
 def effects(language: Language, code: str) -> list[Effect]:
+    """What ``code`` does that the rules judge. Code it cannot follow is not guessed
+    at and gives no effect; code it runs from a computed string is ``runs_computed``."""
     if language == "python":
         try:
             return _python(ast.parse(code), depth=0)
@@ -199,23 +202,69 @@ def _join(left: str, right: str) -> str:
 
 # Perl, Ruby, Node (and Python that does not parse) ------------------------------
 
-_LITERAL = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|`((?:[^`\\]|\\.)*)`")
+# a literal left open runs to the end: were its closing quote required, every later
+# quote would start a fresh scan to the end (quadratic on a long line of `\"`)
+_LITERAL = re.compile(r"'((?:[^'\\]|\\.)*+)'?|\"((?:[^\"\\]|\\.)*+)\"?|`((?:[^`\\]|\\.)*+)`?",
+                      re.DOTALL)
 _DELETES = re.compile(r"\b(?:rmtree|remove_tree|rm_rf|rm_r|remove_dir|remove_entry\w*|rmSync|"
                       r"rmdirSync|unlinkSync|rimraf|unlink|rmdir)\b|\bfs\.rm\b|"
                       r"\bFile\.delete\b|\bFileUtils\.rm\b")
-_RUNS = re.compile(r"\b(?:system|exec|execSync|execFileSync|spawnSync|spawn|popen|qx)\b"
-                   r"|`|%x")
+#: a call that runs a command, up to its first argument (``system(``, ``exec ``)
+_RUNS = re.compile(r"\b(?:system|exec|execSync|execFileSync|spawnSync|spawn|popen)\b[\s(]*")
+#: Perl's ``qx{…}``, Ruby's ``%x(…)``: a command in the delimiters after it
+_QUOTED_COMMAND = re.compile(r"(?:\bqx|%x)\s*([^\w\s])")
+_CLOSERS = {"{": "}", "(": ")", "[": "]", "<": ">"}
+#: what may stand between the literal arguments of one call (``"rm", ["-rf", "/"]``)
+_BETWEEN_ARGUMENTS = re.compile(r"[\s,\[]*")
 _HOME = re.compile(r"\$ENV\{\s*['\"]?HOME|ENV\[\s*['\"]HOME|process\.env\.HOME|homedir\(\)|"
                    r"Dir\.home|expand_path\(\s*['\"]~")
 
 
 def _by_literals(code: str) -> list[Effect]:
-    literals = [next(g for g in m.groups() if g is not None) for m in _LITERAL.finditer(code)]
+    matches = list(_LITERAL.finditer(code))
+    literals = [_literal(m) for m in matches]
     found: list[Effect] = []
     if _DELETES.search(code):
         targets = [*literals, *(["~"] if _HOME.search(code) else [])]
         found += [Effect(argv=("rm", "-r", "--", target)) for target in targets]
-    if _RUNS.search(code) and literals:
-        found += [Effect(script=text) for text in literals]
-        found.append(Effect(argv=tuple(literals)))  # system("rm", "-rf", "/")
+    # backticks run their text in a shell; any other literal is only read as a command
+    # where a call that runs one is handed it
+    found += [Effect(script=_literal(m)) for m in matches if m.group(3) is not None]
+    found += [Effect(script=text) for text in _quoted_commands(code)]
+    starts = [m.start() for m in matches]
+    for call in _RUNS.finditer(code):
+        before = bisect.bisect_right(starts, call.start()) - 1
+        if before >= 0 and matches[before].end() > call.start():
+            continue  # the word is in a string ("exec (x"); each literal is read once
+        arguments = _call_literals(code, call.end())
+        if len(arguments) == 1:  # system("rm -rf ~"): a shell runs it
+            found.append(Effect(script=arguments[0]))
+        elif arguments:  # system("rm", "-rf", "/"), spawn("rm", ["-rf", "/"]): the words
+            found.append(Effect(argv=tuple(arguments)))
+    return found
+
+
+def _literal(match: re.Match[str]) -> str:
+    return next(g for g in match.groups() if g is not None)
+
+
+def _call_literals(code: str, at: int) -> list[str]:
+    """The literal arguments a call starts with at ``at``, up to the first that is not."""
+    found: list[str] = []
+    while True:
+        between = _BETWEEN_ARGUMENTS.match(code, at)
+        literal = _LITERAL.match(code, between.end() if between else at)
+        if literal is None:
+            return found
+        found.append(_literal(literal))
+        at = literal.end()
+
+
+def _quoted_commands(code: str) -> list[str]:
+    """The text of Perl's ``qx{…}`` and Ruby's ``%x(…)``, which a shell runs."""
+    found = []
+    for opening in _QUOTED_COMMAND.finditer(code):
+        start = opening.end()
+        end = code.find(_CLOSERS.get(opening.group(1), opening.group(1)), start)
+        found.append(code[start:] if end < 0 else code[start:end])
     return found

@@ -100,6 +100,8 @@ class _Input:
     paths: tuple[str, ...] = ()
     #: a file (``< script.sh``): like naming a script, it is not shown either way
     from_file: bool = False
+    #: ``paths`` are ``find``'s roots: the input lists everything under them
+    under: bool = False
 
 
 _UNSEEN = _Input(None)
@@ -155,12 +157,20 @@ _WRAPPERS: dict[str, _Wrapper] = {
     "xargs": _Wrapper("IiLlnPsdEea", frozenset({"--arg-file", "--delimiter", "--max-args",
                                                "--max-procs", "--max-chars", "--max-lines",
                                                "--replace", "--eof"})),
+    "pkexec": _Wrapper("", frozenset({"--user"})),
+    # `runuser -u ann -- CMD`; its su-like form (`runuser -l ann -c CODE`) is read as su's
+    "runuser": _Wrapper("ugGws", frozenset({"--user", "--group", "--supp-group", "--shell",
+                                            "--whitelist-environment"})),
 }
 #: ssh options that take a value
 _SSH_VALUES = "BbcDEeFIiJLlmOoPpQRSWw"
 
 
 class _Reader:
+    """Walks a script's syntax tree and collects, in ``found``, every command it would
+    run, following what runs inside what (wrappers, ``sh -c``, pipes into a shell,
+    one-liners) down to :data:`MAX_DEPTH` scripts deep."""
+
     def __init__(self) -> None:
         self.found: list[Command] = []
 
@@ -230,8 +240,12 @@ class _Reader:
             if child is not name or name.named_child_count:
                 self._visit(child, stdin, depth)
         stdin = _redirected_input(redirect_nodes) or stdin
-        self._run(tuple(w for node in words for w in _words(node)),
-                  tuple(_redirects(redirect_nodes)), stdin, depth)
+        argv = tuple(w for node in words for w in _words(node))
+        if argv[:1] == ("eval",) and _evaluates_start_up_code(node):
+            # the code is the tool's own start-up (the tool was read above, as it runs)
+            self.found.append(Command(argv, tuple(_redirects(redirect_nodes))))
+            return
+        self._run(argv, tuple(_redirects(redirect_nodes)), stdin, depth)
 
     # what runs inside what ---------------------------------------------------
 
@@ -248,10 +262,10 @@ class _Reader:
         code = self._code(program, argv[1:], stdin)
         self.found.append(Command(argv, redirects, runs_unseen=code is _COMPUTED))
         if isinstance(code, _Code):
-            code.read(self, depth + 1)
+            self._read_code(code, depth + 1)
             return
         if program == "find":
-            for command in _find_commands(argv[1:]):
+            for command in find_commands(argv[1:]):
                 self._run(command, (), None, depth)
             return
         wrapper = _WRAPPERS.get(program)
@@ -261,12 +275,37 @@ class _Reader:
             self.script(split, depth + 1)
             return
         inner = _unwrapped(argv[1:], wrapper)
-        if not inner and program in ("sudo", "doas") and _asks_for_a_shell(argv[1:]):
-            inner = ("sh",)  # `sudo -s`, `sudo -i`: a root shell, reading what is piped in
+        if not inner and (program == "pkexec" or program in ("sudo", "doas")
+                          and _asks_for_a_shell(argv[1:])):
+            inner = ("sh",)  # `sudo -s`, `sudo -i`, `pkexec`: a root shell, reading stdin
         if program == "xargs":
-            inner = (inner or ("echo",)) + (stdin.paths if stdin else ())
+            inner = inner or ("echo",)
+            if stdin is not None and stdin.under:
+                # `find R | xargs CMD` runs CMD on everything under R: `find R -exec CMD {} +`
+                self._run(("find", *stdin.paths, "-exec", *inner, "{}", "+"), (), None, depth)
+                return
+            inner += stdin.paths if stdin else ()
             stdin = None
         self._run(inner, (), stdin, depth)
+
+    def _read_code(self, code: _Code, depth: int) -> None:
+        """A script is read as one; a one-liner by what it does, each effect as the
+        shell command that would do the same (tools/inline_code.py)."""
+        if code.language is None:
+            self.script(code.text, depth)
+            return
+        for effect in effects(code.language, code.text):
+            if effect.script is not None:
+                self.script(effect.script, depth)
+            elif effect.writes is not None:
+                path, appending = effect.writes
+                self.found.append(Command((), (Redirect(
+                    ">>" if appending else ">", UNKNOWN if path is None else _shown(path)),)))
+            elif effect.runs_computed:
+                self.found.append(Command((code.language,), runs_unseen=True))
+            elif effect.argv:
+                self._run(tuple(UNKNOWN if w is None else _shown(w) for w in effect.argv),
+                          (), None, depth)
 
     def _code(self, program: str, args: tuple[str, ...],
               stdin: _Input | None) -> _Code | _Computed | None:
@@ -281,10 +320,12 @@ class _Reader:
             source = _interpreter_source(language, args)
         elif program == "eval":
             source = ("code", (" ".join(args),)) if args else ("none", ())
-        elif program == "ssh":
+        elif program == "ssh":  # with no remote command, the remote shell reads stdin
             remote = _ssh_command(args)
-            source = ("code", (remote,)) if remote else ("none", ())
-        elif program == "su":  # `su -c CODE`; without it, a shell reading its input
+            source = ("code", (remote,)) if remote else ("stdin", ())
+        elif program == "runuser" and any(_is_user_option(w) for w in args):
+            return None  # `runuser -u ann -- CMD`: a wrapper (_WRAPPERS)
+        elif program in ("su", "runuser"):  # `su -c CODE`; without it, a shell reading stdin
             code = _command_option(args)
             source = ("code", (code,)) if code is not None else ("stdin", ())
         elif program == "flock" and (code := _command_option(args)) is not None:
@@ -301,8 +342,10 @@ class _Reader:
             if not texts:
                 return _COMPUTED
         elif how == "file":
-            # `bash <(curl …)`, `source <(…)`, `bash $SCRIPT`: a file the line computes
-            return _COMPUTED if any(UNKNOWN in t for t in texts) else None
+            # `bash <(curl …)`, `source <(…)`: a script the line computes (a process
+            # substitution arrives as the /dev/fd path bash hands over); `bash "$DIR/x.sh"`
+            # or `source "$VIRTUAL_ENV/bin/activate"` names a script, as `bash x.sh` does
+            return _COMPUTED if any(t.startswith(_PIPED_FILE) for t in texts) else None
         elif how == "none":
             return None
         text = "\n".join(texts)
@@ -321,26 +364,11 @@ _COMPUTED = _Computed()
 
 @dataclass(frozen=True, slots=True)
 class _Code:
+    """Code a shell or an interpreter is handed, as the line shows it."""
+
     #: None: a shell script
     language: CodeLanguage | None
     text: str
-
-    def read(self, reader: _Reader, depth: int) -> None:
-        if self.language is None:
-            reader.script(self.text, depth)
-            return
-        for effect in effects(self.language, self.text):
-            if effect.script is not None:
-                reader.script(effect.script, depth)
-            elif effect.writes is not None:
-                path, appending = effect.writes
-                reader.found.append(Command((), (Redirect(
-                    ">>" if appending else ">", UNKNOWN if path is None else _shown(path)),)))
-            elif effect.runs_computed:
-                reader.found.append(Command((self.language,), runs_unseen=True))
-            elif effect.argv:
-                reader._run(tuple(UNKNOWN if w is None else _shown(w) for w in effect.argv),
-                            (), None, depth)
 
 
 # the programs that run code ----------------------------------------------------------
@@ -407,6 +435,47 @@ def _interpreter_source(language: CodeLanguage, args: tuple[str, ...]) -> _Sourc
     return ("file", args[i:i + 1]) if args[i:] else ("stdin", ())
 
 
+#: tools whose output is shell code their documentation says to ``eval`` (``eval
+#: "$(pyenv init -)"``), by the subcommand that prints it (None: options only)
+_START_UP_CODE: dict[str, frozenset[str] | None] = {
+    "ssh-agent": None, "dircolors": None,
+    "pyenv": frozenset({"init", "virtualenv-init"}), "rbenv": frozenset({"init"}),
+    "nodenv": frozenset({"init"}), "goenv": frozenset({"init"}),
+    "direnv": frozenset({"hook"}), "starship": frozenset({"init"}),
+    "zoxide": frozenset({"init"}), "brew": frozenset({"shellenv"}),
+    "mise": frozenset({"activate"}), "fnm": frozenset({"env"}),
+}
+
+
+def _evaluates_start_up_code(command: Node) -> bool:
+    """``eval "$(ssh-agent -s)"``: the one argument of ``eval`` is the output of one of
+    those tools, as one plain command (anything more is read as computed code)."""
+    args = command.children_by_field_name("argument")
+    if len(args) != 1:
+        return False
+    word = args[0]
+    if word.type == "string" and word.named_child_count == 1:
+        word = word.named_children[0]
+    if word.type != "command_substitution" or word.named_child_count != 1 or \
+            word.named_children[0].type != "command":
+        return False
+    inner = word.named_children[0]
+    name = inner.child_by_field_name("name")
+    arguments = inner.children_by_field_name("argument")
+    if name is None or len(inner.named_children) != 1 + len(arguments):  # a redirection
+        return False
+    words = [w for node in (name, *arguments) for w in _words(node)]
+    if any(UNKNOWN in w for w in words):
+        return False
+    program, rest = os.path.basename(words[0]), words[1:]
+    if program not in _START_UP_CODE:
+        return False
+    subcommands = _START_UP_CODE[program]
+    if subcommands is None:
+        return all(w.startswith("-") for w in rest)
+    return bool(rest) and rest[0] in subcommands
+
+
 def _command_option(args: tuple[str, ...]) -> str | None:
     """The code of ``su``'s and ``flock``'s ``-c``/``--command``."""
     for i, word in enumerate(args):
@@ -440,7 +509,19 @@ def _ssh_command(args: tuple[str, ...]) -> str:
     return " ".join(args[i + 1:])
 
 
-def _find_commands(args: tuple[str, ...]) -> list[tuple[str, ...]]:
+def _is_user_option(word: str) -> bool:
+    return word in ("-u", "--user") or word.startswith("--user=")
+
+
+def innermost(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command behind its wrappers: ``sudo env rm -f x`` is ``rm -f x``."""
+    command = tuple(argv)
+    while command and (wrapper := _WRAPPERS.get(os.path.basename(command[0]))) is not None:
+        command = _unwrapped(command[1:], wrapper)
+    return command
+
+
+def find_commands(args: Sequence[str]) -> list[tuple[str, ...]]:
     """The commands of ``find``'s ``-exec``, ``-execdir``, ``-ok`` and ``-okdir``."""
     commands: list[tuple[str, ...]] = []
     i = 0
@@ -450,7 +531,7 @@ def _find_commands(args: tuple[str, ...]) -> list[tuple[str, ...]]:
             while end < len(args) and args[end] != ";" and not (
                     args[end] == "+" and args[end - 1] == "{}"):
                 end += 1
-            commands.append(args[i + 1:end])
+            commands.append(tuple(args[i + 1:end]))
             i = end
         i += 1
     return commands
@@ -515,8 +596,7 @@ def _output(stage: Node, outer: list[Node] | None = None) -> _Input:
     program = os.path.basename(words[0]) if words else ""
     args = words[1:]
     if program == "find":
-        roots = tuple(w for w in find_roots(args) if w.startswith(("/", "~")))
-        return _Input(None, roots)
+        return _Input(None, tuple(find_roots(args)), under=True)
     if any(UNKNOWN in w for w in args):
         return _UNSEEN
     if program == "echo":
@@ -591,6 +671,10 @@ def _operator(redirect: Node) -> str:
 
 
 _VARIABLES = {"HOME": "~", "PWD": "."}
+#: the operators of ``${NAME:?}``, ``${NAME:-default}``…: a set variable is its value
+_VALUE_OPERATORS = frozenset({":?", "?", ":-", "-", ":=", "="})
+#: how a process substitution (``<(curl …)``) arrives: the path of a pipe bash opens
+_PIPED_FILE = "/dev/fd/"
 
 
 def _word(node: Node) -> str:
@@ -612,7 +696,16 @@ def _word(node: Node) -> str:
         names = [c for c in node.named_children]
         plain = len(names) == 1 and names[0].type == "variable_name" and \
             node.child_count == (2 if kind == "simple_expansion" else 3)
-        return _VARIABLES.get(_text(names[0]), UNKNOWN) if plain else UNKNOWN
+        if plain:
+            return _VARIABLES.get(_text(names[0]), UNKNOWN)
+        # `"${HOME:?}"`, `${HOME:-/tmp}`: HOME and PWD are always set
+        if kind == "expansion" and node.child_count >= 4 and \
+                node.children[1].type == "variable_name" and \
+                node.children[2].type in _VALUE_OPERATORS:
+            return _VARIABLES.get(_text(node.children[1]), UNKNOWN)
+        return UNKNOWN
+    if kind == "process_substitution":
+        return _PIPED_FILE + UNKNOWN
     if kind == "brace_expression" or (node.named_child_count == 0 and kind in (
             "number", "heredoc_content", "regex", "extglob_pattern")):
         return text

@@ -25,6 +25,12 @@ _SYSTEM_FILES = frozenset({"bin", "boot", "etc", "lib", "lib32", "lib64", "libx3
                            "sbin", "sys", "usr"})
 #: in a home: secrets whose every file matters
 _SECRETS = frozenset({".ssh", ".gnupg"})
+#: in a home: the files a shell or a login runs at start-up (README, "Approvals"). Other
+#: dot files (``~/.npmrc``, ``~/.bashrc.bak``) are a tool's settings, not asked
+START_UP_FILES = frozenset({
+    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc",
+    ".zshenv", ".zprofile", ".zlogin", ".zlogout", ".kshrc", ".mkshrc", ".cshrc", ".tcshrc",
+    ".login", ".logout", ".xprofile", ".xinitrc", ".xsession", ".config/fish/config.fish"})
 _DISK = re.compile(r"/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|md\d|dm-\d|"
                    r"loop\d|disk/|mapper/)")
 _GLOB = re.compile(r"[*?\[]")
@@ -75,19 +81,26 @@ def is_broad(path: str, *, here_counts: bool = True) -> bool:
 
 
 def is_system_file(path: str, *, appending: bool = False) -> bool:
-    """A file of the system (``/etc``, ``/usr``, ``/boot``…), a key in ``~/.ssh`` or
-    ``~/.gnupg``, or a start-up file in a home (``~/.bashrc``), which only an overwrite
-    (not an append) breaks."""
+    """A file of the system (``/etc``, ``/usr``, ``/boot``…, but not ``/usr/local``,
+    where users install their own tools), a key in ``~/.ssh`` or ``~/.gnupg``, or a
+    start-up file in a home (``~/.bashrc``), which only an overwrite (not an append)
+    breaks."""
     names = parts(path.replace(UNKNOWN, "x"))
     if not names or names[0] != "/" or len(names) < 2:
         return False
     if names[1] in _SYSTEM_FILES:
-        return True
+        return names[1:3] != ("usr", "local")
     rest = _in_home(names)
     if not rest:
         return False
-    return rest[0] in _SECRETS or (rest[0].startswith(".") and len(rest) == 1
-                                   and not appending)
+    return rest[0] in _SECRETS or ("/".join(rest) in START_UP_FILES and not appending)
+
+
+def is_device(path: str) -> bool:
+    """A path under ``/dev`` or one the shell computes (it may be one): what ``mkfs``
+    erases, unlike a file image (``mkfs.ext4 disk.img``)."""
+    names = parts(path.replace(UNKNOWN, "x"))
+    return UNKNOWN in path or (names is not None and names[:2] == ("/", "dev"))
 
 
 def is_disk(path: str) -> bool:
@@ -107,8 +120,10 @@ def _broad(names: tuple[str, ...] | None, here_counts: bool) -> bool:
         if names[0] != "/":  # `*`, `.*`, `../*`: every name here or above
             return (here_counts and all(n == ".." for n in prefix)
                     and _EVERYTHING.fullmatch(names[glob_at]) is not None)
-        # `/*`, `/u*`, `/usr/*`, `~/.*`: the glob can match a broad path itself
-        return _broad_absolute(prefix) or _broad_absolute((*prefix, "x"))
+        # `/*`, `~/.*`: every name in a broad directory; `/u*`, `/usr/l*`: the glob can
+        # match a broad path itself (`/tmp/build-*` matches neither)
+        return (_EVERYTHING.fullmatch(names[glob_at]) is not None
+                and _broad_absolute(prefix)) or _broad_absolute((*prefix, "x"))
     if names and names[0] == "/":
         return _broad_absolute(names)
     return here_counts and all(n == ".." for n in names)

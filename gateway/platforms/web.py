@@ -295,14 +295,15 @@ class WebAdapter(Adapter):
         try:
             frame = load_json(data)
         except InputRefused as exc:
-            await ws.send_json(_error(f"frame refused: {exc}"))
+            # named by its id where it can be read, so that the page stops sending it
+            await ws.send_json(_error(f"frame refused: {exc}", _message_id(exc.decoded)))
             return
         if isinstance(frame, dict) and frame.get("type") == "approve":
             await self._on_approve(ws, frame)
             return
         problem = _frame_problem(frame)
         if problem:
-            await ws.send_json(_error(problem))
+            await ws.send_json(_error(problem, _message_id(frame)))
             return
         text: str = frame["text"]
         frame_id: str | None = frame.get("id")
@@ -313,7 +314,7 @@ class WebAdapter(Adapter):
         taken = await received.journaled
         if taken == "failed":
             await ws.send_json(_error("the message could not be recorded; send it again",
-                                      frame_id))
+                                      frame_id, retry=True))
             return
         if taken == "refused":  # what is wrong with it is said in the conversation
             await ws.send_json(_error("the message was not taken; the conversation says why",
@@ -434,11 +435,22 @@ def _sent_at(frame: dict[str, Any]) -> float | None:
     return min(float(sent_at), time.time())
 
 
-def _error(message: str, frame_id: str | None = None) -> dict[str, str]:
-    error = {"type": "error", "error": message}
+def _error(message: str, frame_id: str | None = None, *,
+           retry: bool = False) -> dict[str, Any]:
+    """An error frame; one about a message frame names its id and says whether sending
+    it again can help (a store that failed) or not (a frame refused for what it holds)."""
+    error: dict[str, Any] = {"type": "error", "error": message}
     if frame_id is not None:
         error["id"] = frame_id
+        error["retry"] = retry
     return error
+
+
+def _message_id(frame: Any) -> str | None:
+    """The id of a message frame, when it has a valid one (to name it in a refusal)."""
+    frame_id = frame.get("id") if isinstance(frame, dict) and frame.get("type") == "message" \
+        else None
+    return frame_id if isinstance(frame_id, str) and _FRAME_ID.fullmatch(frame_id) else None
 
 
 def _json_error(status: int, message: str) -> web.HTTPException:
