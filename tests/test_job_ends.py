@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 
 from gateway.daemon import Gateway, running_gateway
+from gateway.notifications import ReturnAddress
 from gateway.platforms.memory import MemoryAdapter, SentMessage
 from gateway.route import Route
 from tools import job_process
+from tools.job_notices import completion_text
+from tools.job_record import JobRecord
 
 from .conftest import make_config
 from .helpers import eventually, eventually_async
@@ -169,7 +172,20 @@ async def test_a_fast_job_never_reports_a_negative_duration(gateway) -> None:
     job_ids = [await start(adapter, "/bg true") for _ in range(5)]
     for job_id in job_ids:
         notice = await completion(adapter, job_id)
-        assert "after -" not in notice.text and " after 0." in notice.text
+        assert "after -" not in notice.text and "after 0.0 s" not in notice.text
+        assert re.search(r"exit code 0 (in under 0\.1 s|after \d+\.\d s)", notice.text), \
+            notice.text
+
+
+def test_a_job_quicker_than_a_tenth_of_a_second_says_so() -> None:
+    """Not "after 0.0 s", which reads as if it never ran."""
+    address = ReturnAddress("agent:main:memory:dm:1", "s1", CHAT)
+    record = JobRecord("j1", "true", "/", "exited", 1, None, 100.0, 100.03, 0, False, True,
+                       [], 0, False, address.session_key, "s1", address,
+                       Path("/nonexistent/output.log"), Path("/nonexistent/exit"))
+    assert "in under 0.1 s." in completion_text(record, [])
+    record.ended_at = 102.5
+    assert "after 2.5 s." in completion_text(record, [])
 
 
 # --- watch jobs --------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def completion_text(record: JobRecord, tail: list[str],
 
 def _completion_body(record: JobRecord, tail: list[str], details: EndDetails,
                      cut: bool) -> str:
-    took = _duration(record.duration)
+    took = _took(record.duration)
     if record.state == "failed":
         return (f"Job {record.id} did not start: the gateway stopped while starting it. "
                 f"Run it again if it is still needed.\n$ {_short(record.command)}")
@@ -55,12 +55,12 @@ def _completion_body(record: JobRecord, tail: list[str], details: EndDetails,
         head = (f"Job {record.id} ended without recording an exit code: its shell was "
                 f"killed from outside Homing.")
     elif record.killed and details.escalated:
-        head = (f"Job {record.id} was killed after {took}: it did not stop within "
+        head = (f"Job {record.id} was killed {took}: it did not stop within "
                 f"{details.kill_grace:g} s of SIGTERM, so it got SIGKILL.")
     elif record.killed:
-        head = f"Job {record.id} was killed ({describe_exit(record.exit_code)}) after {took}."
+        head = f"Job {record.id} was killed ({describe_exit(record.exit_code)}) {took}."
     else:
-        head = f"Job {record.id} finished: {describe_exit(record.exit_code)} after {took}."
+        head = f"Job {record.id} finished: {describe_exit(record.exit_code)} {took}."
     title = (f"last {len(tail)} lines of its output (/log {record.id} has more)" if cut
              else "output")
     lines = [head, f"$ {_short(record.command)}"]
@@ -127,6 +127,14 @@ def _output_block(lines: list[str], title: str | None) -> str:
 def _short(command: str) -> str:
     one_line = " ".join(command.split())
     return one_line if len(one_line) <= MAX_COMMAND_CHARS else one_line[:MAX_COMMAND_CHARS] + "…"
+
+
+def _took(seconds: float) -> str:
+    """How long a job ran, as the end of a sentence: a job quicker than the shown
+    precision is "in under 0.1 s" (``after 0.0 s`` reads as if it never ran)."""
+    if seconds < 0.05:  # what ``:.1f`` would show as 0.0
+        return "in under 0.1 s"
+    return f"after {_duration(seconds)}"
 
 
 def _duration(seconds: float) -> str:
