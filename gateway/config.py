@@ -7,6 +7,7 @@ Finding and reading the file is ``gateway/config_file.py``'s.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
@@ -492,5 +493,44 @@ def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
 def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     path = dotted(tuple(error.get("loc", ())))
     if error.get("type") == "extra_forbidden":
+        loc = tuple(error.get("loc", ()))
+        close = _close_names(loc[:-1], str(loc[-1])) if loc else []
+        if close:
+            return path, f"unknown setting; did you mean `{close[0]}`? (see config.example.yaml)"
         return path, "unknown setting (check the spelling; see config.example.yaml)"
     return path, error.get("msg", "invalid value")
+
+
+def _close_names(parent: tuple[Any, ...], name: str) -> list[str]:
+    """The settings at ``parent`` spelt like ``name`` (``sesions``: ``sessions``)."""
+    model = _model_at(parent)
+    if model is None:
+        return []
+    names = [n for field_name, field in model.model_fields.items()
+             for n in (field_name, field.alias) if n]
+    return difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model whose settings sit at ``loc`` (list indexes and mapping keys skipped)."""
+    model: type[BaseModel] = Config
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            continue  # an index into a list of models, or a key of a mapping
+        inner = _model_in(field.annotation)
+        if inner is None:
+            return None
+        model = inner
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds: itself, or inside ``X | None``, ``list[X]``…"""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

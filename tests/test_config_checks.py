@@ -183,6 +183,61 @@ def test_numbers_given_as_text_still_count(tmp_path: Path) -> None:
     assert (config.platforms.web.port, config.agent.temperature) == (8080, 0.5)
 
 
+# -- misspelt settings ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "field", "meant"), [
+    ("sesions: {}", "sesions", "sessions"),
+    ("platforms: {web: {prot: 9000}}", "platforms.web.prot", "port"),
+    ("agent: {home_channels: [{nmae: ops, platform: telegram, chat_id: 1}]}",
+     "agent.home_channels.0.nmae", "name"),
+])
+def test_a_misspelt_setting_names_the_one_meant(tmp_path: Path, text: str, field: str,
+                                                meant: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("check-config", "run"):
+        code, _, err = check(write(tmp_path / "c.yaml", text), capsys, command)
+        assert code == 2
+        assert f"  {field}: unknown setting; did you mean `{meant}`?" in err
+
+
+def test_a_setting_like_none_gets_no_guess(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = check(write(tmp_path / "c.yaml", "platforms: {web: {zzz: 1}}"), capsys)
+    assert code == 2
+    assert "  platforms.web.zzz: unknown setting (check the spelling" in err
+
+
+def _levels(model: type[BaseModel], wrap: Any = lambda d: d,
+            prefix: str = "") -> list[tuple[str, type[BaseModel], Any]]:
+    """Every model in the config, with its dotted path and how to nest a dict there."""
+    levels = [(prefix, model, wrap)]
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        in_list = get_origin(annotation) is list
+        options = get_args(annotation) if in_list or get_origin(annotation) in (
+            Union, types.UnionType) else (annotation,)
+        for option in options:
+            if isinstance(option, type) and issubclass(option, BaseModel):
+                def inner(d: Any, name: str = name, in_list: bool = in_list,
+                          wrap: Any = wrap) -> Any:
+                    return wrap({name: [d] if in_list else d})
+                levels.extend(_levels(option, inner,
+                                      f"{prefix}{name}.0." if in_list else f"{prefix}{name}."))
+    return levels
+
+
+def test_every_setting_at_every_level_is_suggested_for_its_misspelling() -> None:
+    levels = _levels(Config)
+    assert len(levels) > 15
+    for prefix, model, wrap in levels:
+        for name in model.model_fields:
+            typo = name[:-1]  # one letter short
+            with pytest.raises(ConfigError) as err:
+                parse_config(wrap({typo: 1}), {})
+            assert (f"{prefix}{typo}", f"unknown setting; did you mean `{name}`? "
+                                       f"(see config.example.yaml)") in err.value.problems
+
+
 # -- duplicate keys ------------------------------------------------------------------------
 
 def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path,

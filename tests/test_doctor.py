@@ -283,7 +283,7 @@ async def test_an_invalid_config_is_one_failed_check_not_a_traceback(tmp_path: P
     assert code == 1
     assert lines == [
         f"ok   config file: {home / 'config.yaml'}",
-        f"FAIL config: platforms.web.portt: unknown setting (check the spelling; see "
+        f"FAIL config: platforms.web.portt: unknown setting; did you mean `port`? (see "
         f"config.example.yaml) — fix: edit {home / 'config.yaml'} (see config.example.yaml), "
         f"then run `homing check-config`"]
 
