@@ -220,7 +220,7 @@ def substitute(value: Any, env: dict[str, str], path: tuple[str | int, ...],
             return env[name]
         if default is not None:
             return default
-        problems.append((dotted(path), f"environment variable {name} is not set"))
+        problems.append((dotted(path), unset_variable(name, env)))
         return ""
 
     stray = _stray_reference(value)
@@ -228,6 +228,18 @@ def substitute(value: Any, env: dict[str, str], path: tuple[str | int, ...],
         problems.append((dotted(path), stray))
         return value
     return _VAR.sub(replace, value)
+
+
+#: how an unset variable's problem begins (``homing doctor`` gives its own fix after it)
+UNSET = re.compile(r"environment variable ([A-Za-z_][A-Za-z0-9_]*) is not set")
+
+
+def unset_variable(name: str, env: dict[str, str]) -> str:
+    """The problem with an unset ``${NAME}``, with both places it can be set: the
+    environment file is the one every ``homing`` command reads (gateway/env_file.py)."""
+    env_file = _home_dir(env) / "homing.env"
+    return (f"environment variable {name} is not set; export it in the shell, or define it "
+            f"in {env_file} ($HOMING_HOME/homing.env) as {name}=value")
 
 
 def _stray_reference(value: str) -> str | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .config import DEFAULT_HOME, Config, ConfigError, find_config_file, load_config
+from .config_file import UNSET
 from .env_file import env_file_path, read_env_file
 
 Status = Literal["ok", "warn", "fail", "skip"]
@@ -126,7 +127,8 @@ def _load_config(explicit: str | None, environ: Mapping[str, str]) -> _Loaded:
             loaded.env_file = env_file_path(config.home_path)
             config = load_config(explicit, {**env, **_variables(loaded.env_file)})
     except ConfigError as exc:
-        loaded.checks.append(fail("config", "; ".join(f"{p}: {m}" for p, m in exc.problems),
+        loaded.checks.append(fail("config", "; ".join(f"{p}: {_without_where(m)}"
+                                                      for p, m in exc.problems),
                                   _config_fix(exc, loaded)))
         return loaded
     loaded.config = config
@@ -149,9 +151,14 @@ def _variables(env_file: Path) -> dict[str, str]:
         return {}  # the environment file check says why
 
 
+def _without_where(message: str) -> str:
+    """An unset variable's problem without where to set it: the fix says that."""
+    match = UNSET.match(message)
+    return match.group(0) if match else message
+
+
 def _config_fix(exc: ConfigError, loaded: _Loaded) -> str:
-    unset = [m.split()[2] for _, m in exc.problems
-             if m.startswith("environment variable ") and m.endswith(" is not set")]
+    unset = [match.group(1) for _, m in exc.problems if (match := UNSET.match(m))]
     if unset:
         return (f"define {', '.join(dict.fromkeys(unset))} in {loaded.env_file} "
                 f"(NAME=value, chmod 600), or export it")

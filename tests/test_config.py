@@ -65,9 +65,26 @@ def test_approvers_given_as_numbers_are_ids(tmp_path: Path) -> None:
 def test_a_missing_variable_names_the_field(tmp_path: Path) -> None:
     cfg = write(tmp_path / "c.yaml", "platforms: {discord: {token: '${NOPE}'}}")
     with pytest.raises(ConfigError) as err:
-        load_config(cfg, {})
+        load_config(cfg, {"HOMING_HOME": str(tmp_path / "home")})
     assert err.value.problems == [
-        ("platforms.discord.token", "environment variable NOPE is not set")]
+        ("platforms.discord.token", "environment variable NOPE is not set; export it in the "
+         f"shell, or define it in {tmp_path / 'home' / 'homing.env'} "
+         "($HOMING_HOME/homing.env) as NOPE=value")]
+
+
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_an_unset_variable_says_where_it_can_be_set(tmp_path: Path, command: str,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOMING_HOME", str(home))
+    monkeypatch.delenv("HOMING_CONFIG", raising=False)
+    monkeypatch.delenv("NOPE", raising=False)
+    write(home / "config.yaml", "platforms: {discord: {enabled: true, token: '${NOPE}'}}")
+    assert main([command]) == 2
+    err = capsys.readouterr().err
+    assert ("  platforms.discord.token: environment variable NOPE is not set; export it in "
+            f"the shell, or define it in {home / 'homing.env'}") in err
 
 
 @pytest.mark.parametrize(("text", "field"), [
