@@ -15,9 +15,11 @@ import types
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -35,6 +37,37 @@ from .config_file import dotted, read_config_file, substitute
 from .config_file import find_config_file as find_config_file
 from .timezones import check_zone
 from .token_shapes import token_problem
+
+
+def _url(schemes: tuple[str, ...]) -> Any:
+    """A URL setting: one without its scheme (``api.openai.com/v1``) would fail only at
+    the first request, as a path on no host, so it is refused with the fix."""
+
+    def check(value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme in schemes and parts.netloc:
+            return value
+        if "://" not in value:
+            host = value.split("/", 1)[0].split(":", 1)[0]
+            local = host in ("localhost", "127.0.0.1", "::1", "[::1]")
+            # the loopback's servers are plain http (a local model); the rest use TLS
+            scheme = schemes[-1] if local else schemes[0]
+            raise PydanticCustomError("url_scheme", "`{value}` has no scheme: write "
+                                      "`{fixed}`", {"value": value,
+                                                    "fixed": f"{scheme}://{value}"})
+        if parts.scheme not in schemes:
+            raise PydanticCustomError("url_scheme", "expected a URL starting with {wanted}",
+                                      {"wanted": " or ".join(f"{s}://" for s in schemes)})
+        raise PydanticCustomError("url_host", "`{value}` has no host after {scheme}://",
+                                  {"value": value, "scheme": parts.scheme})
+
+    return AfterValidator(check)
+
+
+#: an http(s) endpoint (https first: what a scheme-less address is given)
+HttpUrl = Annotated[str, _url(("https", "http"))]
+#: a WebSocket endpoint
+WsUrl = Annotated[str, _url(("wss", "ws"))]
 
 
 class _Strict(BaseModel):
@@ -91,8 +124,8 @@ class _ChatPlatformConfig(_Strict):
 
 
 class TelegramConfig(_ChatPlatformConfig):
-    base_url: str = "https://api.telegram.org/bot"
-    base_file_url: str = "https://api.telegram.org/file/bot"
+    base_url: HttpUrl = "https://api.telegram.org/bot"
+    base_file_url: HttpUrl = "https://api.telegram.org/file/bot"
     allowed_chats: list[str] = Field(default_factory=list)
     require_mention: bool = False
     thread_fallback_to_chat: bool = False
@@ -108,8 +141,8 @@ class TelegramConfig(_ChatPlatformConfig):
 
 
 class DiscordConfig(_ChatPlatformConfig):
-    api_base: str = "https://discord.com/api/v10"
-    gateway_url: str = "wss://gateway.discord.gg"
+    api_base: HttpUrl = "https://discord.com/api/v10"
+    gateway_url: WsUrl = "wss://gateway.discord.gg"
     allowed_roles: list[str] = Field(default_factory=list)
     require_mention: bool = False
     #: a streamed reply's preview is edited at most this often
@@ -139,7 +172,7 @@ class SessionsConfig(_Strict):
 class TranscriptionConfig(_Strict):
     """An OpenAI-compatible ``/audio/transcriptions`` endpoint for voice notes."""
 
-    base_url: str
+    base_url: HttpUrl
     model: str
     api_key: SecretStr | None = None
     timeout_seconds: float = Field(120.0, gt=0)
@@ -164,7 +197,7 @@ class HomeChannel(_Strict):
 class AgentConfig(_Strict):
     backend: Literal["command", "openai"] = "command"
     # the model backend (backend: openai): any OpenAI-compatible chat-completions endpoint
-    base_url: str = "https://api.openai.com/v1"
+    base_url: HttpUrl = "https://api.openai.com/v1"
     model: str | None = None
     api_key: SecretStr | None = None
     system_prompt: str | None = None
@@ -288,9 +321,12 @@ class StoreConfig(_Strict):
     @field_validator("url")
     @classmethod
     def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().startswith(
-                ("postgresql://", "postgres://")):
-            raise ValueError("expected a postgresql:// URL (leave it out for SQLite in the home)")
+        if value is None or value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            return value
+        if "://" not in value.get_secret_value():  # (not shown: it may hold a password)
+            raise ValueError("it has no scheme: write postgresql://user:password@host/db "
+                             "(leave it out for SQLite in the home)")
+        raise ValueError("expected a postgresql:// URL (leave it out for SQLite in the home)")
         return value
 
 

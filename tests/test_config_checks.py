@@ -238,6 +238,57 @@ def test_every_setting_at_every_level_is_suggested_for_its_misspelling() -> None
                                        f"(see config.example.yaml)") in err.value.problems
 
 
+# -- URLs ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "field", "problem"), [
+    ("agent: {base_url: api.openai.com/v1}", "agent.base_url",
+     "`api.openai.com/v1` has no scheme: write `https://api.openai.com/v1`"),
+    ("agent: {base_url: 'localhost:8080/v1'}", "agent.base_url",
+     "`localhost:8080/v1` has no scheme: write `http://localhost:8080/v1`"),
+    ("agent: {transcription: {base_url: api.openai.com/v1, model: whisper-1}}",
+     "agent.transcription.base_url",
+     "`api.openai.com/v1` has no scheme: write `https://api.openai.com/v1`"),
+    ("platforms: {telegram: {base_url: api.telegram.org/bot}}", "platforms.telegram.base_url",
+     "`api.telegram.org/bot` has no scheme: write `https://api.telegram.org/bot`"),
+    ("platforms: {telegram: {base_file_url: api.telegram.org/file/bot}}",
+     "platforms.telegram.base_file_url", "has no scheme: write "
+                                         "`https://api.telegram.org/file/bot`"),
+    ("platforms: {discord: {api_base: discord.com/api/v10}}", "platforms.discord.api_base",
+     "`discord.com/api/v10` has no scheme: write `https://discord.com/api/v10`"),
+    ("platforms: {discord: {gateway_url: gateway.discord.gg}}", "platforms.discord.gateway_url",
+     "`gateway.discord.gg` has no scheme: write `wss://gateway.discord.gg`"),
+    ("platforms: {discord: {gateway_url: 'https://gateway.discord.gg'}}",
+     "platforms.discord.gateway_url", "expected a URL starting with wss:// or ws://"),
+    ("agent: {base_url: 'https:///v1'}", "agent.base_url", "`https:///v1` has no host"),
+    ("store: {url: 'app:s3cret@db.internal/homing'}", "store.url",
+     "it has no scheme: write postgresql://user:password@host/db"),
+])
+def test_a_url_without_its_scheme_is_refused_with_the_fix(
+        tmp_path: Path, text: str, field: str, problem: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("check-config", "run"):
+        code, _, err = check(write(tmp_path / "c.yaml", text), capsys, command)
+        assert code == 2
+        line = next(line for line in err.splitlines() if line.startswith(f"  {field}: "))
+        assert problem in line
+        assert "s3cret" not in err
+
+
+def test_urls_in_their_usual_forms_are_accepted(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml",
+                "agent: {base_url: 'http://127.0.0.1:8080/v1',\n"
+                "        transcription: {base_url: 'https://api.openai.com/v1', model: w}}\n"
+                "platforms:\n"
+                "  telegram: {base_url: 'http://127.0.0.1:8081/bot',\n"
+                "             base_file_url: 'http://127.0.0.1:8081/file/bot'}\n"
+                "  discord: {api_base: 'http://[::1]:8082/api/v10',\n"
+                "            gateway_url: 'ws://127.0.0.1:8083'}\n"
+                "store: {url: 'postgres://app@db/homing'}\n")
+    config = load_config(cfg, {})
+    assert config.agent.base_url == "http://127.0.0.1:8080/v1"
+    assert config.platforms.discord.gateway_url == "ws://127.0.0.1:8083"
+
+
 # -- duplicate keys ------------------------------------------------------------------------
 
 def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path,
