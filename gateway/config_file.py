@@ -100,14 +100,57 @@ def _parse_yaml(text: str, source: str) -> Any:
     except _Refused as exc:
         raise ConfigError(source, [(f"<yaml line {exc.line}>", exc.message)]) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "<file>"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, [(f"<yaml {where}>", f"invalid YAML: {problem}")]) from None
+        raise ConfigError(source, [_yaml_problem(exc, text)]) from None
     except RecursionError:  # PyYAML parses nested collections by recursion
         raise ConfigError(source, [("<file>", "nested too deeply to be a config")]) from None
     finally:
         loader.dispose()
+
+
+#: PyYAML's wording, and what it means in a config (the first that matches is said)
+_YAML_PLAIN = (
+    ("mapping values are not allowed",
+     "a `:` where no key can start: a value holding `: ` needs quotes, or the line above "
+     "is missing its own `:` or is indented differently"),
+    ("expected <block end>",
+     "this line is indented differently from the lines beside it: keys of one mapping, "
+     "and the dashes of one list, line up"),
+    ("could not find expected ':'", "a key without its `:` (or a quote or bracket above "
+                                    "left open)"),
+    ("'\\t' that cannot start", "a tab: YAML indents with spaces only"),
+    ("that cannot start any token",
+     "a value cannot begin with this character unquoted; put the value in quotes"),
+    ("expected ',' or '}'", "a `{` mapping that is not closed with `}` (or a missing comma)"),
+    ("expected ',' or ']'", "a `[` list that is not closed with `]` (or a missing comma)"),
+    ("unexpected end of stream", "a quote opened here is never closed"),
+    ("found undefined alias", "an alias (*name) with no anchor (&name) before it"),
+    ("could not determine a constructor", "a YAML tag (!!…) that a config cannot hold"),
+)
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[str, str]:
+    """A syntax error in plain words, at its line and column, with the line shown and a
+    caret under the place: PyYAML's own wording alone ("mapping values are not allowed
+    here") does not say what to change."""
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None) or ""
+    mark = getattr(exc, "problem_mark", None)
+    if ("quoted scalar" in context or "flow" in context) and getattr(
+            exc, "context_mark", None) is not None:
+        mark = exc.context_mark  # where the quote or bracket was opened, not the file's end
+    plain = next((words for wording, words in _YAML_PLAIN if wording in problem),
+                 "this is not valid YAML")
+    message = f"{plain} (YAML: {problem})"
+    if mark is None:
+        return "<file>", message
+    lines = text.splitlines()
+    if mark.line < len(lines):
+        line = lines[mark.line]
+        # tabs stay tabs under the line, so the caret sits under the place however shown
+        pad = "".join("\t" if c == "\t" else " " for c in line[:mark.column])
+        number = str(mark.line + 1)
+        message += f"\n    {number} | {line}\n    {' ' * len(number)} | {pad}^"
+    return f"<yaml line {mark.line + 1}, column {mark.column + 1}>", message
 
 
 class _Refused(Exception):

@@ -127,7 +127,7 @@ def _load_config(explicit: str | None, environ: Mapping[str, str]) -> _Loaded:
             loaded.env_file = env_file_path(config.home_path)
             config = load_config(explicit, {**env, **_variables(loaded.env_file)})
     except ConfigError as exc:
-        loaded.checks.append(fail("config", "; ".join(f"{p}: {_without_where(m)}"
+        loaded.checks.append(fail("config", "; ".join(f"{p}: {_in_one_line(m)}"
                                                       for p, m in exc.problems),
                                   _config_fix(exc, loaded)))
         return loaded
@@ -151,10 +151,11 @@ def _variables(env_file: Path) -> dict[str, str]:
         return {}  # the environment file check says why
 
 
-def _without_where(message: str) -> str:
-    """An unset variable's problem without where to set it: the fix says that."""
+def _in_one_line(message: str) -> str:
+    """A problem as one check's line: an unset variable's without where to set it (the fix
+    says that), a YAML error's without the line shown under it."""
     match = UNSET.match(message)
-    return match.group(0) if match else message
+    return match.group(0) if match else message.split("\n", 1)[0]
 
 
 def _config_fix(exc: ConfigError, loaded: _Loaded) -> str:

@@ -289,6 +289,35 @@ def test_urls_in_their_usual_forms_are_accepted(tmp_path: Path) -> None:
     assert config.platforms.discord.gateway_url == "ws://127.0.0.1:8083"
 
 
+# -- YAML syntax ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "where", "plain", "shown"), [
+    ("platforms:\n  web:\n    host: a: b\n", "line 3, column 12",
+     "a value holding `: ` needs quotes", ["    3 |     host: a: b", "      |            ^"]),
+    ("platforms:\n\tweb: {}\n", "line 2, column 1", "a tab: YAML indents with spaces only",
+     ["    2 | \tweb: {}", "      | ^"]),
+    ("sessions:\n  group_sessions_per_user: true\n thread_sessions_per_user: true\n",
+     "line 3, column 2", "this line is indented differently from the lines beside it",
+     ["    3 |  thread_sessions_per_user: true", "      |  ^"]),
+    ("agent: {model: gpt\nsessions: {}\n", "line 1, column 8",
+     "a `{` mapping that is not closed with `}`",
+     ["    1 | agent: {model: gpt", "      |        ^"]),
+    ("agent:\n  system_prompt: 'Be brief\n", "line 2, column 18",
+     "a quote opened here is never closed",
+     ["    2 |   system_prompt: 'Be brief", "      |                  ^"]),
+])
+def test_a_yaml_syntax_error_is_explained_at_its_line_and_column(
+        tmp_path: Path, text: str, where: str, plain: str, shown: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("check-config", "run"):
+        code, _, err = check(write(tmp_path / "c.yaml", text), capsys, command)
+        assert code == 2
+        lines = err.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  <yaml {where}>: "))
+        assert plain in lines[at] and "(YAML: " in lines[at]
+        assert lines[at + 1:at + 3] == shown
+
+
 # -- duplicate keys ------------------------------------------------------------------------
 
 def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path,

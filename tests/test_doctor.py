@@ -288,6 +288,18 @@ async def test_an_invalid_config_is_one_failed_check_not_a_traceback(tmp_path: P
         f"then run `homing check-config`"]
 
 
+async def test_a_yaml_syntax_error_is_one_line_of_the_report(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms:\n  web:\n    host: a: b\n")
+    code, lines = await doctor(home_env(home))
+    assert code == 1
+    assert lines[1].startswith("FAIL config: <yaml line 3, column 12>: a `:` where no key "
+                               "can start")
+    assert lines[1].endswith(f"— fix: edit {home / 'config.yaml'} (see config.example.yaml), "
+                             f"then run `homing check-config`")
+
+
 async def test_a_config_file_that_is_not_there_fails(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "config.yaml"
     code, lines = await doctor({**home_env(tmp_path / "home"), "HOMING_CONFIG": str(missing)})
