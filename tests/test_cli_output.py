@@ -43,6 +43,24 @@ async def test_run_host_and_port_override_the_config(tmp_path: Path) -> None:
     assert code == 2 and "not a port number" in err
 
 
+async def test_the_quickstart_says_how_to_choose_a_port_and_reach_a_server(
+        tmp_path: Path) -> None:
+    """The README's Quickstart: its two commands as they are, then the flag and the setting
+    it names for another port (the ones ``homing run --help`` lists) and an SSH tunnel."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    quickstart = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    assert quickstart.count("```sh\n") == 2
+    assert ("python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/homing run\n"
+            in quickstart)
+    assert ("python3 -m venv .venv && .venv/bin/pip install '.[test]' && "
+            ".venv/bin/python -m pytest -q\n") in quickstart
+    assert "homing run --port 9000" in quickstart and "`platforms.web.port`" in quickstart
+    assert "ssh -L 8765:127.0.0.1:8765 server" in quickstart
+    assert "`platforms.web.host`" in quickstart
+    code, out, _ = await run_cli("run", "--help", env=home_env(tmp_path))
+    assert code == 0 and "--port" in out and "platforms.web.port" in out
+
+
 async def test_a_listing_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     home = tmp_path / "home"
     async with running_gateway(make_config(home)) as gw:
