@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], T], timeout: float = 10.0, what: str = "condition"
+async def eventually(check: Callable[[], T], timeout: float = 30, what: str = "condition"
                      ) -> T:
     """Wait until ``check()`` returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -30,7 +30,7 @@ async def eventually(check: Callable[[], T], timeout: float = 10.0, what: str = 
         await asyncio.sleep(0.02)
 
 
-async def eventually_async(check: Callable[[], Awaitable[T]], timeout: float = 10.0,
+async def eventually_async(check: Callable[[], Awaitable[T]], timeout: float = 30,
                            what: str = "condition") -> T:
     """Like :func:`eventually` for a check that has to await."""
     deadline = time.monotonic() + timeout
@@ -43,7 +43,7 @@ async def eventually_async(check: Callable[[], Awaitable[T]], timeout: float = 1
         await asyncio.sleep(0.02)
 
 
-async def settled(gw: Gateway, timeout: float = 10.0) -> None:
+async def settled(gw: Gateway, timeout: float = 30) -> None:
     """Wait until the gateway has nothing left to do: every message it took in finished,
     no conversation with work running or queued, no notification pending or claimed,
     no delivery under way, every write committed.

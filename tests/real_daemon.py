@@ -15,6 +15,9 @@ from typing import Any
 from .helpers import eventually_async
 
 HOMING = [sys.executable, "-m", "gateway.cli"]
+#: how long a daemon may take to listen: about a second idle, many on a machine whose
+#: other work takes the cores (the deadline only decides how soon a hang is failed)
+STARTUP_DEADLINE = 60.0
 _DRAINS: set[asyncio.Task[None]] = set()
 
 
@@ -47,7 +50,7 @@ def home_env(home: Path) -> dict[str, str]:
 
 async def listening_url(stderr: asyncio.StreamReader) -> str:
     while True:
-        line = await asyncio.wait_for(stderr.readline(), 20)
+        line = await asyncio.wait_for(stderr.readline(), STARTUP_DEADLINE)
         assert line, "the daemon exited before listening"
         record = json.loads(line)
         if record["event"] == "web_chat_listening":
@@ -59,7 +62,13 @@ async def start_daemon(env: dict[str, str]) -> tuple[asyncio.subprocess.Process,
     proc = await asyncio.create_subprocess_exec(*HOMING, "run", env=env,
                                                 stderr=asyncio.subprocess.PIPE)
     assert proc.stderr is not None
-    url = await listening_url(proc.stderr)
+    try:
+        url = await listening_url(proc.stderr)
+    except BaseException:  # it never listened: nobody else knows of it to stop it
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        raise
     # keep draining its log so the daemon never blocks on a full pipe (the task is kept:
     # the loop holds only a weak reference to a task, and a collected one drains nothing)
     drain = asyncio.get_running_loop().create_task(_drain(proc.stderr))

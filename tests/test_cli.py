@@ -25,9 +25,9 @@ async def test_run_serves_the_web_chat_and_stops_cleanly(tmp_path: Path,
     try:
         url = await _listening_url(proc.stderr)
         async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
-            ready = await ws.receive_json(timeout=5)
+            ready = await ws.receive_json(timeout=20)
             await ws.send_json({"type": "message", "text": "hello daemon"})
-            assert "hello daemon" in (await ws.receive_json(timeout=5))["text"]
+            assert "hello daemon" in (await ws.receive_json(timeout=20))["text"]
         proc.send_signal(stop_signal)
         assert await asyncio.wait_for(proc.wait(), 20) == 0
     finally:
@@ -99,7 +99,7 @@ async def test_status_works_whether_or_not_the_daemon_runs(tmp_path: Path) -> No
     try:
         url = await _listening_url(proc.stderr)
         async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
-            await ws.receive_json(timeout=5)
+            await ws.receive_json(timeout=20)
 
         async def running() -> dict:
             code, out, _ = await run_cli("status", "--json", env=env)
@@ -156,7 +156,7 @@ async def test_sigterm_exits_0_when_a_turn_outlasts_the_drain_timeout(tmp_path: 
     try:
         url = await _listening_url(proc.stderr)
         async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
-            await ws.receive_json(timeout=5)
+            await ws.receive_json(timeout=20)
             await ws.send_json({"type": "message", "text": "/run sleep 60"})
             await eventually(lambda: running_command("sleep 60", proc.pid),
                              what="the turn running its command")

@@ -38,13 +38,13 @@ async def test_a_job_finishing_across_a_kill_9_is_reported_once_in_its_conversat
     try:
         async with aiohttp.ClientSession() as http:
             async with http.ws_connect(url + "ws") as ws:
-                ready = await ws.receive_json(timeout=5)
+                ready = await ws.receive_json(timeout=20)
                 await ws.send_json({"type": "message", "text":
                                     "/bg sleep 3; echo crash-marker; exit 3"})
                 await ws.send_json({"type": "message", "text":
                                     "/watch tick for i in 1 2 3 4 5 6; do echo tick $i; "
                                     "sleep 1; done"})
-                started = [(await ws.receive_json(timeout=5))["text"] for _ in range(2)]
+                started = [(await ws.receive_json(timeout=20))["text"] for _ in range(2)]
             job_ids = [text.split()[2].rstrip(",;") for text in started]
             first.send_signal(signal.SIGKILL)
             await first.wait()
@@ -53,7 +53,7 @@ async def test_a_job_finishing_across_a_kill_9_is_reported_once_in_its_conversat
             try:
                 conversation = ready["conversation"]
                 async with http.ws_connect(f"{url}ws?conversation={conversation}") as ws:
-                    again = await ws.receive_json(timeout=5)
+                    again = await ws.receive_json(timeout=20)
                     assert again["session_id"] == ready["session_id"]
 
                 async def completion_delivered() -> list[dict]:
@@ -116,12 +116,12 @@ async def test_a_watch_job_spanning_a_restart_reports_every_match_once_then_its_
     try:
         async with aiohttp.ClientSession() as http:
             async with http.ws_connect(url + "ws") as ws:
-                ready = await ws.receive_json(timeout=5)
+                ready = await ws.receive_json(timeout=20)
                 await ws.send_json({"type": "message", "text":
                                     "/watch 'line [0-9]+' for i in $(seq 1 30); do "
                                     "echo line $i; sleep 0.1; done; exit 3"})
-                job_id = (await ws.receive_json(timeout=5))["text"].split()[2].rstrip(",;")
-                live = await ws.receive_json(timeout=5)
+                job_id = (await ws.receive_json(timeout=20))["text"].split()[2].rstrip(",;")
+                live = await ws.receive_json(timeout=20)
                 assert live["kind"] == "notification" and "line 1" in live["text"]
             first.send_signal(stop)
             await first.wait()
@@ -177,15 +177,15 @@ async def test_a_delegation_started_right_after_a_restart_is_never_reported_lost
     try:
         async with aiohttp.ClientSession() as http:
             async with http.ws_connect(url + "ws?conversation=delegating") as ws:
-                await ws.receive_json(timeout=5)
+                await ws.receive_json(timeout=20)
                 await ws.send_json({"type": "message", "text": "/delegate sleep 30"})
-                old = (await ws.receive_json(timeout=5))["text"].split()[2].rstrip(";")
+                old = (await ws.receive_json(timeout=20))["text"].split()[2].rstrip(";")
             first.send_signal(signal.SIGKILL)
             await first.wait()
             second, url = await start_daemon(env)
             try:  # at once: the web chat listens only after recovery
                 async with http.ws_connect(url + "ws?conversation=delegating") as ws:
-                    await ws.receive_json(timeout=5)
+                    await ws.receive_json(timeout=20)
                     await ws.send_json({"type": "message",
                                         "text": "/delegate sleep 1; echo second-result"})
                     text = ""

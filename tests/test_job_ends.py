@@ -33,9 +33,14 @@ OTHER = Route("memory", "dm", "2", user_id="2")
 
 
 @pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Gateway, MemoryAdapter]]:
+async def gateway(request: pytest.FixtureRequest, tmp_path: Path
+                  ) -> AsyncIterator[tuple[Gateway, MemoryAdapter]]:
+    """A gateway whose /kill escalates to SIGKILL after 0.5 s, or after the grace a
+    ``@pytest.mark.kill_grace(seconds)`` test asks for."""
+    grace = request.node.get_closest_marker("kill_grace")
     adapter = MemoryAdapter("memory", send_delay=0.001)
-    config = make_config(tmp_path / "home", jobs__kill_grace_seconds=0.5,
+    config = make_config(tmp_path / "home",
+                         jobs__kill_grace_seconds=grace.args[0] if grace else 0.5,
                          jobs__watch__cooldown_seconds=0)
     async with running_gateway(config, [adapter]) as gw:
         yield gw, adapter
@@ -134,6 +139,7 @@ def _ignores_sigterm(pgid: int) -> bool:
     return False
 
 
+@pytest.mark.kill_grace(60)  # a shell on a busy machine may take more than 0.5 s to go
 async def test_a_job_that_stops_on_sigterm_is_reported_killed_by_it(gateway) -> None:
     gw, adapter = gateway
     job_id = await start(adapter, "/bg sleep 60; echo never-printed")

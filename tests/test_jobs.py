@@ -77,7 +77,7 @@ async def test_a_watch_reports_while_running_then_disables_then_completes_once(
         f"/watch 'ERROR [0-9]+' i=0; while [ $i -lt 100 ] && [ ! -e {stop} ]; do "
         f"i=$((i + 1)); echo \"ERROR $i\"; sleep 0.1; done", chat)
     job_id = job_id_from(adapter.sent_to(chat)[-1])
-    first = await eventually(lambda: notices(adapter), timeout=5, what="a watch notice")
+    first = await eventually(lambda: notices(adapter), timeout=8, what="a watch notice")
     record = await gw.jobs.get(job_id)
     assert record is not None and record.state == "running"  # arrived while the job ran
     assert first[0].text.startswith(f"Job {job_id} output matched `ERROR [0-9]+`:")

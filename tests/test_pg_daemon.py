@@ -61,7 +61,7 @@ async def web_socket(gw: Gateway) -> AsyncIterator[aiohttp.ClientWebSocketRespon
     port = gw.runner.adapters["web"].port  # type: ignore[attr-defined]
     async with aiohttp.ClientSession() as http, \
             http.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
-        await ws.receive_json(timeout=5)
+        await ws.receive_json(timeout=20)
         yield ws
 
 

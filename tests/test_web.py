@@ -28,7 +28,7 @@ class Tab:
     async def say(self, text: str) -> None:
         await self.ws.send_str(json.dumps({"type": "message", "text": text}))
 
-    async def frame(self, timeout: float = 5, *, deltas: bool = False) -> dict[str, Any]:
+    async def frame(self, timeout: float = 20, *, deltas: bool = False) -> dict[str, Any]:
         while True:
             frame = await self.ws.receive_json(timeout=timeout)
             if deltas or frame.get("type") != "delta":
@@ -46,7 +46,7 @@ async def open_tab(http: aiohttp.ClientSession, base: str, conversation: str | N
     if conversation:
         query["conversation"] = conversation
     ws = await http.ws_connect(f"{base}/ws", params=query)
-    ready = await ws.receive_json(timeout=5)
+    ready = await ws.receive_json(timeout=20)
     assert ready["type"] == "ready"
     return Tab(ws, ready)
 
@@ -199,7 +199,7 @@ async def test_a_token_is_required_on_every_request_when_set(tmp_path: Path, htt
                             headers={"Authorization": "Bearer s3cret"}) as resp:
             assert resp.status == 200
         ws = await http.ws_connect(f"{base}/ws?token=s3cret")
-        assert (await ws.receive_json(timeout=5))["type"] == "ready"
+        assert (await ws.receive_json(timeout=20))["type"] == "ready"
         await ws.close()
 
 

@@ -351,12 +351,12 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordGuild, DiscordInteractions
         self._edit_failures.append(
             Failure(channel_id, status, retry_after, code, message, count))
 
-    async def wait_for_sent(self, count: int, timeout: float = 10) -> list[SentRecord]:
+    async def wait_for_sent(self, count: int, timeout: float = 30) -> list[SentRecord]:
         """Wait until at least ``count`` messages were posted; return all posted so far."""
         await self._wait_for("sent", count, timeout)
         return list(self.sent)
 
-    async def wait_for_edits(self, count: int, timeout: float = 10) -> list[EditRecord]:
+    async def wait_for_edits(self, count: int, timeout: float = 30) -> list[EditRecord]:
         """Wait until at least ``count`` edits succeeded; return all of them."""
         await self._wait_for("edits", count, timeout)
         return list(self.edits)

@@ -297,12 +297,12 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
         """Make the next ``count`` getUpdates calls fail (default: 409 Conflict)."""
         self._poll_failures.append(Failure(None, status, description, None, count))
 
-    async def wait_for_sent(self, count: int, timeout: float = 10) -> list[SentRecord]:
+    async def wait_for_sent(self, count: int, timeout: float = 30) -> list[SentRecord]:
         """Wait until at least ``count`` messages were sent; return all of them."""
         await self._wait_for("sent", count, timeout)
         return list(self.sent)
 
-    async def wait_for_edits(self, count: int, timeout: float = 10) -> list[EditRecord]:
+    async def wait_for_edits(self, count: int, timeout: float = 30) -> list[EditRecord]:
         """Wait until at least ``count`` edits succeeded; return all of them."""
         await self._wait_for("edits", count, timeout)
         return list(self.edits)
@@ -423,7 +423,7 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
     def release_sends(self) -> None:
         self._sends_open.set()
 
-    async def wait_handed_out(self, count: int, timeout: float = 10) -> None:
+    async def wait_handed_out(self, count: int, timeout: float = 30) -> None:
         """Until getUpdates has handed out at least ``count`` updates in all."""
         deadline = asyncio.get_running_loop().time() + timeout
         while self.handed_out < count:
