@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 
 from .fakes.telegram_server import FakeTelegram, SentRecord
-from .helpers import eventually, eventually_async
+from .helpers import eventually_async
 from .real_daemon import home_env, start_daemon
 
 ALICE, FORUM = 1, -1001
@@ -65,9 +65,21 @@ async def kill_the_poller(root: Path, url: str, rounds: int, seed: int) -> Round
     async with FakeTelegram() as fake:
         envs = {name: instance_env(root / name, fake, url, name) for name in NAMES}
         procs = {name: (await start_daemon(env))[0] for name, env in envs.items()}
+
+        async def restart_ended() -> None:
+            """systemd's Restart=on-failure: an instance fenced by a stall (a busy
+            machine) exits 1 and is started again."""
+            for other, proc in procs.items():
+                if proc.returncode is not None:
+                    result.self_ended.append(other)
+                    procs[other] = (await start_daemon(envs[other]))[0]
+
+        async def poller(not_this: tuple[str, int] | None = None) -> tuple[str, int] | None:
+            await restart_ended()  # both may have been fenced while the test waits
+            return await _holder(url, not_this)
+
         try:
-            held_by = await eventually_async(lambda: _holder(url), timeout=30,
-                                             what="a first poller")
+            held_by = await eventually_async(poller, timeout=60, what="a first poller")
             for round_ in range(rounds):
                 for i in range(3):
                     topic, marker = rng.choice(TOPICS), f"r{round_}m{i}"
@@ -80,21 +92,25 @@ async def kill_the_poller(root: Path, url: str, rounds: int, seed: int) -> Round
                     fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True,
                                       thread_id=topic, is_topic_message=True, text=text)
                 await asyncio.sleep(rng.uniform(0, 0.8))  # a random point of its work
-                for other, proc in procs.items():  # fenced by a stall (a busy machine):
-                    if proc.returncode is not None:  # exit 1, and systemd starts it again
-                        result.self_ended.append(other)
-                        procs[other] = (await start_daemon(envs[other]))[0]
+                await restart_ended()
                 name = held_by[0]
                 procs[name].send_signal(signal.SIGKILL)
                 result.kills.append(time.monotonic())
                 await procs[name].wait()
                 procs[name] = (await start_daemon(envs[name]))[0]  # systemd's restart
-                held_by = await eventually_async(lambda old=held_by: _holder(url, old),
-                                                 timeout=30, what=f"a poller after {round_}")
+                held_by = await eventually_async(lambda old=held_by: poller(old),
+                                                 timeout=60, what=f"a poller after {round_}")
                 result.takeovers.append(time.monotonic() - result.kills[-1])
-            await eventually(lambda: not fake.pending_updates, timeout=60,
-                             what="every update acknowledged")
-            await eventually_async(lambda: _nothing_left(url), timeout=90,
+            async def acknowledged() -> bool:
+                await restart_ended()
+                return not fake.pending_updates
+
+            async def finished() -> bool:
+                await restart_ended()
+                return await _nothing_left(url)
+
+            await eventually_async(acknowledged, timeout=60, what="every update acknowledged")
+            await eventually_async(finished, timeout=90,
                                    what="every message finished and every notice delivered")
             result.sent = list(fake.sent)
             result.jobs = await _jobs_by_marker(url)
