@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import tempfile
 import time
+import unittest
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -590,9 +592,22 @@ def _exited(jobs: Path, marker: str) -> bool:
     return folder is not None and (folder / "exit_code").exists()
 
 
-RoutingMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("HOMING_STATEFUL_EXAMPLES", "40")),
-    stateful_step_count=int(os.environ.get("HOMING_STATEFUL_STEPS", "50")),
-    deadline=None,
-)
-test_routing_state_machine = RoutingMachine.TestCase
+#: the examples run as this many tests, so a parallel run (pytest-xdist) spreads them
+#: over its workers instead of waiting on one long test at its end
+PARTS = 4
+
+
+def in_parts(name: str, machine: type[RuleBasedStateMachine], examples: int,
+             parts: int = PARTS) -> dict[str, type[unittest.TestCase]]:
+    """``machine`` as ``parts`` test cases, ``<name>_part_<n>``, that together run
+    ``examples`` examples of HOMING_STATEFUL_STEPS steps each."""
+    each = settings(max_examples=max(1, math.ceil(examples / parts)),
+                    stateful_step_count=int(os.environ.get("HOMING_STATEFUL_STEPS", "50")),
+                    deadline=None)
+    return {f"{name}_part_{n}":
+            type(f"{machine.__name__}Part{n}", (machine.TestCase,), {"settings": each})
+            for n in range(1, parts + 1)}
+
+
+globals().update(in_parts("test_routing_state_machine", RoutingMachine,
+                          int(os.environ.get("HOMING_STATEFUL_EXAMPLES", "40"))))

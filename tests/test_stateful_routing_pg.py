@@ -18,14 +18,13 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from hypothesis import settings
 
 from gateway.outbox import Outbox
 from gateway.router import Router
 from gateway.store import SessionStore
 
 from .pg_cluster import PgCluster
-from .test_stateful_routing import RoutingMachine
+from .test_stateful_routing import RoutingMachine, in_parts
 
 _cluster: list[PgCluster] = []
 _databases = itertools.count()
@@ -101,9 +100,6 @@ def _on_the_cluster(pg_cluster: PgCluster) -> Iterator[None]:
     _cluster.clear()
 
 
-PgRoutingMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("HOMING_STATEFUL_PG_EXAMPLES", "12")),
-    stateful_step_count=int(os.environ.get("HOMING_STATEFUL_STEPS", "50")),
-    deadline=None,
-)
-test_routing_state_machine_with_two_routers_on_postgresql = PgRoutingMachine.TestCase
+globals().update(in_parts("test_routing_state_machine_with_two_routers_on_postgresql",
+                          PgRoutingMachine,
+                          int(os.environ.get("HOMING_STATEFUL_PG_EXAMPLES", "12"))))
