@@ -50,7 +50,7 @@ async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
             killed = False
             try:
                 async with http.ws_connect(f"{url}ws?conversation={CONVERSATION}") as ws:
-                    await ws.receive_json(timeout=10)
+                    await ws.receive_json(timeout=30)
                     for frame_id, text in list(unacked.items()):  # the page's resend
                         await ws.send_json({"type": "message", "text": text, "id": frame_id})
                     frame_id, text = f"m{number}", f"msg-{number}"
@@ -69,7 +69,7 @@ async def kill_rounds(env: dict[str, str], *, rounds: int, seed: int,
         daemon, url = await start_daemon(env)
         try:
             async with http.ws_connect(f"{url}ws?conversation={CONVERSATION}") as ws:
-                await ws.receive_json(timeout=10)
+                await ws.receive_json(timeout=30)
                 for frame_id, text in list(unacked.items()):
                     await ws.send_json({"type": "message", "text": text, "id": frame_id})
                 while unacked:
@@ -108,7 +108,7 @@ async def _take_the_rest(ws: aiohttp.ClientWebSocketResponse, unacked: dict[str,
     after all those before it."""
     await ws.send_json({"type": "end-of-test"})
     while True:
-        frame = await ws.receive_json(timeout=10)
+        frame = await ws.receive_json(timeout=30)
         if frame.get("type") == "error":  # the refusal: nothing was sent after it
             return
         _note(frame, unacked, shown)

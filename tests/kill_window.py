@@ -47,7 +47,7 @@ async def kill_window_rounds(env: dict[str, str], *, rounds: int, jobs_per_round
             killed = False
             try:
                 async with http.ws_connect(f"{url}ws?conversation={CONVERSATION}") as ws:
-                    await ws.receive_json(timeout=10)
+                    await ws.receive_json(timeout=30)
                     for _ in range(jobs_per_round):
                         await ws.send_json({"type": "message", "text":
                                             f"/bg sleep 0.3; echo out-{number}; "

@@ -298,7 +298,7 @@ async def test_a_sub_agents_dangerous_command_is_asked_in_the_conversation_that_
     asked = await next_of(tab, "approval")
     assert asked["command"] == dangerous(marker)
     await choose(tab, asked["id"], "once")
-    notice = await next_of(tab, "message", timeout=15)
+    notice = await next_of(tab, "message", timeout=30)
     assert notice["kind"] == "notification" and notice["text"].endswith("Back from the sub-agent.")
     (heard,) = [r for r in model.requests if is_notice(r)]
     assert "Sub-agent summary: exit code 0" in heard.last["content"]  # it ran, and said so

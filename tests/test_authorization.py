@@ -32,12 +32,12 @@ async def test_a_discord_role_member_is_answered_and_a_stranger_is_not(
             platforms__discord__allowed_users=["1"],
             platforms__discord__allowed_roles=[str(DEPLOYERS)])
         async with running_gateway(config) as gw:
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
             await fake.user_message(content="stranger here", channel_id=CHANNEL,
                                     author_id=77, username="stranger")
             await fake.user_message(content="role member here", channel_id=CHANNEL,
                                     author_id=55, username="bob", roles=[DEPLOYERS])
-            (answer,) = await fake.wait_for_sent(1, timeout=10)
+            (answer,) = await fake.wait_for_sent(1, timeout=30)
     assert "role member here" in (answer.content or "")
     assert not [s for s in fake.sent if "stranger" in (s.content or "")]
 
@@ -54,7 +54,7 @@ async def test_a_chat_outside_allowed_chats_is_not_served(tmp_path: Path) -> Non
                                   text="not here", user_id=ALICE)
             telegram.user_message(chat_id=GROUP, chat_type="supergroup", text="here",
                                   user_id=ALICE)
-            (answer,) = await telegram.wait_for_sent(1, timeout=10)
+            (answer,) = await telegram.wait_for_sent(1, timeout=30)
     assert answer.chat_id == GROUP
     assert [s.chat_id for s in telegram.sent] == [GROUP]
 
@@ -71,10 +71,10 @@ async def test_a_username_entry_is_pinned_to_the_first_user_seen_with_it(
         async with running_gateway(config) as gw:
             await gw.runner.adapters["telegram"].wait_connected()
             telegram.user_message(chat_id=501, user_id=501, username="carol", text="first")
-            (answer,) = await telegram.wait_for_sent(1, timeout=10)
+            (answer,) = await telegram.wait_for_sent(1, timeout=30)
             # the name changes hands: someone else now calls themselves @carol
             telegram.user_message(chat_id=502, user_id=502, username="carol", text="second")
-            sent = await telegram.wait_for_sent(2, timeout=10)
+            sent = await telegram.wait_for_sent(2, timeout=30)
     assert answer.chat_id == 501 and "first" in answer.text
     assert sent[1].chat_id == 502 and "pairing" in sent[1].text.lower()  # not let in
 

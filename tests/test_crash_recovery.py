@@ -127,7 +127,7 @@ async def test_a_watch_job_spanning_a_restart_reports_every_match_once_then_its_
             await first.wait()
             # the job goes on, and ends, while no daemon runs
             await eventually(lambda: (home / "jobs" / job_id / "exit_code").exists(),
-                             timeout=15, what="the job's end")
+                             timeout=30, what="the job's end")
             second, url = await start_daemon(env)
             try:
                 async def all_delivered() -> list[dict]:
@@ -190,7 +190,7 @@ async def test_a_delegation_started_right_after_a_restart_is_never_reported_lost
                                         "text": "/delegate sleep 1; echo second-result"})
                     text = ""
                     while not text.startswith("Delegated as"):
-                        text = (await ws.receive_json(timeout=10))["text"]
+                        text = (await ws.receive_json(timeout=30))["text"]
                 new = text.split()[2].rstrip(";")
 
                 async def results() -> list[dict]:
@@ -198,7 +198,7 @@ async def test_a_delegation_started_right_after_a_restart_is_never_reported_lost
                             if r["kind"] == "async_delegation" and r["state"] == "delivered"]
                     return rows if len(rows) >= 2 else []
 
-                rows = await eventually_async(results, timeout=15, what="both results")
+                rows = await eventually_async(results, timeout=30, what="both results")
                 assert sorted(r["job_id"] for r in rows) == sorted([old, new])
                 by_id = {r["job_id"]: r["text"] for r in rows}
                 assert "was lost" in by_id[old]

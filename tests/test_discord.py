@@ -48,7 +48,7 @@ async def gateway(tmp_path: Path, fake: FakeDiscord) -> AsyncIterator[Gateway]:
     async with running_gateway(discord_config(tmp_path / "home", fake)) as gw:
         adapter = gw.runner.adapters["discord"]
         assert isinstance(adapter, DiscordAdapter)
-        await adapter.wait_connected(timeout=15)
+        await adapter.wait_connected(timeout=30)
         yield gw
 
 
@@ -63,7 +63,7 @@ async def test_notices_reach_their_own_thread_channel_or_dm(gateway, fake) -> No
     for name, where in starts.items():
         message = await fake.user_message(content=f"/bg sleep 0.5; echo marker-{name}", **where)
         anchors[name] = int(message["id"])
-    await eventually(lambda: len(notices(fake)) == len(starts), timeout=15, what="every notice")
+    await eventually(lambda: len(notices(fake)) == len(starts), timeout=30, what="every notice")
     for name, where in starts.items():
         (notice,) = [n for n in notices(fake) if f"marker-{name}" in n.content]
         assert notice.channel_id == where["channel_id"], name
@@ -86,7 +86,7 @@ async def test_a_notice_due_while_disconnected_is_delivered_after_the_resume_onc
         rows = await gateway.outbox.list("pending")
         return [r for r in rows if "resumed-marker" in r.text]
 
-    await eventually_async(due_and_waiting, timeout=10, what="the notice waiting")
+    await eventually_async(due_and_waiting, timeout=30, what="the notice waiting")
     assert notices(fake) == []
     fake.set_gateway_down(False)
     await eventually(lambda: fake.resume_count > resumes, timeout=20, what="the resume")
@@ -98,7 +98,7 @@ async def test_a_notice_due_while_disconnected_is_delivered_after_the_resume_onc
 async def test_a_long_output_arrives_in_parts_with_code_blocks_intact(gateway, fake) -> None:
     await fake.user_message(channel_id=CHANNEL, content="/run for i in $(seq 1 25); do "
                             "printf 'row %02d %0190d\\n' $i 0; done")
-    await eventually(lambda: len(fake.sent) >= 3, timeout=15, what="the parts")
+    await eventually(lambda: len(fake.sent) >= 3, timeout=30, what="the parts")
     await settled(gateway)  # the turn is over: every part is out
     parts = [s.content for s in fake.sent]
     assert sum(len(p) for p in parts) > 5000
@@ -116,7 +116,7 @@ async def test_a_notice_for_a_locked_thread_is_parked_route_gone(gateway, fake) 
     async def parked() -> list:
         return await gateway.outbox.list("parked")
 
-    (row,) = await eventually_async(parked, timeout=15, what="the parked notice")
+    (row,) = await eventually_async(parked, timeout=30, what="the parked notice")
     assert row.reason == "route_gone" and "locked" in (row.last_error or "")
     assert notices(fake) == []
 
@@ -137,7 +137,7 @@ async def test_an_archived_thread_reopens_for_its_notice(gateway, fake) -> None:
     await fake.user_message(channel_id=THREAD_B, content="/bg sleep 0.5; echo reopened")
     await fake.wait_for_sent(1)
     fake.archive_thread(THREAD_B)
-    await eventually(lambda: notices(fake), timeout=15, what="the notice")
+    await eventually(lambda: notices(fake), timeout=30, what="the notice")
     assert notices(fake)[0].channel_id == THREAD_B
     assert fake.channel(THREAD_B)["thread_metadata"]["archived"] is False
 
@@ -146,7 +146,7 @@ async def test_rate_limits_lose_and_reorder_nothing_in_a_channel(gateway, fake) 
     fake.fail_next_post(channel_id=CHANNEL, status=429, retry_after=0.2, count=2)
     for i in range(5):
         await fake.user_message(channel_id=CHANNEL, content=f"msg {i}")
-    await eventually(lambda: len(fake.sent) >= 5, timeout=15, what="five replies")
+    await eventually(lambda: len(fake.sent) >= 5, timeout=30, what="five replies")
     await settled(gateway)
     assert [s.content.split("\n")[0] for s in fake.sent] == [
         f"Received: msg {i}" for i in range(5)]
@@ -177,7 +177,7 @@ async def test_a_notice_for_a_deleted_channel_is_parked_route_gone(gateway, fake
     async def parked() -> list:
         return await gateway.outbox.list("parked")
 
-    (row,) = await eventually_async(parked, timeout=15, what="the parked notice")
+    (row,) = await eventually_async(parked, timeout=30, what="the parked notice")
     assert row.reason == "route_gone"
 
 
@@ -187,6 +187,6 @@ async def test_a_reply_still_goes_out_while_the_gateway_reconnects(gateway, fake
                      what="the turn running its command")
     fake.set_gateway_down(True)
     await fake.drop_connection(reconnect_op=True, close_code=4000)
-    (reply,) = await fake.wait_for_sent(1, timeout=15)
+    (reply,) = await fake.wait_for_sent(1, timeout=30)
     assert "blip-reply" in reply.content  # replies use REST, which is still there
     fake.set_gateway_down(False)

@@ -51,7 +51,7 @@ async def discord_gateway(config: Config) -> AsyncIterator[Gateway]:
     async with running_gateway(config) as gw:
         adapter = gw.runner.adapters["discord"]
         assert isinstance(adapter, DiscordAdapter)
-        await adapter.wait_connected(timeout=15)
+        await adapter.wait_connected(timeout=30)
         yield gw
 
 
@@ -66,7 +66,7 @@ async def asked(fake: FakeDiscord, where: int = THREAD_A) -> tuple[SentRecord, s
     """The request message (the one with buttons) and its approval's id."""
     (request,) = await eventually(
         lambda: [s for s in fake.sent if s.channel_id == where and s.raw.get("components")],
-        timeout=15, what="the approval request")
+        timeout=30, what="the approval request")
     custom_id = buttons(fake, request)[0][1]
     return request, custom_id.split(":")[1]
 
@@ -86,7 +86,7 @@ async def model_reply(fake: FakeDiscord, where: int = THREAD_A) -> dict:
     """The model's answer after the tool ran (or was refused): the tool's result."""
     (text,) = await eventually(
         lambda: [t for t in fake.visible(where) if t.startswith("tool said: ")],
-        timeout=15, what="the model's reply")
+        timeout=30, what="the model's reply")
     return json.loads(text.removeprefix("tool said: "))
 
 
@@ -177,7 +177,7 @@ async def test_racing_clicks_and_a_deny_command_decide_once_and_each_is_answered
     result = await model_reply(fake)
     await eventually(lambda: [t for t in fake.visible(THREAD_A)
                               if t.startswith(("Denied", "Already settled"))],
-                     timeout=15, what="the /deny's answer")
+                     timeout=30, what="the /deny's answer")
 
     record = await gateway.runner.approvals.get(approval_id)
     assert record.state in ("approved", "denied")
@@ -241,7 +241,7 @@ async def test_a_request_posted_before_a_restart_is_still_decided_by_its_buttons
                                  user_id=ALICE)
         await fake.wait_for_interaction_responses(1)
         assert answer_to(fake, click).type == 6
-        await eventually(lambda: runs(marker) == 1, timeout=15, what="the late run")
+        await eventually(lambda: runs(marker) == 1, timeout=30, what="the late run")
         assert "Approved once by alice (running as background job" in shown(fake, request)
         assert buttons(fake, request) == []
 

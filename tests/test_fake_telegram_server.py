@@ -77,7 +77,7 @@ async def bot(fake: FakeTelegram) -> AsyncIterator[Bot]:
 async def test_dm_message_reaches_handler(fake: FakeTelegram, polling) -> None:
     app, received = polling
     sent = fake.user_message(chat_id=555, text="hello there", user_id=555)
-    await eventually(lambda: received, timeout=10, what="DM delivered")
+    await eventually(lambda: received, timeout=30, what="DM delivered")
     msg = received[0]
     assert (msg.chat.id, msg.chat.type, msg.text) == (555, "private", "hello there")
     assert msg.message_id == sent["message_id"] == 1
@@ -85,7 +85,7 @@ async def test_dm_message_reaches_handler(fake: FakeTelegram, polling) -> None:
     assert msg.message_thread_id is None
     assert app.bot.username == "homing_bot"
     # acknowledged by the next poll's offset, so not delivered twice
-    await eventually(lambda: not fake.pending_updates, timeout=10, what="offset ack")
+    await eventually(lambda: not fake.pending_updates, timeout=30, what="offset ack")
     assert len(received) == 1
 
 
@@ -95,7 +95,7 @@ async def test_forum_topic_message_and_command(fake: FakeTelegram, polling) -> N
                       is_forum=True, thread_id=42, is_topic_message=True)
     fake.user_message(chat_id=FORUM, text="/bg@homing_bot sleep 1", chat_type="supergroup",
                       is_forum=True, thread_id=17, is_topic_message=True)
-    await eventually(lambda: len(received) == 2, timeout=10, what="topic messages")
+    await eventually(lambda: len(received) == 2, timeout=30, what="topic messages")
     chatter, command = received
     assert chatter.chat.is_forum and chatter.chat.type == "supergroup"
     assert (chatter.message_thread_id, chatter.is_topic_message) == (42, True)
@@ -109,7 +109,7 @@ async def test_malformed_update_does_not_stop_polling(fake: FakeTelegram, pollin
     _, received = polling
     fake.raw_update({"update_id": 5, "something_new": {"x": 1}})
     fake.user_message(chat_id=9, text="after the odd one")
-    await eventually(lambda: received, timeout=10, what="message after malformed update")
+    await eventually(lambda: received, timeout=30, what="message after malformed update")
     assert received[0].text == "after the odd one"
 
 
@@ -118,7 +118,7 @@ async def test_send_message_is_recorded(fake: FakeTelegram, bot: Bot) -> None:
                                  reply_parameters=ReplyParameters(message_id=5))
     await bot.send_message(FORUM, "<b>second</b>", parse_mode="HTML")
     await bot.send_message(555, "dm")
-    first, second, dm = await fake.wait_for_sent(3, timeout=10)
+    first, second, dm = await fake.wait_for_sent(3, timeout=30)
     assert (first.chat_id, first.text, first.message_thread_id) == (FORUM, "notice", 42)
     assert first.reply_to_message_id == 5 and first.parse_mode is None
     assert (second.message_id, second.parse_mode, second.message_thread_id) == (2, "HTML", None)
@@ -220,7 +220,7 @@ async def test_a_newer_poll_ends_one_still_waiting_with_a_conflict(
     waiting = asyncio.ensure_future(bot.get_updates(timeout=5, read_timeout=10))
     await eventually(lambda: fake.polls >= 1, what="the first poll waiting")
     async with Bot(fake.token, base_url=fake.base_url) as other:  # another process
-        newer = asyncio.ensure_future(other.get_updates(timeout=2, read_timeout=5))
+        newer = asyncio.ensure_future(other.get_updates(timeout=2, read_timeout=30))
         with pytest.raises(Conflict, match="terminated by other getUpdates request"):
             await waiting
         fake.user_message(chat_id=1, text="for the newer poll")
@@ -278,7 +278,7 @@ async def test_long_poll_holds_and_wakes(fake: FakeTelegram, bot: Bot) -> None:
 
 async def test_stop_releases_a_held_poll(fake: FakeTelegram, bot: Bot) -> None:
     poll = asyncio.create_task(bot.get_updates(timeout=30))
-    await eventually(lambda: any(m == "getUpdates" for m, _ in fake.calls), timeout=10)
+    await eventually(lambda: any(m == "getUpdates" for m, _ in fake.calls), timeout=30)
     await fake.stop()
     async with asyncio.timeout(10):  # released, not held for its 30 s
         assert await poll == ()

@@ -99,7 +99,7 @@ async def test_a_photo_and_a_document_in_topic_42_are_saved_for_the_turn(
             await gw.runner.adapters["telegram"].wait_connected()
             telegram.user_photo(data=jpeg, caption="the dashboard", **topic)
             telegram.user_document(data=b"a,b\n1,2\n", file_name="data.csv", **topic)
-            answers = await telegram.wait_for_sent(2, timeout=10)
+            answers = await telegram.wait_for_sent(2, timeout=30)
     assert [a.message_thread_id for a in answers] == [42, 42]
     directory = tmp_path / "home" / "files" / f"telegram-{FORUM}-42"
     photo, document = sorted(directory.iterdir(), key=lambda p: "data.csv" in p.name)
@@ -118,7 +118,7 @@ async def test_a_file_too_large_for_the_bot_api_is_refused_with_a_message(
             await gw.runner.adapters["telegram"].wait_connected()
             telegram.user_document(chat_id=ALICE, data=b"x", file_name="huge.iso",
                                    size_override=30 * 1024 * 1024)
-            (answer,) = await telegram.wait_for_sent(1, timeout=10)
+            (answer,) = await telegram.wait_for_sent(1, timeout=30)
     assert "huge.iso (30.0 MB) was not saved" in answer.text
     assert "attachments.max_bytes" in answer.text
     assert not [p for p in (tmp_path / "home" / "files").rglob("*") if p.is_file()]
@@ -139,10 +139,10 @@ async def test_a_discord_attachment_in_a_thread_is_saved_for_the_turn(
             platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"])
         async with running_gateway(config) as gw:
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
             await fake.user_message(content="the log", channel_id=THREAD_A, attachments=[
                 {"filename": "build.log", "data": b"error: x\n", "content_type": "text/plain"}])
-            (answer,) = await fake.wait_for_sent(1, timeout=10)
+            (answer,) = await fake.wait_for_sent(1, timeout=30)
     (saved,) = (tmp_path / "home" / "files" / f"discord-{THREAD_A}-{THREAD_A}").iterdir()
     assert saved.read_bytes() == b"error: x\n" and saved.name.endswith("build.log")
     assert answer.channel_id == THREAD_A and str(saved) in (answer.content or "")
@@ -169,12 +169,12 @@ async def test_send_posts_a_file_in_topic_42_and_refuses_one_outside_the_roots(
             telegram.user_message(text=f"/send {root / 'chart.png'} the chart", **topic)
             telegram.user_message(text=f"/send {root / 'report.txt'}", **topic)
             telegram.user_message(text=f"/send {outside}", **topic)
-            photo, document = await telegram.wait_for_files(2, timeout=10)
-            (refusal,) = await telegram.wait_for_sent(1, timeout=10)
+            photo, document = await telegram.wait_for_files(2, timeout=30)
+            (refusal,) = await telegram.wait_for_sent(1, timeout=30)
             # 1×40: Telegram will not take it as a photo; it goes as a document
             (root / "strip.png").write_bytes(png(1, 40))
             telegram.user_message(text=f"/send {root / 'strip.png'}", **topic)
-            *_, strip = await telegram.wait_for_files(3, timeout=10)
+            *_, strip = await telegram.wait_for_files(3, timeout=30)
     assert (strip.method, strip.filename, strip.message_thread_id) == (
         "sendDocument", "strip.png", 42)
     assert len(telegram.sent) == 1  # no error message: the file went
@@ -233,10 +233,10 @@ async def test_send_posts_a_file_into_a_discord_thread(tmp_path: Path,
             platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"], attachments__send_roots=[str(root)])
         async with running_gateway(config) as gw:
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
             await fake.user_message(content=f"/send {root / 'build.log'} the log",
                                     channel_id=THREAD_A)
-            (posted,) = await fake.wait_for_sent(1, timeout=10)
+            (posted,) = await fake.wait_for_sent(1, timeout=30)
     assert posted.channel_id == THREAD_A and posted.content == "the log"
     assert [(f.filename, f.data) for f in posted.attachments] == [("build.log", b"ok\n")]
 
@@ -302,7 +302,7 @@ async def test_a_voice_note_is_transcribed_for_the_model_in_its_topic(tmp_path: 
             await gw.runner.adapters["telegram"].wait_connected()
             telegram.user_voice(chat_id=FORUM, data=b"OggS-voice", chat_type="supergroup",
                                 is_forum=True, thread_id=42, is_topic_message=True)
-            (answer,) = await telegram.wait_for_sent(1, timeout=10)
+            (answer,) = await telegram.wait_for_sent(1, timeout=30)
     assert answer.message_thread_id == 42 and "on it" in answer.text
     assert [(m, d) for m, _, d in model.transcriptions] == [("whisper-1", b"OggS-voice")]
     told = model.requests[-1].last["content"]

@@ -100,7 +100,7 @@ async def test_telegram_gets_the_answer_as_html_in_its_topic(tmp_path: Path, mod
             await gw.runner.adapters["telegram"].wait_connected()
             telegram.user_message(text="report", thread_id=42, chat_id=FORUM,
                                   chat_type="supergroup", is_forum=True, is_topic_message=True)
-            (sent,) = await telegram.wait_for_sent(1, timeout=10)
+            (sent,) = await telegram.wait_for_sent(1, timeout=30)
     assert (sent.chat_id, sent.message_thread_id, sent.parse_mode) == (FORUM, 42, "HTML")
     assert sent.text == telegram_html.render(RICH)
 
@@ -120,7 +120,7 @@ async def test_html_telegram_cannot_parse_is_sent_again_as_plain_text_once(
                 "start tag \"b\""))
             telegram.user_message(text="go", thread_id=42, chat_id=FORUM,
                                   chat_type="supergroup", is_forum=True, is_topic_message=True)
-            (sent,) = await telegram.wait_for_sent(1, timeout=10)
+            (sent,) = await telegram.wait_for_sent(1, timeout=30)
             await eventually(lambda: len([c for c in telegram.calls
                                           if c[0] == "sendMessage"]) >= 2, what="the resend")
     assert (sent.text, sent.parse_mode, sent.message_thread_id) == ("**bold** claim", None, 42)
@@ -143,9 +143,9 @@ async def test_discord_sends_tables_as_code_and_pings_nobody(tmp_path: Path, mod
             platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
             platforms__discord__allowed_users=["1"])
         async with running_gateway(config) as gw:
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
             await fake.user_message(content="table please", channel_id=THREAD_A)
-            (sent,) = await fake.wait_for_sent(1, timeout=10)
+            (sent,) = await fake.wait_for_sent(1, timeout=30)
     assert sent.channel_id == THREAD_A
     assert "@\u200beveryone" in sent.content and "```\na | b\n--+--\n1 | 2\n```" in sent.content
     assert sent.raw.get("allowed_mentions") == {"parse": []}
@@ -181,7 +181,7 @@ async def test_a_10000_character_answer_arrives_as_parts_telegram_parses(
             telegram.user_message(text="the long report", thread_id=42, chat_id=FORUM,
                                   chat_type="supergroup", is_forum=True, is_topic_message=True)
             parts = telegram_html.render_parts(answer)
-            sent = await telegram.wait_for_sent(len(parts), timeout=15)
+            sent = await telegram.wait_for_sent(len(parts), timeout=30)
     assert len(sent) == len(parts) >= 3
     # every part was taken as HTML (the fake parses it as strictly as Telegram), in topic 42
     assert all(s.parse_mode == "HTML" and s.message_thread_id == 42 for s in sent)

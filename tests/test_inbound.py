@@ -283,7 +283,7 @@ async def test_discord_messages_posted_while_stopped_are_handled_after_the_start
         fake.add_thread(THREAD_A, CHANNEL)
         config = discord_config(tmp_path / "home", fake)
         async with running_gateway(config) as gw:
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
             for channel in (CHANNEL, THREAD_A):
                 await fake.user_message(content=f"before in {channel}", channel_id=channel)
             await eventually(lambda: len(fake.sent) == 2, what="the first replies")
@@ -294,10 +294,10 @@ async def test_discord_messages_posted_while_stopped_are_handled_after_the_start
             # a live message the moment the new session is there, before discord.py has
             # even said it is ready: the missed ones must neither be lost behind it nor
             # answered after it
-            await fake.wait_until_ready(timeout=15)
+            await fake.wait_until_ready(timeout=30)
             await fake.user_message(content="live right away", channel_id=THREAD_A)
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
-            await eventually(lambda: len(fake.sent) == 7, timeout=15, what="the missed ones")
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
+            await eventually(lambda: len(fake.sent) == 7, timeout=30, what="the missed ones")
             await settled(gw)
         answered = [s.content.split("\n")[0] for s in fake.sent[2:]]
         assert sorted(answered) == sorted([f"Received: while stopped {i}" for i in range(3)]
@@ -318,10 +318,10 @@ async def test_a_discord_notice_sent_again_after_a_crash_is_posted_once(
         fake.add_channel(CHANNEL, "builds")
         config = discord_config(tmp_path / "home", fake)
         async with running_gateway(config) as gw:
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
             await fake.user_message(content="/bg echo nonce-marker", channel_id=CHANNEL)
             await eventually(lambda: any("nonce-marker" in s.content for s in fake.sent),
-                             timeout=15, what="the notice")
+                             timeout=30, what="the notice")
             await gw.router.settle()
             # the crash between send and record: the notice is pending again, unsent
             await gw.store.db.write([("UPDATE notifications SET state = 'pending', "
@@ -332,7 +332,7 @@ async def test_a_discord_notice_sent_again_after_a_crash_is_posted_once(
                 (row,) = await gw.outbox.list()
                 return row.state == "delivered" and fake.nonce_hits == 1
 
-            await eventually_async(delivered_again, timeout=15, what="the second delivery")
+            await eventually_async(delivered_again, timeout=30, what="the second delivery")
         assert len([s for s in fake.sent if "nonce-marker" in s.content]) == 1
 
 

@@ -204,7 +204,7 @@ async def test_a_job_ending_while_the_daemon_is_down_reports_its_real_exit_code(
     async with running_gateway(config, [first]) as gw:
         record = await gw.jobs.start(command, await address_of(gw, first))
         await gw.router.stop()
-    await eventually(lambda: record.exit_path.exists(), timeout=10, what="the job's end")
+    await eventually(lambda: record.exit_path.exists(), timeout=30, what="the job's end")
     second = MemoryAdapter("memory")
     async with running_gateway(config, [second]) as gw:
         notice = (await eventually(lambda: notices(second), what="the notice"))[0]
@@ -239,7 +239,7 @@ async def test_a_kill_cut_short_by_a_restart_is_finished_after_it(tmp_path: Path
     assert job_process.group_members(record.pid) >= 1  # still running: it ignores SIGTERM
     second = MemoryAdapter("memory")
     async with running_gateway(config, [second]) as gw:
-        notice = (await eventually(lambda: notices(second), timeout=15, what="the notice"))[0]
+        notice = (await eventually(lambda: notices(second), timeout=30, what="the notice"))[0]
         assert f"Job {record.id} was killed" in notice.text and "SIGKILL" in notice.text
         assert job_process.group_members(record.pid) == 0
 

@@ -77,7 +77,7 @@ async def test_a_watch_reports_while_running_then_disables_then_completes_once(
         f"/watch 'ERROR [0-9]+' i=0; while [ $i -lt 100 ] && [ ! -e {stop} ]; do "
         f"i=$((i + 1)); echo \"ERROR $i\"; sleep 0.1; done", chat)
     job_id = job_id_from(adapter.sent_to(chat)[-1])
-    first = await eventually(lambda: notices(adapter), timeout=8, what="a watch notice")
+    first = await eventually(lambda: notices(adapter), timeout=30, what="a watch notice")
     record = await gw.jobs.get(job_id)
     assert record is not None and record.state == "running"  # arrived while the job ran
     assert first[0].text.startswith(f"Job {job_id} output matched `ERROR [0-9]+`:")
@@ -300,7 +300,7 @@ async def test_a_failed_send_is_retried_not_dropped(
     await adapter.receive("/bg sleep 0.3; echo eventually-sent", chat)
     adapter.scripted_failures["8"] = [SendResult.failed("flood control", retry_after=0.2),
                                       SendResult.failed("502 bad gateway")]
-    await eventually(lambda: notices(adapter), timeout=15, what="the notice after retries")
+    await eventually(lambda: notices(adapter), timeout=30, what="the notice after retries")
     await gw.router.settle()
     (row,) = await gw.outbox.list("delivered")
     assert row.attempts == 3 and "eventually-sent" in row.text

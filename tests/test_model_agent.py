@@ -53,7 +53,7 @@ async def test_a_build_started_by_the_model_reports_to_its_conversation_only(
         await b.say(f"hello {i}")
         assert (await reply_text(b))["text"] == f"B heard: hello {i}"
 
-    done = await reply_text(a, timeout=15)
+    done = await reply_text(a, timeout=30)
     assert done["kind"] == "notification"
     header, words = done["text"].split("\n", 1)  # the notice's facts, then the model's
     assert re.fullmatch(r"Job j\w+ finished: exit code 0 after \d+\.\d s\.", header)
@@ -104,7 +104,7 @@ async def test_the_reply_to_a_notice_goes_under_the_message_that_started_the_wor
             def back() -> list:
                 return [s for s in telegram.sent if "\nYour research" in s.text]
 
-            await eventually_async(_async(lambda: len(back()) == 1), timeout=15,
+            await eventually_async(_async(lambda: len(back()) == 1), timeout=30,
                                    what="the delegation's summary")
             (answer,) = back()
             assert answer.text.endswith(
@@ -163,7 +163,7 @@ async def test_past_the_budget_the_session_compresses_and_old_jobs_still_report(
         first = await gw.store.get(first_session)
         assert first is not None and first.end_reason == "compression"
 
-        done = await reply_text(tab, timeout=15)
+        done = await reply_text(tab, timeout=30)
         assert done["text"].endswith("\nSlow job done (I remember the summary: True).")
         assert done["session_id"] == live.id  # the live child, not the compressed parent
         summaries = [r for r in model.requests if is_summary(r)]
@@ -231,7 +231,7 @@ async def test_many_conversations_starting_jobs_at_once_each_hear_their_own(
     await asyncio.gather(*(tab.say(f"build t{i}") for i, tab in enumerate(tabs)))
     for i, tab in enumerate(tabs):
         assert (await reply_text(tab))["text"] == "started"
-        assert (await reply_text(tab, timeout=15))["text"].endswith(f"\ndone marker-t{i}")
+        assert (await reply_text(tab, timeout=30))["text"].endswith(f"\ndone marker-t{i}")
     for tab in tabs:
         await tab.no_frame(0.05)
 
@@ -311,7 +311,7 @@ async def test_watch_patterns_and_process_wait_through_the_tools(
     model.brain = brain
     tab = await open_tab(http, base)
     await tab.say("deploy and watch it")
-    reply = await reply_text(tab, timeout=15)
+    reply = await reply_text(tab, timeout=30)
     # the watch notice that came while the turn waited, and the completion, were handed
     # to the model by process wait: no notice turn follows for either
     assert reply["text"].startswith("waited: ended=True, last line: end; notices: Job ")
@@ -340,7 +340,7 @@ async def test_a_completion_the_model_got_from_process_wait_is_not_delivered_aga
     model.brain = brain
     tab = await open_tab(http, base)
     await tab.say("build it and wait")
-    reply = await reply_text(tab, timeout=15)
+    reply = await reply_text(tab, timeout=30)
     assert reply["text"].startswith("the build is done: Job ")
     assert "exit code 2" in reply["text"]
     await gw.router.settle()
@@ -380,7 +380,7 @@ async def test_a_delegation_started_before_compression_reports_to_the_live_sessi
     assert "Context compressed" in (await reply_text(tab))["text"]
     live = await gw.store.live_session(tab.ready["session_key"])
     assert live is not None and live.parent_session_id == tab.ready["session_id"]
-    back = await reply_text(tab, timeout=15)
+    back = await reply_text(tab, timeout=30)
     assert back["text"].endswith("\nback: sub-agent: all good")
     assert back["session_id"] == live.id
 

@@ -121,7 +121,7 @@ async def test_a_notice_still_arrives_when_the_model_cannot_comment(
     tab = await open_tab(http, base)
     await tab.say("go")
     assert (await reply_text(tab))["text"] == "started"
-    notice = await reply_text(tab, timeout=15)
+    notice = await reply_text(tab, timeout=30)
     assert notice["kind"] == "notification"
     assert "notice-marker" in notice["text"]
     assert "The model could not comment on this" in notice["text"]
@@ -275,7 +275,7 @@ async def test_a_sub_agent_whose_model_fails_reports_the_failure_home(
     tab = await open_tab(http, base)
     await tab.say("please delegate")
     assert (await reply_text(tab))["text"] == "delegated"
-    relayed = await reply_text(tab, timeout=15)
+    relayed = await reply_text(tab, timeout=30)
     assert relayed["kind"] == "notification"
     assert "failed: The model endpoint failed with HTTP 500 (3 tries)" in relayed["text"]
 
@@ -309,7 +309,7 @@ async def test_a_notice_turn_whose_answer_fails_to_send_is_not_run_twice(
         async def delivered() -> bool:
             return bool(await gw.outbox.list(state="delivered"))
 
-        await eventually_async(delivered, timeout=15, what="the notice delivered")
+        await eventually_async(delivered, timeout=30, what="the notice delivered")
         texts = [m.text for m in adapter.sent]
     assert texts[0] == "started" and texts[1].endswith("\nfirst part")
     assert len(texts) == 3 and "job-output" in texts[2]  # the notice itself, once
@@ -332,7 +332,7 @@ async def test_a_notice_turn_that_runs_out_of_rounds_still_posts_the_notice(
         tab = await open_tab(http, web_base(gw))
         await tab.say("go")
         assert (await reply_text(tab))["text"] == "started"
-        notice = await reply_text(tab, timeout=15)
+        notice = await reply_text(tab, timeout=30)
     assert notice["kind"] == "notification" and "the-output" in notice["text"]
     assert "stopped after 2 rounds" in notice["text"]
 

@@ -55,7 +55,7 @@ async def test_job_watch_and_delegation_notices_then_two_turns_all_pass_strict_m
         tab = await open_tab(http, web_base(gw))
         await tab.say("start everything")
         assert (await reply_text(tab))["text"] == "started all three"
-        notices = [await reply_text(tab, timeout=15) for _ in range(4)]
+        notices = [await reply_text(tab, timeout=30) for _ in range(4)]
         assert all(n["kind"] == "notification" for n in notices)
         await tab.say("and now?")
         assert (await reply_text(tab))["kind"] == "reply"

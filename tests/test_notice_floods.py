@@ -200,7 +200,7 @@ async def test_on_discord_notices_over_a_channels_rate_limit_go_together_in_orde
         tmp_path: Path, discord_fake: FakeDiscord) -> None:
     fake = discord_fake
     async with running_gateway(discord_config(tmp_path / "home", fake, **SETTINGS)) as gw:
-        await gw.runner.adapters["discord"].wait_connected(timeout=15)
+        await gw.runner.adapters["discord"].wait_connected(timeout=30)
         await fake.user_message(channel_id=CHANNEL, content=WATCHED)
         await eventually(lambda: any(" finished: " in (s.content or "") for s in fake.sent),
                          timeout=40, what="the job's end")

@@ -139,7 +139,7 @@ async def test_on_discord_a_refused_notice_holds_the_ones_behind_it_and_goes_fir
     fake.fail_next_post(channel_id=CHANNEL, status=503, message="upstream unavailable",
                         content=REFUSED, count=10_000)
     async with running_gateway(discord_config(tmp_path / "home", fake, **SETTINGS)) as gw:
-        await gw.runner.adapters["discord"].wait_connected(timeout=15)
+        await gw.runner.adapters["discord"].wait_connected(timeout=30)
         await fake.user_message(channel_id=CHANNEL, content=WATCHED)
         await eventually_async(lambda: refused_and_waiting(gw), timeout=30,
                                what="the notice refused, retried and refused")

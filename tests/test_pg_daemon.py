@@ -129,7 +129,7 @@ async def test_the_daemon_carries_on_after_postgresql_restarts(
         async with web_socket(gw) as ws:
             assert "before the restart" in (await say(ws, "before the restart"))["text"]
             await asyncio.to_thread(pg_cluster.restart)
-            reply = await say(ws, "after the restart", timeout=15)
+            reply = await say(ws, "after the restart", timeout=30)
             assert "after the restart" in reply["text"], reply
 
         async def recorded() -> bool:

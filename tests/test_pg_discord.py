@@ -46,31 +46,31 @@ async def test_two_instances_keep_one_gateway_session_and_hand_it_over(
     async with AsyncExitStack() as stack:
         one = await stack.enter_async_context(running_gateway(
             _config(tmp_path / "a", fake, pg_fresh_url, "vps1")))
-        await _adapter(one).wait_connected(timeout=15)
+        await _adapter(one).wait_connected(timeout=30)
         await fake.wait_until_ready()
         two = await stack.enter_async_context(running_gateway(
             _config(tmp_path / "b", fake, pg_fresh_url, "vps2")))
-        await _adapter(two).wait_connected(timeout=15)  # for sending, at once
+        await _adapter(two).wait_connected(timeout=30)  # for sending, at once
         assert not _adapter(two).gateway_here
 
         await fake.user_message(channel_id=CHANNEL, content="first", author_id=ALICE)
-        await eventually(lambda: answers(fake, "first"), timeout=15, what="the answer")
+        await eventually(lambda: answers(fake, "first"), timeout=30, what="the answer")
         assert fake.identify_count == 1  # the second instance opened no session
 
         await fake.user_message(channel_id=CHANNEL, content="/bg echo from-vps2-side",
                                 author_id=ALICE)
         await eventually(lambda: [s for s in fake.sent if "from-vps2-side" in s.content
-                                  and s.content.startswith("Job ")], timeout=15,
+                                  and s.content.startswith("Job ")], timeout=30,
                          what="the job's notice")
 
         await _adapter(one).disconnect()  # the holder stops: its lease goes with it
         await fake.user_message(channel_id=CHANNEL, content="while moving", author_id=ALICE)
-        await eventually(lambda: _adapter(two).gateway_here, timeout=15,
+        await eventually(lambda: _adapter(two).gateway_here, timeout=30,
                          what="the session on the second instance")
-        await eventually(lambda: answers(fake, "while moving"), timeout=15,
+        await eventually(lambda: answers(fake, "while moving"), timeout=30,
                          what="the message said while the session moved")
         await fake.user_message(channel_id=CHANNEL, content="after", author_id=ALICE)
-        await eventually(lambda: answers(fake, "after"), timeout=15, what="the answer")
+        await eventually(lambda: answers(fake, "after"), timeout=30, what="the answer")
         assert [len(answers(fake, t)) for t in ("first", "while moving", "after")] == [1, 1, 1]
         assert fake.identify_count == 2  # one session at a time
 

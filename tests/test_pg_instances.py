@@ -189,7 +189,7 @@ async def test_an_approval_pressed_on_the_other_instance_runs_in_the_turn_that_a
         for tab in (asking, pressing):
             decided = await next_of(tab, "approval_decided")
             assert (decided["id"], decided["state"]) == (asked["id"], "approved")
-        reply = await next_of(asking, "message", timeout=15)  # the turn went on
+        reply = await next_of(asking, "message", timeout=30)  # the turn went on
         assert reply["text"].startswith("tool said: ")
         assert json.loads(reply["text"].removeprefix("tool said: "))["exit"] == "exit code 0"
         record = await one.runner.approvals.get(asked["id"])  # type: ignore[union-attr]
@@ -235,7 +235,7 @@ async def test_a_notice_waits_for_the_turn_another_instance_has_in_hand(
         async def notice_waiting() -> bool:  # committed, and not taken by the second
             return any(n.job_id == job_id for n in await one.outbox.list("pending"))
 
-        await eventually_async(notice_waiting, timeout=15, what="the job's notice")
+        await eventually_async(notice_waiting, timeout=30, what="the job's notice")
         await tab.no_frame(0.3)  # the second instance leaves it while the turn goes on
         go_on.touch()
         first, second = await tab.frame(15), await tab.frame(15)

@@ -51,7 +51,7 @@ async def gateway(tmp_path: Path, fake: FakeDiscord,
         policy = getattr(discord_adapter, name)
         monkeypatch.setattr(discord_adapter, name, replace(policy, delays=(0.01,)))
     async with running_gateway(discord_config(tmp_path / "home", fake)) as gw:
-        await gw.runner.adapters["discord"].wait_connected(timeout=15)
+        await gw.runner.adapters["discord"].wait_connected(timeout=30)
         yield gw
 
 

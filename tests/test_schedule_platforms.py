@@ -63,7 +63,7 @@ async def test_telegram_forum_runs_report_in_their_topics_under_their_messages(
                 gw.scheduler.wake()
                 await eventually(
                     lambda m=minute: len([s for s in telegram.sent if "the run of" in s.text])
-                    == {10: 1, 15: 2, 20: 3, 30: 5}[m], timeout=15, what=f"runs at {minute}")
+                    == {10: 1, 15: 2, 20: 3, 30: 5}[m], timeout=30, what=f"runs at {minute}")
             results = [s for s in telegram.sent if "the run of" in s.text]
             for sent in results:
                 if "topic-42" in sent.text:
@@ -94,14 +94,14 @@ async def test_a_schedule_made_in_a_discord_thread_reports_in_that_thread(
         fake.add_thread(THREAD_A, CHANNEL)
         config = discord_config(tmp_path / "home", fake)
         async with running_gateway(config, clock=clock) as gw:
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
             made = await fake.user_message(content="/every 1h echo in-the-thread",
                                            channel_id=THREAD_A)
             await eventually(lambda: fake.sent, what="the reply")
             clock.now = START + 3601
             gw.scheduler.wake()
             run = await eventually(lambda: [s for s in fake.sent if "the run of" in s.content],
-                                   timeout=15, what="the run")
+                                   timeout=30, what="the run")
             assert run[0].channel_id == THREAD_A and "in-the-thread" in run[0].content
             assert run[0].message_reference == int(made["id"])
 
@@ -122,7 +122,7 @@ async def test_web_runs_follow_the_conversation_and_no_other_tab_sees_them(
             rotated = await mine.frame()
             clock.now = START + (step + 1) * 600 + 1
             gw.scheduler.wake()
-            run = await mine.frame(timeout=10)
+            run = await mine.frame(timeout=30)
             assert run["kind"] == "notification" and "for-mine" in run["text"]
             assert run["session_id"] == rotated["session_id"]  # the live session
         await other.no_frame(0.5)
@@ -157,11 +157,11 @@ async def test_the_model_schedules_a_prompt_and_does_it_when_it_comes_due(
     async with running_gateway(config, clock=clock) as gw:
         tab = await open_tab(http, web_base(gw))
         await tab.say("summarise the builds every morning")
-        reply = (await tab.frame(timeout=10))["text"]
+        reply = (await tab.frame(timeout=30))["text"]
         assert reply.startswith("Scheduled s") and "2027-01-15 09:00 UTC" in reply
         clock.now = START + 3601
         gw.scheduler.wake()
-        done = await tab.frame(timeout=10)
+        done = await tab.frame(timeout=30)
         assert done["kind"] == "notification"
         assert done["text"].endswith("\nHere is your morning summary: all green.")
         async def first_run_over() -> bool:  # its turn is recorded as given
@@ -172,14 +172,14 @@ async def test_the_model_schedules_a_prompt_and_does_it_when_it_comes_due(
         failing["on"] = True  # the next morning the model fails: the task is still told
         clock.now = START + 86400 + 3601
         gw.scheduler.wake()
-        told = (await tab.frame(timeout=15))["text"]
+        told = (await tab.frame(timeout=30))["text"]
         assert "Scheduled task" in told and "summarise the overnight builds" in told
         assert "could not comment" in told
         await eventually_async(lambda: _all_finished(gw), what="the second run's end")
         failing["on"], empty["on"] = False, True  # and the third it says nothing at all
         clock.now = START + 2 * 86400 + 3601
         gw.scheduler.wake()
-        told = (await tab.frame(timeout=15))["text"]
+        told = (await tab.frame(timeout=30))["text"]
         assert "summarise the overnight builds" in told and "gave no answer" in told
 
 

@@ -89,7 +89,7 @@ async def settle(gw: Gateway) -> None:
         pending = await gw.store.db.fetchone(
             "SELECT COUNT(*) FROM notifications WHERE state IN ('pending', 'claimed')")
         return gw.jobs.running == 0 and claimed[0] == 0 and pending[0] == 0
-    await eventually_async(idle, timeout=15, what="the schedules to settle")
+    await eventually_async(idle, timeout=30, what="the schedules to settle")
     await gw.router.settle()
 
 
@@ -345,7 +345,7 @@ async def test_without_an_injected_clock_runs_come_on_the_real_one(tmp_path: Pat
     config = make_config(tmp_path / "home", schedules__min_interval_seconds=1)
     async with running_gateway(config, [adapter]) as gw:
         sid = schedule_id(await say(adapter, "/every 1s echo tick", CHAT))
-        await eventually(lambda: len(runs(adapter, sid)) >= 2, timeout=10, what="two runs")
+        await eventually(lambda: len(runs(adapter, sid)) >= 2, timeout=30, what="two runs")
         await gw.scheduler.pause(sid)
         first, second = (re.search(r"the run of (.+?)\.\n", m.text)[1]
                          for m in runs(adapter, sid)[:2])

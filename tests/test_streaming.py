@@ -196,7 +196,7 @@ async def test_a_rate_limited_final_edit_is_waited_out_not_sent_again(
         async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
             await gw.runner.adapters["telegram"].wait_connected()
             _topic_message(telegram, "go", 42)
-            await telegram.wait_for_sent(1, timeout=10)  # the preview is up
+            await telegram.wait_for_sent(1, timeout=30)  # the preview is up
             telegram.fail_next_edit(status=429, retry_after=1, count=3)
             await eventually(lambda: telegram.visible(FORUM, 42) == [words("last", 8)],
                              timeout=20, what="the final message")
@@ -237,7 +237,7 @@ async def test_a_preview_deleted_meanwhile_gives_the_final_text_its_own_message(
         async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
             await gw.runner.adapters["telegram"].wait_connected()
             _topic_message(telegram, "go", 42)
-            (preview,) = await telegram.wait_for_sent(1, timeout=10)
+            (preview,) = await telegram.wait_for_sent(1, timeout=30)
             await gw.runner.adapters["telegram"].app.bot.delete_message(
                 FORUM, preview.message_id)  # as a user deleting it
             await eventually(lambda: telegram.visible(FORUM, 42) == [words("orphan", 20)],
@@ -258,7 +258,7 @@ async def test_a_preview_that_can_be_neither_edited_nor_deleted_gets_no_second_c
         async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
             await gw.runner.adapters["telegram"].wait_connected()
             _topic_message(telegram, "go", 42)
-            (preview,) = await telegram.wait_for_sent(1, timeout=10)
+            (preview,) = await telegram.wait_for_sent(1, timeout=30)
             telegram.fail_next_edit(status=400, description="Bad Request: message can't be "
                                                             "edited", count=1000)
             telegram.fail_next_delete(count=1000)  # "message can't be deleted"
@@ -312,7 +312,7 @@ async def test_a_discord_thread_streams_into_one_message_through_a_rate_limit(
             platforms__discord__allowed_users=["1"],
             platforms__discord__stream_edit_interval_seconds=0.2)
         async with running_gateway(config) as gw:
-            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await gw.runner.adapters["discord"].wait_connected(timeout=30)
             fake.fail_next_edit(channel_id=THREAD_A, status=429, count=1)
             await fake.user_message(content="in A", channel_id=THREAD_A)
             await fake.user_message(content="in B", channel_id=THREAD_B)
@@ -402,11 +402,11 @@ async def test_stop_while_the_final_edit_waits_out_a_429_leaves_no_preview(
         async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
             await gw.runner.adapters["telegram"].wait_connected()
             _topic_message(telegram, "go", 42)
-            (preview,) = await telegram.wait_for_sent(1, timeout=10)
+            (preview,) = await telegram.wait_for_sent(1, timeout=30)
             telegram.fail_next_edit(status=429, retry_after=2, count=10)
             await eventually(lambda: len([p for m, p in telegram.calls
                                           if m == "editMessageText"]) >= 2,
-                             timeout=10, what="the final edit refused")
+                             timeout=30, what="the final edit refused")
             _topic_message(telegram, "/stop", 42)
             await eventually(lambda: telegram.message_text(FORUM, preview.message_id) is None,
                              timeout=20, what="the preview deleted")

@@ -92,7 +92,7 @@ async def test_notices_reach_their_own_chat_and_topic(gateway, fake) -> None:
     for i in range(6):  # chatter in other topics meanwhile
         fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True,
                           thread_id=5 + i % 2, is_topic_message=True, text=f"chatter {i}")
-    await eventually(lambda: len(notices(fake)) == len(starts), timeout=15,
+    await eventually(lambda: len(notices(fake)) == len(starts), timeout=30,
                      what="every notice")
     expected = {"t42": (FORUM, 42), "t17": (FORUM, 17), "general": (FORUM, None),
                 "other42": (OTHER_FORUM, 42), "dm": (ALICE, None)}
@@ -127,7 +127,7 @@ async def test_flood_control_and_bad_gateways_lose_nothing_and_keep_order(
 async def test_a_long_output_arrives_in_parts_with_code_blocks_intact(gateway, fake) -> None:
     fake.user_message(chat_id=ALICE, text="/run for i in $(seq 1 30); do "
                                           "printf 'line %03d %0330d\\n' $i 0; done")
-    await eventually(lambda: len(to(fake, ALICE)) >= 3, timeout=15, what="the parts")
+    await eventually(lambda: len(to(fake, ALICE)) >= 3, timeout=30, what="the parts")
     await all_taken_and_settled(gateway, fake)  # the turn is over: every part is out
     parts = [s.text for s in to(fake, ALICE)]
     assert sum(len(p) for p in parts) > 10_000
@@ -165,7 +165,7 @@ async def test_unknown_users_pair_in_a_dm_and_are_ignored_in_groups(
     assert exit_code == 0, err
     assert "@bob" in out and "they are told so" in out
     # told in their chat, by the daemon, once (the CLI only queued it)
-    await eventually(lambda: len(fake.sent) == 2, timeout=15, what="the welcome")
+    await eventually(lambda: len(fake.sent) == 2, timeout=30, what="the welcome")
     assert fake.sent[1].chat_id == stranger and fake.sent[1].text.startswith("You are in")
     fake.user_message(chat_id=stranger, user_id=stranger, username="bob", text="let me in")
     await eventually(lambda: len(fake.sent) == 3, what="the reply to the approved user")
@@ -182,7 +182,7 @@ async def test_a_deleted_topic_parks_the_notice_as_route_gone(gateway, fake, tmp
     async def parked() -> list:
         return await gateway.outbox.list("parked")
 
-    (row,) = await eventually_async(parked, timeout=15, what="the parked notice")
+    (row,) = await eventually_async(parked, timeout=30, what="the parked notice")
     assert row.reason == "route_gone" and "thread not found" in (row.last_error or "")
     assert notices(fake) == []  # no silent fallback to the chat root
     code, out, _ = await run_cli("notifications", "--state", "parked",
@@ -365,7 +365,7 @@ async def test_an_update_is_confirmed_to_telegram_only_after_its_journal_commit(
         monkeypatch.setattr(inbound, "record", record)
         fake.user_message(chat_id=ALICE, text="confirmed once written")
         await eventually(lambda: [s for s in fake.sent if "Received: confirmed" in s.text],
-                         timeout=15, what="the update answered")
+                         timeout=30, what="the update answered")
         await all_taken_and_settled(gw, fake)
         (row,) = await gw.store.db.fetchall("SELECT platform_id FROM inbound")
     update_id = int(row[0])

@@ -44,7 +44,7 @@ async def telegram_gateway(tmp_path: Path, model: FakeOpenAI, marker: Path,
 async def until(check: Callable[[], T], what: str) -> T:
     async def probe() -> T:
         return check()
-    return await eventually_async(probe, timeout=15, what=what)
+    return await eventually_async(probe, timeout=30, what=what)
 
 
 def requests(telegram: FakeTelegram) -> list[SentRecord]:

@@ -17,7 +17,7 @@ async def test_private_chats_and_groups_each_get_their_menu_and_start_welcomes(
         async with running_gateway(telegram_config(tmp_path / "home", telegram)) as gw:
             await gw.runner.adapters["telegram"].wait_connected()
             telegram.user_message(chat_id=ALICE, text="/start")
-            (welcome,) = await telegram.wait_for_sent(1, timeout=10)
+            (welcome,) = await telegram.wait_for_sent(1, timeout=30)
     menus = {json.loads(p["scope"])["type"]: [c["command"] for c in json.loads(p["commands"])]
              for m, p in telegram.calls if m == "setMyCommands"}
     assert set(menus) == {"all_private_chats", "all_group_chats"}

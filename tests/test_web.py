@@ -244,7 +244,7 @@ async def test_job_notices_reach_only_their_conversation_and_wait_for_a_busy_one
             "SELECT 1 FROM notifications WHERE job_id = ? AND state = 'claimed'", (job_a,)))
 
     await collect("B", b, 1)  # while A's turn goes on
-    await eventually_async(a_notice_claimed, timeout=15, what="A's notice claimed")
+    await eventually_async(a_notice_claimed, timeout=30, what="A's notice claimed")
     await a.no_frame(0.2)  # and kept back
     go_on.touch()
     await collect("A", a, 2)
