@@ -106,9 +106,17 @@ _NEW_SESSION = re.compile(
     r"Started a new session \(([\w-]+)\)\. The previous one \(([\w-]+)\) is closed\.")
 
 
-def new_session_ids(text: str) -> tuple[str, str] | None:
-    """The new and the previous session id a ``/new`` line names; None for any other
-    text (the web page says "New session" and keeps the ids under its details)."""
+#: what the web page calls the line ``/new`` answers with, in its sidebar (the bubble
+#: adds the time)
+NEW_SESSION_WORDS = "New session"
+
+
+def new_session_ids(kind: str, text: str) -> tuple[str, str] | None:
+    """The new and the previous session id when this is the line ``/new`` answers with
+    (a ``system`` line); None for any other. The one test of it: the web page says "New
+    session" for that line, in its bubble and its sidebar line, the ids under details."""
+    if kind != "system":
+        return None
     found = _NEW_SESSION.fullmatch(text.strip())
     return (found[1], found[2]) if found else None
 

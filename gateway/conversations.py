@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .commands import parse_command
+from .commands import NEW_SESSION_WORDS, new_session_ids, parse_command
 from .formatting.markdown import plain_text
 from .session_entry import SessionEntry
 from .store import ArchivedFilter, SessionStore, TranscriptLine
@@ -40,9 +40,7 @@ class Conversation:
         if self.last is not None:
             line = self.last.text.strip().split("\n", 1)[0]
             last = {"role": self.last.role, "at": self.last.created_at,
-                    "text": _cut(line, PREVIEW_CHARS),
-                    "plain": _cut(" ".join(plain_text(self.last.text[:HEAD_CHARS]).split()),
-                                   PREVIEW_CHARS)}
+                    "text": _cut(line, PREVIEW_CHARS), "plain": _plain_line(self.last)}
         return {"conversation": s.route.chat_id, "session_key": s.session_key,
                 "session_id": s.id, "live": s.is_live, "title": self.title,
                 "archived": s.archived, "last_active_at": s.last_active_at, "last": last}
@@ -56,6 +54,14 @@ def title_from(text: str) -> str | None:
     lines = plain_text(text).split("\n", 1)
     line = " ".join(lines[0].split())
     return _cut(line, TITLE_CHARS) if line else None
+
+
+def _plain_line(line: TranscriptLine) -> str:
+    """A message in plain words on one line; the ``/new`` line as the page says it
+    ("New session": its session ids are details, never a sidebar's words)."""
+    if new_session_ids(line.role, line.text) is not None:
+        return NEW_SESSION_WORDS
+    return _cut(" ".join(plain_text(line.text[:HEAD_CHARS]).split()), PREVIEW_CHARS)
 
 
 def _cut(line: str, limit: int) -> str:

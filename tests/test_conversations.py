@@ -74,6 +74,28 @@ async def test_a_command_names_no_conversation_and_the_last_line_is_plain_words(
         assert found["last"]["text"] == "## Deploy plan"  # the field as it was: as written
 
 
+async def test_after_new_the_sidebar_line_says_new_session_and_never_its_ids(
+        web, http) -> None:
+    _, base = web
+    tab = await open_tab(http, base)
+    conversation, first = tab.ready["conversation"], tab.ready["session_id"]
+    await tab.say("hello")
+    await tab.frame()
+    await tab.say("/new")
+    started = await tab.frame()
+    assert started["new_session"]["previous_session_id"] == first
+    found = await listed(http, base, conversation)
+    assert found["last"]["role"] == "system"
+    assert found["last"]["plain"] == "New session"  # the ids are the bubble's details
+    assert started["session_id"] in found["last"]["text"]  # the field as written
+
+    # the same words typed are quoted as they are: only the gateway's line is renamed
+    await tab.say(f"Started a new session ({first}). The previous one ({first}) is closed.")
+    assert (await tab.frame())["kind"] == "reply"
+    found = await listed(http, base, conversation)
+    assert found["last"]["plain"].startswith(f"Received: Started a new session ({first})")
+
+
 async def test_the_transcript_is_the_whole_conversation_and_late_notices_stay_put(
         web, http) -> None:
     _, base = web

@@ -97,7 +97,7 @@ def shown_fields(kind: str, text: str) -> dict[str, Any]:
     HTML, and for the ``/new`` line the sessions it names (``new_session``: the page
     says "New session" and keeps the ids under its details)."""
     fields: dict[str, Any] = {"html": render_html(text)}
-    if kind == "system" and (ids := new_session_ids(text)) is not None:
+    if (ids := new_session_ids(kind, text)) is not None:
         fields["new_session"] = {"session_id": ids[0], "previous_session_id": ids[1]}
     return fields
 
