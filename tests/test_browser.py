@@ -483,6 +483,14 @@ async def open_phone(browser, url: str, menu: bool = False):
     return page
 
 
+async def sidebar_says(page, conversation: str, text: str | re.Pattern[str]) -> None:
+    """Wait until the sidebar's line for ``conversation`` says ``text``: the sidebar is
+    fetched again a moment after each frame, so a screenshot taken sooner shows the line
+    before it (ends when the line is there, asserts what it says)."""
+    line = page.locator(f'#sessions li[data-conversation="{conversation}"] .preview')
+    await expect(line).to_have_text(text)
+
+
 async def test_the_sidebar_shows_plain_words_and_a_command_never_titles_a_conversation(
         tmp_path: Path, browser, artifacts: Path) -> None:
     from .fakes.openai_server import FakeOpenAI, Say
@@ -516,6 +524,8 @@ async def test_the_sidebar_shows_plain_words_and_a_command_never_titles_a_conver
         small = await open_phone(browser, f"{web_base(gw)}/?c={conversation}", menu=True)
         shown = small.locator(f'#sessions li[data-conversation="{conversation}"]')
         await expect(shown.locator(".name")).to_have_text("Ship the v2 release")
+        await sidebar_says(small, conversation,
+                           "Deploy plan Approval needed (a2293e5d): run make deploy")
         await expect(shown.locator(".preview")).to_be_visible()
         seen = await shown.inner_text()
         assert "Deploy plan Approval needed" in seen and not MARKDOWN_MARKS.search(seen), seen
@@ -550,6 +560,7 @@ async def test_the_gateways_lines_read_as_messages_and_new_keeps_its_ids_under_d
     assert looks["italic"] == "normal" and looks["border"] == "solid", looks  # a bubble
     for same in ("size", "align", "colour"):  # as readable as the agent's own
         assert looks[same] == agent[same], (looks, agent)
+    await sidebar_says(page, conversation, re.compile(r"^Commands: /help — list the commands"))
     await screenshot(page, artifacts, "help-desktop-1280x800")
 
     await say(page, "/new")
@@ -562,6 +573,10 @@ async def test_the_gateways_lines_read_as_messages_and_new_keeps_its_ids_under_d
     ids = started.locator(".session-ids dl")
     await expect(ids).to_be_hidden()  # ids are details
     assert not SESSION_ID.search(await page.locator("#messages").inner_text())
+    await sidebar_says(page, conversation, "New session")  # its line says it the same way
+    listed = await page.locator("#sessions").inner_text()
+    assert not SESSION_ID.search(listed) and "Started a new session" not in listed, listed
+    assert first.id[:8] not in listed and second.id[:8] not in listed, listed
     await screenshot(page, artifacts, "new-session-desktop-1280x800")
     await started.locator(".session-ids summary").click()
     await expect(ids).to_be_visible()
@@ -610,6 +625,7 @@ async def test_a_code_block_names_its_language_and_one_without_has_copy_in_its_c
                     clear: c.left - words.getBoundingClientRect().right}; }""")
         assert 0 <= corner["right"] <= 8 and 0 <= corner["top"] <= 8 and corner["inside"], corner
         assert corner["clear"] >= 0, corner  # beside the output, not over it
+        await sidebar_says(page, conversation_of(page), "Two blocks: print('hi') plain output")
         await screenshot(page, artifacts, "code-blocks-desktop-1280x800")
         await copy.click()
         await expect(copy).to_have_text("Copied")
@@ -655,6 +671,8 @@ async def test_the_keys_enter_sends_shift_enter_breaks_the_line_and_up_recalls_t
 
     await page.keyboard.press("ArrowUp")  # an empty box: the last message, to send again
     await expect(box).to_have_value("by the button")
+    await sidebar_says(page, conversation_of(page),
+                       re.compile(r"^Received: by the button \(I am the built-in"))
     await screenshot(page, artifacts, "keys-recalled-desktop-1280x800")
     await page.keyboard.press("End")
     await page.keyboard.type(", again")
@@ -683,6 +701,8 @@ async def test_escape_stops_a_reply_as_it_is_written(tmp_path: Path, browser,
         await say(page, "write at length")
         writing = page.locator("div.msg.writing")
         await expect(writing).to_contain_text("piece3")
+        conversation = conversation_of(page)
+        await sidebar_says(page, conversation, "you: write at length")  # the reply: not yet
         await screenshot(page, artifacts, "streaming-desktop-1280x800")
         await page.keyboard.press("Escape")
         await expect(page.locator('div.msg[data-kind="system"]')).to_have_text(
@@ -691,8 +711,41 @@ async def test_escape_stops_a_reply_as_it_is_written(tmp_path: Path, browser,
         await expect(writing).to_have_count(0)  # the half-written bubble went
         await expect(page.locator("#activity")).to_have_text("")
         assert "piece399" not in await page.locator("#messages").inner_text()
+        await sidebar_says(page, conversation, re.compile(r"^Stopped the turn under way\."))
         await screenshot(page, artifacts, "stopped-desktop-1280x800")
+        await expect(page.locator("#input")).to_be_focused()
+        await page.keyboard.press("ArrowUp")  # what was typed, not the /stop Escape sent
+        await expect(page.locator("#input")).to_have_value("write at length")
         await context.close()
+
+
+async def test_an_enter_that_ends_an_input_methods_word_sends_nothing(
+        site: str, browser) -> None:
+    """Japanese, Chinese…: Enter picks the word being composed; it is no send."""
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context(**DESKTOP)
+    page = await open_page(context, site + "/")
+    box = page.locator("#input")
+    await box.fill("にほんご")
+    mine = page.locator('div.msg[data-kind="user"]')
+    # Chromium and Firefox say isComposing; Safari's last Enter says only keyCode 229
+    for composing in ({"isComposing": True}, {"keyCode": 229}):
+        taken = await box.evaluate("""(box, composing) => {
+            const e = new KeyboardEvent('keydown', {key: 'Enter', code: 'Enter', bubbles: true,
+                                                    cancelable: true, ...composing});
+            box.dispatchEvent(e);
+            return {prevented: e.defaultPrevented, keyCode: e.keyCode,
+                    isComposing: e.isComposing}; }""", composing)
+        assert taken["prevented"] is False, (composing, taken)  # the page left it alone
+        assert taken["keyCode"] == composing.get("keyCode", 0), taken  # the event said so
+        await expect(mine).to_have_count(0)  # a send shows its bubble at once: none
+        await expect(box).to_have_value("にほんご")
+    await page.keyboard.press("Enter")  # the word chosen: this Enter sends
+    await expect(mine).to_have_count(1)
+    await expect(page.locator('div.msg[data-kind="reply"]')).to_have_count(1)
+    assert await user_lines(page) == ["にほんご"]
+    await expect(box).to_have_value("")
+    await context.close()
 
 
 async def test_on_a_phone_the_box_says_to_tap_send_and_enter_is_a_newline(
