@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from .approval_records import Decision
@@ -96,13 +97,34 @@ async def _decide(turn: Turn, name: str, args: str) -> None:
     await turn.reply(pressed.note, kind="system")
 
 
+def new_session_text(session_id: str, previous_id: str) -> str:
+    """What ``/new`` says (:func:`new_session_ids` reads it back)."""
+    return f"Started a new session ({session_id}). The previous one ({previous_id}) is closed."
+
+
+_NEW_SESSION = re.compile(
+    r"Started a new session \(([\w-]+)\)\. The previous one \(([\w-]+)\) is closed\.")
+
+
+#: what the web page calls the line ``/new`` answers with, in its sidebar (the bubble
+#: adds the time)
+NEW_SESSION_WORDS = "New session"
+
+
+def new_session_ids(kind: str, text: str) -> tuple[str, str] | None:
+    """The new and the previous session id when this is the line ``/new`` answers with
+    (a ``system`` line); None for any other. The one test of it: the web page says "New
+    session" for that line, in its bubble and its sidebar line, the ids under details."""
+    if kind != "system":
+        return None
+    found = _NEW_SESSION.fullmatch(text.strip())
+    return (found[1], found[2]) if found else None
+
+
 async def _new(turn: Turn) -> None:
     old = turn.session
     turn.session = await turn.runner.rotate_session(old, "new", route=turn.route)
-    await turn.reply(
-        f"Started a new session ({turn.session.id}). The previous one ({old.id}) is closed.",
-        kind="system",
-    )
+    await turn.reply(new_session_text(turn.session.id, old.id), kind="system")
 
 
 async def _compress(turn: Turn) -> None:

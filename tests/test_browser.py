@@ -288,9 +288,9 @@ async def test_the_title_is_the_first_message_and_every_message_shows_its_time(
     await expect(page.locator("#hint")).to_have_count(0)
     item = page.locator(f'#sessions li[data-conversation="{conversation}"]')
     await expect(item.locator(".name")).to_have_text("Plan the deploy")
-    # the last message's first line (the command agent joins what it echoes into one)
-    await expect(item.locator(".preview")).to_have_text(
-        "Received: Plan the deploy with the details below")
+    # the last message on one line (the command agent joins what it echoes into one)
+    await expect(item.locator(".preview")).to_have_text(re.compile(
+        r"^Received: Plan the deploy with the details below \(I am the built-in"))
     await expect(item.locator(".when")).to_have_text(re.compile(r"^\d{2}:\d{2}$"))
     await expect(item).to_have_class(re.compile(r"\bcurrent\b"))
 
@@ -325,7 +325,7 @@ async def test_a_late_notice_from_an_ended_session_shows_and_the_page_stays_on_t
     await say(page, "/bg sleep 1; echo late")
     await say(page, "/new")  # the job's session ends before the job does
     await expect(page.locator('div.msg[data-kind="system"]',
-                              has_text="Started a new session")).to_have_count(1)
+                              has_text="New session, started")).to_have_count(1)
     notice = page.locator('div.msg[data-kind="notification"]')
     await expect(notice).to_contain_text("late")
     await expect(notice.locator(".earlier")).to_have_text("from an earlier session")
@@ -463,6 +463,314 @@ async def test_the_page_fits_a_phone_and_a_desktop(site: str, browser, artifacts
     await expect(small.locator("#sidebar")).to_be_hidden()
     await phone.close()
     await desktop.close()
+
+
+# ---- what a person reads: plain previews, the gateway's lines, code, the keys ---------
+
+DESKTOP = {"viewport": {"width": 1280, "height": 800}}
+PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
+MARKDOWN_MARKS = re.compile(r"[#*`]|\]\(")
+SESSION_ID = re.compile(r"\b[0-9a-f]{32}\b")
+
+
+async def open_phone(browser, url: str, menu: bool = False):
+    """The page at ``url`` on a phone, with its conversations panel open when ``menu``."""
+    phone = await browser.new_context(**PHONE)
+    page = await open_page(phone, url)
+    if menu:
+        await page.locator("#menu").click()
+        await expect(page.locator("#sidebar")).to_be_visible()
+    return page
+
+
+async def sidebar_says(page, conversation: str, text: str | re.Pattern[str]) -> None:
+    """Wait until the sidebar's line for ``conversation`` says ``text``: the sidebar is
+    fetched again a moment after each frame, so a screenshot taken sooner shows the line
+    before it (ends when the line is there, asserts what it says)."""
+    line = page.locator(f'#sessions li[data-conversation="{conversation}"] .preview')
+    await expect(line).to_have_text(text)
+
+
+async def test_the_sidebar_shows_plain_words_and_a_command_never_titles_a_conversation(
+        tmp_path: Path, browser, artifacts: Path) -> None:
+    from .fakes.openai_server import FakeOpenAI, Say
+    from .model_support import model_config
+
+    expect.set_options(timeout=10_000)
+    answer = "## Deploy plan\n\n**Approval needed** (a2293e5d): run `make deploy`"
+    async with FakeOpenAI(lambda req: Say(answer)) as model, \
+            running_gateway(model_config(tmp_path / "home", model)) as gw:
+        context = await browser.new_context(**DESKTOP)
+        page = await open_page(context, web_base(gw) + "/")
+        conversation = conversation_of(page)
+        item = page.locator(f'#sessions li[data-conversation="{conversation}"]')
+        await say(page, "/help")
+        await expect(page.locator('div.msg[data-kind="system"]')).to_contain_text("/new")
+        await expect(item.locator(".preview")).to_contain_text("Commands: /help")
+        await expect(page.locator("#title")).to_have_text("New conversation")  # not "/help"
+        await expect(item.locator(".name")).to_have_text("New conversation")
+
+        await say(page, "Ship the **v2** release\nwith its notes")
+        reply = page.locator('div.msg[data-kind="reply"]')
+        await expect(reply.locator("h2")).to_have_text("Deploy plan")  # the bubble: rendered
+        await expect(reply.locator("strong")).to_have_text("Approval needed")
+        await expect(page.locator("#title")).to_have_text("Ship the v2 release")
+        await expect(item.locator(".name")).to_have_text("Ship the v2 release")
+        preview = item.locator(".preview")
+        await expect(preview).to_have_text(
+            "Deploy plan Approval needed (a2293e5d): run make deploy")  # the sidebar: words
+        await screenshot(page, artifacts, "sidebar-plain-desktop-1280x800")
+
+        small = await open_phone(browser, f"{web_base(gw)}/?c={conversation}", menu=True)
+        shown = small.locator(f'#sessions li[data-conversation="{conversation}"]')
+        await expect(shown.locator(".name")).to_have_text("Ship the v2 release")
+        await sidebar_says(small, conversation,
+                           "Deploy plan Approval needed (a2293e5d): run make deploy")
+        await expect(shown.locator(".preview")).to_be_visible()
+        seen = await shown.inner_text()
+        assert "Deploy plan Approval needed" in seen and not MARKDOWN_MARKS.search(seen), seen
+        await screenshot(small, artifacts, "sidebar-plain-phone-390x844")
+        await small.context.close()
+        await context.close()
+
+
+async def test_the_gateways_lines_read_as_messages_and_new_keeps_its_ids_under_details(
+        gateway: Gateway, site: str, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context(**DESKTOP)
+    page = await open_page(context, site + "/")
+    conversation = conversation_of(page)
+    key = f"agent:main:web:dm:{conversation}"
+    await say(page, "hello")
+    reply = page.locator('div.msg[data-kind="reply"]')
+    await expect(reply).to_have_count(1)
+    first = await gateway.store.live_session(key)
+
+    await say(page, "/help")
+    system = page.locator('div.msg[data-kind="system"]')
+    await expect(system).to_have_count(1)
+    help_line = system.first
+    await expect(help_line.locator(".label")).to_have_text("gateway")
+    lines = (await help_line.locator(".body").inner_text()).split("\n")
+    assert "/new — end this session and start a fresh one (alias /reset)" in lines, lines
+    style = """e => { const s = getComputedStyle(e), b = getComputedStyle(e.querySelector('.body'));
+        return {italic: s.fontStyle, size: b.fontSize, align: s.textAlign, colour: b.color,
+                border: s.borderTopStyle}; }"""
+    looks, agent = await help_line.evaluate(style), await reply.evaluate(style)
+    assert looks["italic"] == "normal" and looks["border"] == "solid", looks  # a bubble
+    for same in ("size", "align", "colour"):  # as readable as the agent's own
+        assert looks[same] == agent[same], (looks, agent)
+    await sidebar_says(page, conversation, re.compile(r"^Commands: /help — list the commands"))
+    await screenshot(page, artifacts, "help-desktop-1280x800")
+
+    await say(page, "/new")
+    await expect(system).to_have_count(2)
+    started = system.nth(1)
+    await expect(started.locator(".body")).to_have_text(
+        re.compile(r"^New session, started \d{2}:\d{2}\.$"))
+    second = await gateway.store.live_session(key)
+    assert second.id != first.id
+    ids = started.locator(".session-ids dl")
+    await expect(ids).to_be_hidden()  # ids are details
+    assert not SESSION_ID.search(await page.locator("#messages").inner_text())
+    await sidebar_says(page, conversation, "New session")  # its line says it the same way
+    listed = await page.locator("#sessions").inner_text()
+    assert not SESSION_ID.search(listed) and "Started a new session" not in listed, listed
+    assert first.id[:8] not in listed and second.id[:8] not in listed, listed
+    await screenshot(page, artifacts, "new-session-desktop-1280x800")
+    await started.locator(".session-ids summary").click()
+    await expect(ids).to_be_visible()
+    await expect(ids.locator("dd")).to_have_text([second.id, first.id])
+    await expect(ids.locator("dt")).to_have_text(["session id", "previous session"])
+
+    small = await open_phone(browser, f"{site}/?c={conversation}")  # the transcript: the same
+    again = small.locator('div.msg[data-kind="system"]')
+    await expect(again).to_have_count(2)
+    await expect(again.nth(1).locator(".body")).to_contain_text("New session, started")
+    await expect(again.nth(0).locator(".label")).to_have_text("gateway")
+    assert not SESSION_ID.search(await small.locator("#messages").inner_text())
+    await screenshot(small, artifacts, "help-and-new-session-phone-390x844")
+    await small.context.close()
+    await context.close()
+
+
+async def test_a_code_block_names_its_language_and_one_without_has_copy_in_its_corner(
+        tmp_path: Path, browser, artifacts: Path) -> None:
+    from .fakes.openai_server import FakeOpenAI, Say
+    from .model_support import model_config
+
+    expect.set_options(timeout=10_000)
+    answer = "Two blocks:\n\n```python\nprint('hi')\n```\n\n```\nplain output\n```"
+    async with FakeOpenAI(lambda req: Say(answer)) as model, \
+            running_gateway(model_config(tmp_path / "home", model)) as gw:
+        context = await browser.new_context(
+            **DESKTOP, permissions=["clipboard-read", "clipboard-write"])
+        page = await open_page(context, web_base(gw) + "/")
+        await say(page, "show me code")
+        blocks = page.locator('div.msg[data-kind="reply"] .code')
+        await expect(blocks).to_have_count(2)
+        named, bare = blocks.nth(0), blocks.nth(1)
+        await expect(named.locator(".bar .lang")).to_have_text("python")
+        await expect(named.locator(".bar button.copy")).to_have_text("Copy")
+        await expect(bare.locator(".bar")).to_have_count(0)  # no empty bar
+        copy = bare.locator("button.copy")
+        await expect(copy).to_have_text("Copy")
+        await expect(bare.locator("pre")).to_have_text("plain output")
+        corner = await bare.evaluate("""w => { const pre = w.querySelector('pre'),
+            p = pre.getBoundingClientRect(),
+            c = w.querySelector('button.copy').getBoundingClientRect(),
+            words = document.createRange();
+            words.selectNodeContents(pre);
+            return {right: p.right - c.right, top: c.top - p.top, inside: c.bottom <= p.bottom,
+                    clear: c.left - words.getBoundingClientRect().right}; }""")
+        assert 0 <= corner["right"] <= 8 and 0 <= corner["top"] <= 8 and corner["inside"], corner
+        assert corner["clear"] >= 0, corner  # beside the output, not over it
+        await sidebar_says(page, conversation_of(page), "Two blocks: print('hi') plain output")
+        await screenshot(page, artifacts, "code-blocks-desktop-1280x800")
+        await copy.click()
+        await expect(copy).to_have_text("Copied")
+        assert await page.evaluate("navigator.clipboard.readText()") == "plain output\n"
+
+        small = await open_phone(browser, f"{web_base(gw)}/?c={conversation_of(page)}")
+        shown = small.locator('div.msg[data-kind="reply"] .code')
+        await expect(shown.nth(1).locator("button.copy")).to_be_visible()
+        await expect(shown.nth(1).locator(".bar")).to_have_count(0)
+        await screenshot(small, artifacts, "code-blocks-phone-390x844")
+        await small.context.close()
+        await context.close()
+
+
+async def user_lines(page) -> list[str]:
+    """What the user's bubbles say, in order."""
+    return await page.locator('div.msg[data-kind="user"] .body').all_inner_texts()
+
+
+async def test_the_keys_enter_sends_shift_enter_breaks_the_line_and_up_recalls_the_last(
+        site: str, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context(**DESKTOP)
+    page = await open_page(context, site + "/")
+    box = page.locator("#input")
+    await expect(box).to_have_attribute("placeholder", re.compile("Enter to send"))
+    await box.click()
+    await page.keyboard.type("line one")
+    await page.keyboard.press("Shift+Enter")
+    await page.keyboard.type("line two")
+    await expect(box).to_have_value("line one\nline two")  # a newline, nothing sent
+    await page.keyboard.press("Enter")
+    replies = page.locator('div.msg[data-kind="reply"]')
+    await expect(replies).to_have_count(1)
+    assert await user_lines(page) == ["line one\nline two"]
+    await expect(box).to_have_value("")
+    await expect(box).to_be_focused()
+
+    await box.fill("by the button")
+    await page.locator("#send").click()
+    await expect(replies).to_have_count(2)
+    await expect(box).to_be_focused()  # the focus came back to the box: type on
+
+    await page.keyboard.press("ArrowUp")  # an empty box: the last message, to send again
+    await expect(box).to_have_value("by the button")
+    await sidebar_says(page, conversation_of(page),
+                       re.compile(r"^Received: by the button \(I am the built-in"))
+    await screenshot(page, artifacts, "keys-recalled-desktop-1280x800")
+    await page.keyboard.press("End")
+    await page.keyboard.type(", again")
+    await page.keyboard.press("ArrowUp")  # not empty any more: Up moves the caret only
+    await expect(box).to_have_value("by the button, again")
+    assert await user_lines(page) == ["line one\nline two", "by the button"]  # not edited
+    await page.keyboard.press("Escape")  # nothing under way: nothing to stop
+    await page.keyboard.press("Enter")
+    await expect(replies).to_have_count(3)
+    assert await user_lines(page) == ["line one\nline two", "by the button",
+                                      "by the button, again"]
+    await context.close()
+
+
+async def test_escape_stops_a_reply_as_it_is_written(tmp_path: Path, browser,
+                                                     artifacts: Path) -> None:
+    from .fakes.openai_server import FakeOpenAI, Say
+    from .model_support import model_config
+
+    expect.set_options(timeout=15_000)
+    answer = " ".join(f"piece{i}" for i in range(400))
+    async with FakeOpenAI(lambda req: Say(answer), chunk_delay=0.1) as model, \
+            running_gateway(model_config(tmp_path / "home", model)) as gw:
+        context = await browser.new_context(**DESKTOP)
+        page = await open_page(context, web_base(gw) + "/")
+        await say(page, "write at length")
+        writing = page.locator("div.msg.writing")
+        await expect(writing).to_contain_text("piece3")
+        conversation = conversation_of(page)
+        await sidebar_says(page, conversation, "you: write at length")  # the reply: not yet
+        await screenshot(page, artifacts, "streaming-desktop-1280x800")
+        await page.keyboard.press("Escape")
+        await expect(page.locator('div.msg[data-kind="system"]')).to_have_text(
+            re.compile("Stopped the turn under way."))
+        assert await user_lines(page) == ["write at length", "/stop"]  # as if typed
+        await expect(writing).to_have_count(0)  # the half-written bubble went
+        await expect(page.locator("#activity")).to_have_text("")
+        assert "piece399" not in await page.locator("#messages").inner_text()
+        await sidebar_says(page, conversation, re.compile(r"^Stopped the turn under way\."))
+        await screenshot(page, artifacts, "stopped-desktop-1280x800")
+        await expect(page.locator("#input")).to_be_focused()
+        await page.keyboard.press("ArrowUp")  # what was typed, not the /stop Escape sent
+        await expect(page.locator("#input")).to_have_value("write at length")
+        await context.close()
+
+
+async def test_an_enter_that_ends_an_input_methods_word_sends_nothing(
+        site: str, browser) -> None:
+    """Japanese, Chinese…: Enter picks the word being composed; it is no send."""
+    expect.set_options(timeout=10_000)
+    context = await browser.new_context(**DESKTOP)
+    page = await open_page(context, site + "/")
+    box = page.locator("#input")
+    await box.fill("にほんご")
+    mine = page.locator('div.msg[data-kind="user"]')
+    # Chromium and Firefox say isComposing; Safari's last Enter says only keyCode 229
+    for composing in ({"isComposing": True}, {"keyCode": 229}):
+        taken = await box.evaluate("""(box, composing) => {
+            const e = new KeyboardEvent('keydown', {key: 'Enter', code: 'Enter', bubbles: true,
+                                                    cancelable: true, ...composing});
+            box.dispatchEvent(e);
+            return {prevented: e.defaultPrevented, keyCode: e.keyCode,
+                    isComposing: e.isComposing}; }""", composing)
+        assert taken["prevented"] is False, (composing, taken)  # the page left it alone
+        assert taken["keyCode"] == composing.get("keyCode", 0), taken  # the event said so
+        await expect(mine).to_have_count(0)  # a send shows its bubble at once: none
+        await expect(box).to_have_value("にほんご")
+    await page.keyboard.press("Enter")  # the word chosen: this Enter sends
+    await expect(mine).to_have_count(1)
+    await expect(page.locator('div.msg[data-kind="reply"]')).to_have_count(1)
+    assert await user_lines(page) == ["にほんご"]
+    await expect(box).to_have_value("")
+    await context.close()
+
+
+async def test_on_a_phone_the_box_says_to_tap_send_and_enter_is_a_newline(
+        site: str, browser, artifacts: Path) -> None:
+    expect.set_options(timeout=10_000)
+    page = await open_phone(browser, site + "/")
+    box = page.locator("#input")
+    await expect(box).to_have_attribute("placeholder", "Message — tap Send to send")
+    await screenshot(page, artifacts, "composer-phone-390x844")
+    await box.tap()
+    await page.keyboard.type("first line")
+    await page.keyboard.press("Enter")  # the phone keyboard's return: a new line
+    await page.keyboard.type("second line")
+    await expect(box).to_have_value("first line\nsecond line")
+    await expect(page.locator('div.msg[data-kind="user"]')).to_have_count(0)
+    await page.locator("#send").tap()
+    await expect(page.locator('div.msg[data-kind="reply"]')).to_have_count(1)
+    assert await user_lines(page) == ["first line\nsecond line"]
+    await expect(box).to_have_value("")
+    await screenshot(page, artifacts, "composer-phone-390x844-sent")
+    await page.locator("#menu").tap()
+    await expect(page.locator("#sidebar")).to_be_visible()
+    await page.keyboard.press("Escape")  # (a keyboard on a tablet) closes the panel
+    await expect(page.locator("#sidebar")).to_be_hidden()
+    await page.context.close()
 
 
 # ---- files: uploads from the page, files the agent posts ----------------------------

@@ -4,8 +4,13 @@ from an ended session that never takes the page away from the live one."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from gateway.daemon import running_gateway
+
+from .fakes.openai_server import FakeOpenAI, Say
+from .model_support import model_config, web_base
 from .test_web import Tab, open_tab
 
 
@@ -40,6 +45,57 @@ async def test_a_conversation_is_named_by_its_first_message_until_renamed(web, h
     assert found["session_id"] != tab.ready["session_id"]
 
 
+async def listed(http: Any, base: str, conversation: str) -> dict[str, Any]:
+    async with http.get(f"{base}/api/conversations") as r:
+        (found,) = [c for c in (await r.json())["conversations"]
+                    if c["conversation"] == conversation]
+    return found  # type: ignore[no-any-return]
+
+
+async def test_a_command_names_no_conversation_and_the_last_line_is_plain_words(
+        tmp_path: Path, model: FakeOpenAI, http: Any) -> None:
+    model.brain = lambda req: Say(
+        "## Deploy plan\n\n**Approval needed** (a2293e5d): run `make deploy`")
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        base = web_base(gw)
+        tab = await open_tab(http, base)
+        conversation = tab.ready["conversation"]
+        await tab.say("/help")
+        assert (await tab.frame())["kind"] == "system"
+        found = await listed(http, base, conversation)
+        assert found["title"] is None  # "/help" is no name: the page says "New conversation"
+        assert found["last"]["plain"].startswith("Commands: /help — list the commands")
+
+        await tab.say("**Ship** the `v2` release\nwith its notes")
+        assert (await tab.frame(10))["kind"] == "reply"
+        found = await listed(http, base, conversation)
+        assert found["title"] == "Ship the v2 release"  # the first that is not a command
+        assert found["last"]["plain"] == "Deploy plan Approval needed (a2293e5d): run make deploy"
+        assert found["last"]["text"] == "## Deploy plan"  # the field as it was: as written
+
+
+async def test_after_new_the_sidebar_line_says_new_session_and_never_its_ids(
+        web, http) -> None:
+    _, base = web
+    tab = await open_tab(http, base)
+    conversation, first = tab.ready["conversation"], tab.ready["session_id"]
+    await tab.say("hello")
+    await tab.frame()
+    await tab.say("/new")
+    started = await tab.frame()
+    assert started["new_session"]["previous_session_id"] == first
+    found = await listed(http, base, conversation)
+    assert found["last"]["role"] == "system"
+    assert found["last"]["plain"] == "New session"  # the ids are the bubble's details
+    assert started["session_id"] in found["last"]["text"]  # the field as written
+
+    # the same words typed are quoted as they are: only the gateway's line is renamed
+    await tab.say(f"Started a new session ({first}). The previous one ({first}) is closed.")
+    assert (await tab.frame())["kind"] == "reply"
+    found = await listed(http, base, conversation)
+    assert found["last"]["plain"].startswith(f"Received: Started a new session ({first})")
+
+
 async def test_the_transcript_is_the_whole_conversation_and_late_notices_stay_put(
         web, http) -> None:
     _, base = web
@@ -51,6 +107,9 @@ async def test_the_transcript_is_the_whole_conversation_and_late_notices_stay_pu
     started = await tab.frame()
     assert started["kind"] == "system" and started["live"] is True
     live_session = started["session_id"]
+    # what the page says "New session" for, with the ids it keeps under details
+    named = {"session_id": live_session, "previous_session_id": first_session}
+    assert started["new_session"] == named
     notice = (await frames_until(tab, lambda f: f.get("kind") == "notification"))[-1]
     assert notice["session_id"] == first_session and notice["live"] is False
     assert notice["notice"] == {"kind": "completion", "outcome": "failed"}
@@ -64,6 +123,9 @@ async def test_the_transcript_is_the_whole_conversation_and_late_notices_stay_pu
     assert (first_session, "notification") in kinds and (live_session, "system") in kinds
     (stored,) = [m for m in body["messages"] if m["role"] == "notification"]
     assert stored["notice"] == {"kind": "completion", "outcome": "failed"}
+    (new_line,) = [m for m in body["messages"] if m["role"] == "system"]
+    assert new_line["new_session"] == named  # a reloaded page says it the same way
+    assert all("new_session" not in m for m in body["messages"] if m is not new_line)
 
 
 async def test_a_job_that_succeeds_says_so(web, http) -> None:

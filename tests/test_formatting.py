@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gateway.daemon import running_gateway
 from gateway.formatting import discord_text, telegram_html, web_html
+from gateway.formatting.markdown import plain_text
 from gateway.splitter import utf16_len
 
 from .fakes.openai_server import Say
@@ -86,6 +87,17 @@ def test_web_html_never_carries_markup_that_runs() -> None:
     assert '<a href="https://evil.example/?d=SECRET"' in out
     assert '<a href="https://example.org" target="_blank" rel="noopener noreferrer">' in out
 
+
+def test_plain_text_is_the_words_a_person_reads_without_the_marks() -> None:
+    """What the web chat's sidebar and titles show of a message."""
+    assert plain_text(RICH).split("\n") == [
+        "Build report",
+        "The build is green and fast; see the log.",
+        "compile: ok", "tests: 431 passed",
+        'print("<done>")',
+        "step | seconds", "make | 12", "test | 340"]
+    assert plain_text("**Approval needed** (a2293e5d)\nline two &amp; <b>") == (
+        "Approval needed (a2293e5d)\nline two & <b>")  # a line break stays one
 
 # ---------------------------------------------------------------------- platforms
 

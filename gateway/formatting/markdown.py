@@ -43,17 +43,40 @@ def table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:
     return rows, i + 1
 
 
-def plain_inline(token: Token) -> str:
-    """An inline token's text without its markup (a table cell, a heading)."""
+def plain_inline(token: Token, newline: str = " ") -> str:
+    """An inline token's text without its markup (a table cell, a heading); a line
+    break in it becomes ``newline``."""
     out = []
     for child in token.children or []:
         if child.type in ("text", "code_inline"):
             out.append(child.content)
         elif child.type in ("softbreak", "hardbreak"):
-            out.append(" ")
+            out.append(newline)
         elif child.type == "image":
             out.append(child.content or "image")
     return "".join(out)
+
+
+def plain_text(text: str) -> str:
+    """Markdown as the words a person reads, without its marks (a sidebar's last line,
+    a title): a line for each block and each line break (the page shows them as
+    breaks), a table's row on a line, code as it is written. Blank lines are dropped."""
+    tokens = parse(text)
+    blocks: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.type == "table_open":
+            rows, i = table_rows(tokens, i)
+            blocks.extend(" | ".join(row) for row in rows)
+            continue
+        if token.type == "inline":
+            blocks.append(plain_inline(token, newline="\n"))
+        elif token.type in ("fence", "code_block"):
+            blocks.append(token.content)
+        i += 1
+    lines = "\n".join(blocks).split("\n")
+    return "\n".join(line.rstrip() for line in lines if line.strip())
 
 
 def monospace_table(rows: list[list[str]]) -> str:

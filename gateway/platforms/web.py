@@ -30,7 +30,7 @@ from ..formatting.web_html import render as render_html
 from ..input_checks import InputRefused, load_json
 from ..route import Route
 from .base import Adapter, LiveReply
-from .web_conversations import conversation_routes
+from .web_conversations import conversation_routes, shown_fields
 from .web_fanout import FrameFanout
 from .web_files import file_json, file_routes
 from .web_input import CONVERSATION_RULE, valid_conversation
@@ -158,7 +158,7 @@ class WebAdapter(Adapter):
         """``stream``: the id of the deltas this message completes (the page puts it
         in their place)."""
         frame: dict[str, Any] = {
-            "type": "message", "kind": kind, "text": text, "html": render_html(text),
+            "type": "message", "kind": kind, "text": text, **shown_fields(kind, text),
             "at": time.time(), "session_id": session_id,
             "session_key": self.runner.session_key_for(route),
             # false for a late notice from an ended session: the page stays where it is

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ..commands import new_session_ids
 from ..conversations import latest_session, line_json, list_conversations, sessions_of, transcript
 from ..formatting.web_html import render as render_html
 from ..route import Route
@@ -83,11 +84,22 @@ def conversation_routes(runner: Callable[[], AdapterHost],
             "conversation": request.match_info["conversation"], "session_key": key,
             "live_session_id": live,
             "sessions": [_session_summary(s) for s in sessions],
-            "messages": [line_json(line, render_html(line.text)) for line in lines]})
+            "messages": [line_json(line, shown_fields(line.role, line.text))
+                         for line in lines]})
 
     return [web.get("/api/conversations", list_all),
             web.patch("/api/conversations/{conversation}", patch),
             web.get("/api/conversations/{conversation}/messages", messages)]
+
+
+def shown_fields(kind: str, text: str) -> dict[str, Any]:
+    """What a tab is sent with a line besides its text, live or in the transcript: its
+    HTML, and for the ``/new`` line the sessions it names (``new_session``: the page
+    says "New session" and keeps the ids under its details)."""
+    fields: dict[str, Any] = {"html": render_html(text)}
+    if (ids := new_session_ids(kind, text)) is not None:
+        fields["new_session"] = {"session_id": ids[0], "previous_session_id": ids[1]}
+    return fields
 
 
 def _session_summary(s: Any) -> dict[str, Any]:

@@ -14,10 +14,9 @@ from typing import Any
 from aiohttp import web
 
 from ..conversations import line_json
-from ..formatting.web_html import render as render_html
 from ..session_entry import SessionEntry
 from ..store import ARCHIVED_FILTERS, SessionNotFound, SessionStore
-from .web_conversations import session_patch
+from .web_conversations import session_patch, shown_fields
 from .web_input import Error
 
 
@@ -45,7 +44,7 @@ def session_routes(store: Callable[[], SessionStore], error: Error) -> list[web.
         if await store().get(session_id) is None:
             raise error(404, "no such session")
         lines = await store().messages(session_id)
-        return web.json_response({"messages": [line_json(line, render_html(line.text))
+        return web.json_response({"messages": [line_json(line, shown_fields(line.role, line.text))
                                                for line in lines]})
 
     return [web.get("/api/sessions", list_sessions),
