@@ -9,7 +9,9 @@ patterns that would stall a backtracking engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import random
 import re
 import signal
 from collections.abc import AsyncIterator
@@ -21,7 +23,7 @@ from gateway.daemon import Gateway, running_gateway
 from gateway.notifications import ReturnAddress
 from gateway.platforms.memory import MemoryAdapter, SentMessage
 from gateway.route import Route
-from tools import job_process
+from tools import job_kill, job_process
 from tools.job_notices import completion_text
 from tools.job_record import JobRecord
 
@@ -120,6 +122,28 @@ async def test_kill_escalates_and_reports_only_when_nothing_of_the_job_is_left(
     assert "did not stop within 0.5 s of SIGTERM, so it got SIGKILL" in notice.text
     await gw.router.settle()
     assert len(notices(adapter, job_id)) == 1
+
+
+async def test_a_kill_right_after_the_start_stops_the_job_by_sigterm_every_time(
+        tmp_path: Path) -> None:
+    """A shell that is starting the command when SIGTERM comes can swallow it: about one
+    kill in fifty at a random moment of a job's first 20 ms, each of which then ran out
+    the grace and took SIGKILL. Of 200 kills, none may need SIGKILL."""
+    rng = random.Random(0)
+
+    async def start_and_kill(n: int) -> bool:
+        folder = tmp_path / "jobs" / str(n)
+        pgid = job_process.spawn("sleep 60; echo never-printed", job_process.JobFiles(folder),
+                                 cwd=tmp_path, env=dict(os.environ), open_files=1024)
+        await asyncio.sleep(rng.uniform(0, 0.02))
+        try:
+            return await job_kill.kill_group(pgid, grace=60)
+        finally:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pgid, 0)  # noqa: ASYNC222  (it has ended: reaped at once)
+
+    escalated = [n for n in range(200) if await start_and_kill(n)]
+    assert escalated == []
 
 
 def _ignores_sigterm(pgid: int) -> bool:
