@@ -51,7 +51,9 @@ class SendResult:
     ``retry_after`` (seconds) is set when the platform asked us to wait;
     ``permanent`` when retrying can never succeed, and ``route_gone`` when that
     is because the place itself is gone (a deleted topic, a locked thread) rather
-    than this one message being refused.
+    than this one message being refused. ``untried`` when nothing reached the
+    platform because this instance's life is over: the notice is a survivor's to
+    send, and the refusal is not one of its attempts.
     """
 
     ok: bool
@@ -60,6 +62,7 @@ class SendResult:
     retry_after: float | None = None
     permanent: bool = False
     route_gone: bool = False
+    untried: bool = False
 
     @classmethod
     def sent(cls, message_id: str | None) -> SendResult:
@@ -71,3 +74,8 @@ class SendResult:
         """``route_gone`` defaults to ``permanent``: most permanent failures are that."""
         return cls(ok=False, error=error, retry_after=retry_after, permanent=permanent,
                    route_gone=permanent if route_gone is None else route_gone)
+
+    @classmethod
+    def withheld(cls, error: str) -> SendResult:
+        """Not sent at all: this life may no longer post (see ``untried``)."""
+        return cls(ok=False, error=error, untried=True)

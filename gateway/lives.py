@@ -124,5 +124,5 @@ async def withheld(acting: Acting, route: Route) -> SendResult | None:
     except LifeOver as exc:
         log.warning("send_withheld", platform=route.platform, chat_id=route.chat_id,
                     reason=str(exc))
-        return SendResult.failed(str(exc))
+        return SendResult.withheld(str(exc))
     return None

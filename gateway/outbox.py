@@ -30,7 +30,8 @@ class DeliveryOutcome:
     """What became of one claimed notification."""
 
     #: delivered | retry | parked | consumed | held (given back untried: an earlier
-    #: notice of its conversation waits for a retry, and this one waits behind it)
+    #: notice of its conversation waits for a retry, and this one waits behind it) |
+    #: withheld (given back untried: this life may no longer post; a survivor does)
     state: str
     message_id: str | None = None
     reason: str | None = None
@@ -55,6 +56,13 @@ def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
                  "claimed_at = NULL, attempts = attempts + 1, last_error = ?, not_before = ? "
                  "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
                  (outcome.reason or "retry", now + outcome.retry_in, notification_id, claimer))]
+    if outcome.state == "withheld":
+        # no attempt counted: nothing was tried. Due again soon, for a survivor (the
+        # life that gave it back is ending and claims nothing more)
+        return [("UPDATE notifications SET state = 'pending', claimed_by = NULL, "
+                 "claimed_at = NULL, not_before = ?, last_error = ? "
+                 "WHERE id = ? AND state = 'claimed' AND claimed_by = ?",
+                 (now + outcome.retry_in, outcome.reason, notification_id, claimer))]
     if outcome.state == "held":
         # no attempt counted and no wait of its own: the claim leaves it while the earlier
         # notice waits, and takes it right after that one once it is due

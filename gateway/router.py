@@ -63,6 +63,10 @@ DISCONNECTED_RETRY_SECONDS = 5.0
 MAX_TURN_FAILURES = 5
 #: a notice whose delivery failed waits this long before the next try (its attempts count)
 REDELIVERY = RetryPolicy((1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0))
+#: a notice this life was no longer allowed to send is due again this soon, for a
+#: survivor; no attempt counted (before, each withheld send backed off further, and a
+#: survivor could wait 300 s for a notice nobody had tried)
+WITHHELD_RETRY_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -346,6 +350,10 @@ class Router:
                 if self._holding(n):
                     self._holds[n.session_key].written_by_claim = self._claims
                 self._schedule_wake(outcome.retry_in)
+            elif outcome.state == "withheld":
+                log.info("notification_withheld", notification_id=n.id,
+                         session_key=n.session_key, reason=outcome.reason,
+                         due_in=outcome.retry_in)
             elif outcome.state == "held":
                 held = True
                 log.info("notification_held_back", notification_id=n.id,
@@ -632,6 +640,8 @@ def _from_sends(n: Notification, results: list[SendResult]) -> _Outcome:
         last = next((r.message_id for r in reversed(results) if r.message_id), None)
         return _Outcome("delivered", message_id=last)
     result = results[-1]
+    if result.untried:
+        return _Outcome("withheld", reason=result.error, retry_in=WITHHELD_RETRY_SECONDS)
     if result.permanent:
         return _Outcome("parked", reason="route_gone" if result.route_gone else "rejected",
                         detail=result.error)

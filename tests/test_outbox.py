@@ -269,3 +269,36 @@ async def test_a_refused_notice_taken_by_process_wait_holds_nothing_for_the_rout
         await router.stop()
         await router.settle()
         await runner.drain(5)
+
+
+async def test_a_send_withheld_because_the_life_is_over_counts_no_attempt_and_is_due_soon(
+        store: SessionStore, config: Config) -> None:
+    """A stalled instance may no longer post: the notice goes back for a survivor, due
+    within a second and with no attempt counted (each withheld send used to back off
+    further, up to 300 s, though the notice had never been tried)."""
+    from gateway.events import SendResult
+
+    session = await store.get_or_create(KEY, ROUTE)
+    runner = GatewayRunner(config, store, CommandAgent())
+    adapter = MemoryAdapter("memory")
+    runner.add_adapter(adapter)
+    await adapter.connect(runner)
+    over = SendResult.withheld("this instance's lease ran out; another instance takes over")
+    adapter.scripted_failures[ROUTE.chat_id] = [over] * 3
+    outbox = Outbox(store.db)
+    await outbox.produce([notice(KEY, session.id, ROUTE, 1)])
+    router = Router(outbox, store, runner)
+    await router.start()
+    try:
+        async def delivered() -> bool:
+            return [n.state for n in await outbox.list()] == ["delivered"]
+
+        # withheld three times, each due again at once for the next claim
+        await eventually_async(delivered, what="the notice delivered after three refusals")
+    finally:
+        await router.stop()
+        await router.settle()
+        await runner.drain(5)
+    (row,) = await outbox.list()
+    assert row.attempts == 1  # the one delivery; the withheld sends were never tries
+    assert [m.text for m in adapter.sent_to(ROUTE)] == ["notice 1"]
