@@ -26,6 +26,7 @@ from .real_daemon import home_env, start_daemon
 ALICE, FORUM = 1, -1001
 TOPICS = (42, 17, 5)
 NAMES = ("vps1", "vps2")
+#: the bench's settings (bench/failover.py measures the takeover against them)
 LEASE_SECONDS, FAILOVER_SECONDS = 1.0, 3.0
 
 
@@ -45,12 +46,14 @@ class Rounds:
     self_ended: list[str] = field(default_factory=list)
 
 
-def instance_env(home: Path, fake: FakeTelegram, url: str, name: str) -> dict[str, str]:
+def instance_env(home: Path, fake: FakeTelegram, url: str, name: str,
+                 lease_seconds: float = LEASE_SECONDS) -> dict[str, str]:
     home.mkdir()
     (home / "config.yaml").write_text(
         f"store: {{url: '{url}'}}\n"
         f"instance: {{name: {name}}}\n"
-        f"cluster: {{lease_seconds: {LEASE_SECONDS}, failover_seconds: {FAILOVER_SECONDS}}}\n"
+        f"cluster: {{lease_seconds: {lease_seconds}, "
+        f"failover_seconds: {lease_seconds * FAILOVER_SECONDS / LEASE_SECONDS}}}\n"
         "platforms:\n  web: {port: 0}\n"
         f"  telegram: {{enabled: true, token: '{fake.token}', base_url: '{fake.base_url}', "
         f"base_file_url: '{fake.base_file_url}', allowed_users: ['{ALICE}'], "
@@ -58,12 +61,14 @@ def instance_env(home: Path, fake: FakeTelegram, url: str, name: str) -> dict[st
     return home_env(home)
 
 
-async def kill_the_poller(root: Path, url: str, rounds: int, seed: int) -> Rounds:
+async def kill_the_poller(root: Path, url: str, rounds: int, seed: int,
+                          lease_seconds: float = LEASE_SECONDS) -> Rounds:
     """Run ``rounds`` rounds, then wait until nothing is left to do."""
     rng = random.Random(seed)
     result = Rounds(seed)
     async with FakeTelegram() as fake:
-        envs = {name: instance_env(root / name, fake, url, name) for name in NAMES}
+        envs = {name: instance_env(root / name, fake, url, name, lease_seconds)
+                for name in NAMES}
         procs = {name: (await start_daemon(env))[0] for name, env in envs.items()}
 
         async def restart_ended() -> None:
