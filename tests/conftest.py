@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,6 +25,13 @@ from .pg_cluster import pg_cluster, pg_fresh_url, pg_url  # noqa: F401  (Postgre
 
 # the real client libraries honour proxy variables; tests talk to 127.0.0.1 only
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
+
+# compiled modules are kept (in __pycache__/, ignored by git) even where the shell says
+# not to: every worker compiles and rewrites the test modules (10 s of CPU without a
+# cache, 3 s with), and every daemon and CLI run the tests start compiles the gateway
+# again (a tenth of its start); the workers and those children inherit this
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 #: free memory a tmpfs needs to hold the tests' files (a whole run leaves about 120 MB)
 _TMPFS_ROOM = 2 * 1024**3
