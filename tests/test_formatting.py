@@ -5,15 +5,31 @@ with the model agent's answers."""
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.daemon import running_gateway
 from gateway.formatting import discord_text, telegram_html, web_html
+from gateway.formatting.preview import preview_markdown
 from gateway.splitter import utf16_len
 
 from .fakes.openai_server import Say
 from .helpers import eventually
 from .model_support import model_config, model_settings, web_base
+from .previews_support import (
+    ANSWERS,
+    GENERATED_ANSWERS,
+    page_sees,
+    raw_markup,
+    telegram_preview,
+    telegram_sees,
+    web_preview,
+    words_of,
+)
 from .test_web import open_tab
 
 RICH = """\
@@ -75,6 +91,56 @@ def test_discord_gets_its_markdown_with_tables_as_code_and_mass_mentions_inert()
     out = discord_text.render("hey @everyone and @here\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
     assert "@everyone" not in out and "@here" not in out and "@\u200beveryone" in out
     assert "```\na | b\n--+--\n1 | 2\n```" in out
+
+
+@pytest.mark.parametrize(("written", "shown"), [
+    ("```python\nprint(1", "```python\nprint(1\n```"),  # an open fence is closed
+    ("Code:\n\n```pyth", "Code:\n\n"),  # its language is still coming
+    ("| a | b |\n|---|---|\n| 1 | 2 |\n| 3 |", "| a | b |\n|---|---|\n| 1 | 2 |\n"),
+    ("Totals:\n\n| a | b |\n|--", "Totals:\n\n"),  # no table until its |---| line is whole
+    ("It is **done", "It is **done**"),
+    ("It is **done*", "It is **done**"),  # half of the closing ** is not an <i>
+    ("an *open", "an *open*"),
+    ("run `make", "run `make`"),
+    ("~~old", "~~old~~"),
+    ("**bold and `code", "**bold and `code`**"),
+    ("see [the log](https://ci.exa", "see"),  # a link shows once its target is whole
+    ("Steps:\n-", "Steps:\n"),  # "Steps" underlined by "-" would be a heading
+    ("snake_case and 2 * 3", "snake_case and 2 * 3"),
+])
+def test_a_preview_closes_or_holds_back_what_is_still_being_written(
+        written: str, shown: str) -> None:
+    assert preview_markdown(written) == shown
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_every_prefix_of_an_answer_previews_as_html_telegram_takes_and_grows_on_the_page(
+        answer: str) -> None:
+    _every_preview_is_well_formed_and_grows(answer, range(1, len(answer) + 1))
+    assert preview_markdown(answer) == answer  # a finished answer previews as itself
+
+
+@settings(max_examples=150, deadline=None)
+@given(GENERATED_ANSWERS, st.data())
+def test_any_cut_of_an_answer_previews_as_html_telegram_takes_and_grows_on_the_page(
+        answer: str, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(1, len(answer)), min_size=1, max_size=8))
+    _every_preview_is_well_formed_and_grows(answer, cuts)
+
+
+def _every_preview_is_well_formed_and_grows(answer: str, cuts: Iterable[int]) -> None:
+    """Each preview of ``answer`` cut at ``cuts``: Telegram parses its HTML (the fake
+    refuses what the Bot API refuses) and shows no raw Markdown the final message does
+    not show; the page's HTML is well-formed and what it reads is the start of what the
+    final message reads, so the bubble only grows."""
+    final_telegram = raw_markup(telegram_sees(telegram_html.render(answer)))
+    final_page = words_of(page_sees(web_html.render(answer)))
+    for end in cuts:
+        written = answer[:end]
+        seen = telegram_sees(telegram_preview(written))
+        assert raw_markup(seen) <= final_telegram, (written, seen)
+        page = words_of(page_sees(web_preview(written)))
+        assert final_page.startswith(page), (written, page)
 
 
 def test_web_html_never_carries_markup_that_runs() -> None:

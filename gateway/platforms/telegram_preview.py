@@ -1,7 +1,10 @@
 """A Telegram reply as it is written: a preview in the conversation's own topic,
 edited with ``editMessageText`` at most every
 ``platforms.telegram.stream_edit_interval_seconds`` and only while flood
-control has room, then edited into the final text (see ``preview``)."""
+control has room, then edited into the final text (see ``preview``).
+
+Previews and the final text alike go as HTML, and as plain text when Telegram
+cannot parse that HTML, as every message does."""
 
 from __future__ import annotations
 
@@ -11,11 +14,16 @@ from telegram import Bot
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter
 
-from ..formatting.telegram_html import cannot_parse, message_parts, plain_fallback
+from ..formatting.telegram_html import (
+    cannot_parse,
+    message_parts,
+    plain_fallback,
+    visible_text,
+)
 from ..formatting.telegram_html import render as render_html
 from ..route import Route
 from ..splitter import utf16_len
-from .preview import EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
+from .preview import Draft, EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
 from .telegram_routes import send_arguments
 
 if TYPE_CHECKING:
@@ -44,9 +52,23 @@ class TelegramPreview(EditedPreview):
         return self.adapter.flow.try_admit(self.route.chat_id,
                                            group=self.route.chat_type == "group")
 
-    async def _post(self, text: str) -> str:
+    def _render(self, markdown: str) -> str:
+        return render_html(markdown)
+
+    def _rendered_size(self, markup: str) -> int:
+        return utf16_len(visible_text(markup))
+
+    async def _post(self, draft: Draft) -> str:
+        arguments = send_arguments(self.route)
         try:
-            message = await self._bot.send_message(text=text, **send_arguments(self.route))
+            try:
+                message = await self._bot.send_message(text=draft.markup,
+                                                       parse_mode=ParseMode.HTML, **arguments)
+            except BadRequest as exc:
+                if not cannot_parse(exc.message):
+                    raise
+                message = await self._bot.send_message(
+                    text=plain_fallback(draft.source, self.limit), **arguments)
         except RetryAfter as exc:
             raise PreviewRateLimited(self._flood(exc)) from exc
         return str(message.message_id)
@@ -54,20 +76,22 @@ class TelegramPreview(EditedPreview):
     def _split(self, text: str) -> list[str]:
         return message_parts(text, self.limit)
 
-    async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
-        """A preview shows the Markdown as written; the final edit is formatted (plain
-        when Telegram cannot parse its HTML)."""
-        if not final:
-            await self._edit_text(message_id, text, None)
-            return
+    async def _edit_draft(self, message_id: str, draft: Draft) -> None:
+        await self._edit_html(message_id, draft.markup, draft.source)
+
+    async def _edit(self, message_id: str, text: str) -> None:
         await self.adapter.flow.admit(self.route.chat_id,
                                       group=self.route.chat_type == "group")
+        await self._edit_html(message_id, render_html(text), text)
+
+    async def _edit_html(self, message_id: str, markup: str, source: str) -> None:
+        """``markup`` as HTML, or ``source`` as plain text when Telegram cannot parse it."""
         try:
-            await self._edit_text(message_id, render_html(text), ParseMode.HTML)
+            await self._edit_text(message_id, markup, ParseMode.HTML)
         except PreviewRefused as exc:
             if not cannot_parse(str(exc)):
                 raise
-            await self._edit_text(message_id, plain_fallback(text, self.limit), None)
+            await self._edit_text(message_id, plain_fallback(source, self.limit), None)
 
     async def _edit_text(self, message_id: str, text: str, parse_mode: str | None) -> None:
         try:

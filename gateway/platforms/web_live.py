@@ -1,11 +1,15 @@
 """A web chat reply as it is written: ``delta`` frames to every tab of the
 conversation, then the final ``message`` frame carrying the same ``stream`` id.
 
-The page grows a bubble from the deltas and replaces it with the final text,
-so a tab that missed deltas (opened mid-reply) still ends with the whole
-message. A retried model call starts its text again: that delta carries
-``"reset": true`` and the whole text so far. Deltas are batched (at most one
-every ``DELTA_INTERVAL``), so a fast model does not cost a frame per token.
+Each delta carries the text added and ``html``, the whole reply so far rendered
+as the final message will be (its unfinished Markdown made safe to show by
+``formatting.preview``): the page shows that HTML in a growing bubble and puts
+the final message in its place, which looks the same but for what was still
+being written; a tab that missed deltas (opened mid-reply) still shows it all.
+A retried model call starts its text again: that delta carries ``"reset":
+true`` and the whole text so far. Deltas are batched (at most one every
+``DELTA_INTERVAL``, longer while a long reply takes longer to render), so a fast
+model does not cost a frame per token.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..events import MessageKind, SendResult
+from ..formatting.preview import preview_markdown
+from ..formatting.web_html import render as render_html
 from ..route import Route
 
 if TYPE_CHECKING:
@@ -25,6 +31,9 @@ if TYPE_CHECKING:
 #: deltas go out at most this often (the first at once): a fast model's tokens are
 #: batched rather than each a frame to every tab
 DELTA_INTERVAL = 0.05
+#: the wait between deltas is at least this many times the last one took to render, so
+#: a reply of many pages is not rendered whole more often than the machine can afford
+RENDER_SHARE = 4.0
 
 
 class WebLiveReply:
@@ -35,6 +44,7 @@ class WebLiveReply:
         self._shown = ""
         self._latest = ""
         self._sent_at = 0.0
+        self._gap = DELTA_INTERVAL
         self._pending: asyncio.Task[None] | None = None
 
     async def show(self, text: str) -> None:
@@ -43,7 +53,7 @@ class WebLiveReply:
         self._latest = text
         if self._pending is not None:
             return  # the batch under way takes it
-        wait = self._sent_at + DELTA_INTERVAL - time.monotonic()
+        wait = self._sent_at + self._gap - time.monotonic()
         if wait <= 0:
             await self._send_delta()
         else:
@@ -79,8 +89,11 @@ class WebLiveReply:
             frame["text"] = text[len(self._shown):]
         else:
             frame.update(text=text, reset=True)
+        started = time.monotonic()
+        frame["html"] = render_html(preview_markdown(text))
         self._shown = text
         self._sent_at = time.monotonic()
+        self._gap = max(DELTA_INTERVAL, RENDER_SHARE * (self._sent_at - started))
         await self.adapter.delta(self.route, frame)
 
     def _end(self) -> str | None:
@@ -89,4 +102,5 @@ class WebLiveReply:
             self._pending.cancel()
             self._pending = None
         stream, self._stream, self._shown, self._latest = self._stream, None, "", ""
+        self._gap = DELTA_INTERVAL
         return stream
