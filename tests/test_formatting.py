@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gateway.daemon import running_gateway
 from gateway.formatting import discord_text, telegram_html, web_html
-from gateway.formatting.preview import preview_markdown
+from gateway.formatting.preview import GrowingPreview, preview_markdown
 from gateway.splitter import utf16_len
 
 from .fakes.openai_server import Say
@@ -141,6 +141,53 @@ def _every_preview_is_well_formed_and_grows(answer: str, cuts: Iterable[int]) ->
         assert raw_markup(seen) <= final_telegram, (written, seen)
         page = words_of(page_sees(web_preview(written)))
         assert final_page.startswith(page), (written, page)
+
+
+#: a long answer: the realistic ones one after another, and again
+LONG_ANSWER = "\n\n".join(ANSWERS * 3)
+
+
+def test_the_page_preview_of_every_prefix_is_the_whole_reply_rendered_though_only_the_end_is(
+        ) -> None:
+    """Each delta's HTML is what rendering the reply so far whole gives, while each
+    render call reads no more than the block being written (plus one finished block)."""
+    rendered: list[int] = []
+
+    def render(text: str) -> str:
+        rendered.append(len(text))
+        return web_html.render(text)
+
+    growing = GrowingPreview(render)
+    for end in range(1, len(LONG_ANSWER) + 1):
+        written = LONG_ANSWER[:end]
+        assert growing(written) == web_preview(written), written[-200:]
+    assert max(rendered) <= max(len(answer) for answer in ANSWERS)
+    assert sum(rendered) < len(LONG_ANSWER) ** 2 / 20  # whole each time: len ** 2 / 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(GENERATED_ANSWERS, st.data())
+def test_any_growth_of_an_answer_renders_on_the_page_as_the_whole_would(
+        answer: str, data: st.DataObject) -> None:
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(answer)), min_size=1, max_size=12)))
+    growing = GrowingPreview(web_html.render)
+    for end in cuts:
+        assert growing(answer[:end]) == web_preview(answer[:end]), answer[:end]
+    assert growing(answer[:cuts[0]]) == web_preview(answer[:cuts[0]])  # started again
+
+
+@pytest.mark.parametrize("answer", [
+    "- a\n\n- b\n\nc",  # a loose list: its second item after a blank line
+    "1. a\n\n2. b\n\n   still b\n\nafter",
+    "```\nx\n\ny\n```\n\nz",  # a blank line inside a fence
+    "see [it]\n\nmore\n\n[it]: https://example.org\n",  # a reference made later
+    "    code\n\n    more code\n\ntext",
+])
+def test_what_continues_a_block_across_a_blank_line_renders_as_the_whole_would(
+        answer: str) -> None:
+    growing = GrowingPreview(web_html.render)
+    for end in range(1, len(answer) + 1):
+        assert growing(answer[:end]) == web_preview(answer[:end]), answer[:end]
 
 
 def test_web_html_never_carries_markup_that_runs() -> None:

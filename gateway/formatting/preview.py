@@ -16,17 +16,23 @@ with the block being written:
 
 Whatever comes out, the renderers make balanced markup of it: these rules decide only
 what the preview looks like, never whether Telegram can parse it.
+
+``GrowingPreview`` renders a reply that is shown again at every delta (the page's
+bubble) without rendering it whole each time: the finished top-level blocks are
+rendered once and kept, and only the rest goes through ``preview_markdown`` and the
+renderer again.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from markdown_it.token import Token
 
 from .markdown import parse
 
-__all__ = ["preview_markdown"]
+__all__ = ["GrowingPreview", "preview_markdown"]
 
 #: a line with nothing but block markers yet: its meaning depends on what comes next
 _BARE_LINE = re.compile(r"[\s>*+\-#=|`~_\d.)]*")
@@ -36,14 +42,77 @@ _EMPHASIS = "*_~"
 
 def preview_markdown(text: str) -> str:
     """``text``, a reply cut anywhere, as Markdown that shows what it will be."""
-    # only the last top-level block is still being written: the rules read it alone,
-    # so a long reply is not parsed again and again
+    # only the last top-level block is still being written: the rules read it alone
+    # (the whole is parsed once to find where it starts; GrowingPreview spares even that)
     tokens = parse(text)
     starts = [t.map[0] for t in tokens if t.level == 0 and t.map is not None]
     if not starts or starts[-1] == 0:
         return _showable(text, tokens)
     head = _offset(text.split("\n"), starts[-1])
     return text[:head] + _showable(text[head:])
+
+
+class GrowingPreview:
+    """Previews of one reply as it grows, each rendered as ``render(preview_markdown(
+    text))`` would render it, but with the finished top-level blocks rendered once.
+
+    A block is finished at a blank line outside any code fence that is followed by a
+    whole line starting a block of its own (not indented, not a list item, which could
+    continue a list before it): nothing written after it changes how the text before
+    it renders, so the two halves render apart. A reference definition
+    (``[x]: url``) changes links anywhere: a text that has one is rendered whole.
+    ``render`` must render blocks apart (markdown-it's HTML does), so that the
+    rendering of two halves is the rendering of the whole."""
+
+    def __init__(self, render: Callable[[str], str]) -> None:
+        self._render = render
+        self._head = ""  # the finished blocks, and their rendering
+        self._head_html = ""
+
+    def __call__(self, text: str) -> str:
+        if _REFERENCE.search(text):
+            self._head = self._head_html = ""
+            return self._render(preview_markdown(text))
+        if not text.startswith(self._head):
+            self._head = self._head_html = ""  # started again (a retried call)
+        done = len(self._head) + _finished(text[len(self._head):])
+        if done > len(self._head):
+            self._head_html += self._render(text[len(self._head):done])
+            self._head = text[:done]
+        return self._head_html + self._render(preview_markdown(text[done:]))
+
+
+#: a link reference definition: it makes links of ``[x]`` anywhere in the text
+_REFERENCE = re.compile(r"(?m)^ {0,3}\[[^\]\n]+\]:")
+#: a line that opens or closes a code fence (its indentation at most three spaces)
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+#: a line that cannot start a block of its own after a blank line: indented (a list
+#: item's or a code block's continuation) or a list item (the list before may go on)
+_CONTINUES = re.compile(r"[ \t]|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)")
+
+
+def _finished(text: str) -> int:
+    """The length of the finished blocks at the start of ``text``: up to the last
+    whole line that starts a block after a blank line outside any fence (0: none)."""
+    done = offset = 0
+    fence: str | None = None  # the opening run of the fence the line is in
+    blank = False  # the line before was blank (and outside any fence)
+    for line in text.split("\n")[:-1]:  # the last line is still being written
+        if fence is not None:
+            closing = _FENCE.fullmatch(line)
+            if (closing and closing[1][0] == fence[0] and len(closing[1]) >= len(fence)
+                    and not closing[2].strip(" \t")):
+                fence = None
+            blank = False
+        else:
+            if blank and line.strip(" \t") and not _CONTINUES.match(line):
+                done = offset
+            opening = _FENCE.fullmatch(line)
+            if opening and not (opening[1][0] == "`" and "`" in opening[2]):
+                fence = opening[1]
+            blank = not line.strip(" \t")
+        offset += len(line) + 1
+    return done
 
 
 def _showable(text: str, tokens: list[Token] | None = None) -> str:
