@@ -72,7 +72,8 @@ _PHRASES = st.sampled_from([
     "plain words", "more text here", "**bold words**", "*slanted*", "_underscored_",
     "`code()`", "~~struck~~", "[a link](https://example.org/a_b?x=1&y=2)",
     "snake_case_name", "2 * 3 = 6", "<tag> & co", "**bold with `code`**",
-    "*it with [link](https://example.org)*"])
+    "*it with [link](https://example.org)*", "range [0, 1) here", "list[i] of [WIP",
+    "a*b*c"])
 _LINE = st.lists(_PHRASES, min_size=1, max_size=5).map(" ".join)
 _CELL = st.sampled_from(["a", "`x`", "**b**", "long cell text", "42"])
 

@@ -11,8 +11,8 @@ with the block being written:
 - a line that is only a marker so far (``-``, ``##``, ``1.``, ``>``, ``---``) is held
   back: ``text`` then ``-`` would briefly be a heading;
 - in the paragraph or heading being written, an open ``**``, ``*``, ``_``, ``~~`` or
-  `` ` `` is closed, a delimiter that ends the text is held back, and so is a link
-  until its target is complete.
+  `` ` `` is closed, a delimiter that ends the text is held back, and a link shows
+  as its text alone until its target is complete (a ``[`` not closed yet is text).
 
 Whatever comes out, the renderers make balanced markup of it: these rules decide only
 what the preview looks like, never whether Telegram can parse it.
@@ -143,9 +143,9 @@ def _showable(text: str, tokens: list[Token] | None = None) -> str:
         pipes -= 1
     if pipes < end:  # pipe lines that may become a table's header
         return _showable(text[:_offset(lines, pipes)])
-    cut, closers, in_code = _scan(text, _offset(lines, start))
-    if cut is not None:
-        return _showable(text[:cut].rstrip(" "))
+    shown, closers, in_code = _scan(text, _offset(lines, start))
+    if shown is not None:
+        return _showable(shown.rstrip(" "))
     if not closers:
         return text
     # a closing * or _ must follow a non-space to close anything
@@ -189,12 +189,15 @@ def _offset(lines: list[str], line: int) -> int:
 
 # ---------------------------------------------------------------------- inline
 
-def _scan(text: str, start: int) -> tuple[int | None, str, bool]:
-    """The inline text from ``start`` read as CommonMark reads it, near enough: where it
-    must be cut (a link whose target is not complete yet, a delimiter, backslash or
-    backtick run at the very end), the closers of what is left open, and whether it
-    ends inside a code span."""
-    brackets: list[int] = []  # where each "[" still open starts (its "!" for an image)
+def _scan(text: str, start: int) -> tuple[str | None, str, bool]:
+    """The inline text from ``start`` read as CommonMark reads it, near enough: what
+    to show in its place when the end cannot be shown yet (cut before a delimiter,
+    backslash or backtick run at the very end; a link whose target is not complete,
+    or a ``[text]`` at the very end that may become one, as its text alone), the
+    closers of what is left open, and whether it ends inside a code span. A ``[`` that
+    no ``]`` has closed yet is text: it may never be a link (``range [0, 1)``)."""
+    brackets: list[tuple[int, int]] = []  # each "[" still open: its start ("!" for an
+    # image), where its text starts
     opened: list[tuple[str, int]] = []  # emphasis (or code) still open: character, run
     in_code = False
     i, n = start, len(text)
@@ -202,13 +205,13 @@ def _scan(text: str, start: int) -> tuple[int | None, str, bool]:
         c = text[i]
         if c == "\\":
             if i + 1 == n:
-                return i, "", False
+                return text[:i], "", False
             i += 2
             continue
         if c == "`":
             run = _run(text, i)
             if i + run == n:
-                return i, "", False
+                return text[:i], "", False
             end = _code_end(text, i + run, run)
             if end is None:
                 opened.append(("`", run))  # the rest is code: closed at the end
@@ -219,7 +222,7 @@ def _scan(text: str, start: int) -> tuple[int | None, str, bool]:
         if c in _EMPHASIS:
             run = _run(text, i)
             if i + run == n:
-                return i, "", False
+                return text[:i], "", False
             before = text[i - 1] if i > 0 else " "
             after = text[i + run]
             i += run
@@ -228,24 +231,23 @@ def _scan(text: str, start: int) -> tuple[int | None, str, bool]:
             can_close = not before.isspace() and not (c == "_" and after.isalnum())
             if can_close and any(char == c for char, _ in opened):
                 opened = _close(opened, c, run)
-            elif not after.isspace() and not before.isalnum():
-                opened.append((c, run))
+            elif not after.isspace() and not (c == "_" and before.isalnum()):
+                opened.append((c, run))  # only _ never opens inside a word
             continue
         if c == "[":
-            brackets.append(i - 1 if i > start and text[i - 1] == "!" else i)
+            image = i > start and text[i - 1] == "!"
+            brackets.append((i - 1 if image else i, i + 1))
         elif c == "]" and brackets:
-            bracket = brackets.pop()
+            bracket, label = brackets.pop()
             if i + 1 == n:
-                return bracket, "", False  # "[text]" may be a link once "(" comes
+                return text[:bracket] + text[label:i], "", False  # a link once "(" comes
             if text[i + 1] == "(":
                 end = _target_end(text, i + 2)
                 if end is None:
-                    return bracket, "", False
+                    return text[:bracket] + text[label:i], "", False
                 i = end
                 continue
         i += 1
-    if brackets:
-        return brackets[0], "", False
     return None, "".join(char * run for char, run in reversed(opened)), in_code
 
 
