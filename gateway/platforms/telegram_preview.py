@@ -4,18 +4,21 @@ edited with ``editMessageText`` at most every
 control has room, then edited into the final text (see ``preview``).
 
 Previews and the final text alike go as HTML, and as plain text when Telegram
-cannot parse that HTML, as every message does."""
+cannot parse that HTML, as every message does (``HtmlOrPlain``); the plain retry is
+a request flood control counts, and once a preview's HTML is refused the reply's
+later previews go plain at once (the final text is tried as HTML again)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, TypeVar
 
 from telegram import Bot
-from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter
 
 from ..formatting.telegram_html import (
-    cannot_parse,
+    HtmlOrPlain,
+    TextRequest,
     message_parts,
     plain_fallback,
     visible_text,
@@ -29,6 +32,8 @@ from .telegram_routes import send_arguments
 if TYPE_CHECKING:
     from .telegram import TelegramAdapter
 
+_T = TypeVar("_T")
+
 #: the preview is not there (deleted, or never made); "message can't be edited" or "can't
 #: be deleted" is not among them: the message is there, and refuses (see _edit_text, _delete)
 _GONE = ("message to edit not found", "message to delete not found", "message_id_invalid")
@@ -40,6 +45,7 @@ class TelegramPreview(EditedPreview):
                          interval=adapter.config.stream_edit_interval_seconds,
                          measure=utf16_len)
         self.adapter: TelegramAdapter = adapter
+        self._html_refused = False  # a preview's HTML was refused: the next go plain
 
     @property
     def _bot(self) -> Bot:
@@ -61,14 +67,8 @@ class TelegramPreview(EditedPreview):
     async def _post(self, draft: Draft) -> str:
         arguments = send_arguments(self.route)
         try:
-            try:
-                message = await self._bot.send_message(text=draft.markup,
-                                                       parse_mode=ParseMode.HTML, **arguments)
-            except BadRequest as exc:
-                if not cannot_parse(exc.message):
-                    raise
-                message = await self._bot.send_message(
-                    text=plain_fallback(draft.source, self.limit), **arguments)
+            message = await self._send_draft(
+                draft, functools.partial(self._bot.send_message, **arguments))
         except RetryAfter as exc:
             raise PreviewRateLimited(self._flood(exc)) from exc
         return str(message.message_id)
@@ -77,23 +77,32 @@ class TelegramPreview(EditedPreview):
         return message_parts(text, self.limit)
 
     async def _edit_draft(self, message_id: str, draft: Draft) -> None:
-        await self._edit_html(message_id, draft.markup, draft.source)
+        await self._send_draft(draft, functools.partial(self._edit_text, message_id))
 
     async def _edit(self, message_id: str, text: str) -> None:
-        await self.adapter.flow.admit(self.route.chat_id,
-                                      group=self.route.chat_type == "group")
-        await self._edit_html(message_id, render_html(text), text)
+        await self._admit()
+        formatted = HtmlOrPlain(render_html(text), plain_fallback(text, self.limit))
+        await formatted.send(functools.partial(self._edit_text, message_id), self._admit)
 
-    async def _edit_html(self, message_id: str, markup: str, source: str) -> None:
-        """``markup`` as HTML, or ``source`` as plain text when Telegram cannot parse it."""
+    async def _send_draft(self, draft: Draft, request: TextRequest[_T]) -> _T:
+        """A draft as HTML, or plain at once once a preview's HTML was refused."""
+        formatted = HtmlOrPlain(None if self._html_refused else draft.markup,
+                                plain_fallback(draft.source, self.limit))
         try:
-            await self._edit_text(message_id, markup, ParseMode.HTML)
-        except PreviewRefused as exc:
-            if not cannot_parse(str(exc)):
-                raise
-            await self._edit_text(message_id, plain_fallback(source, self.limit), None)
+            return await formatted.send(request, self._admit_draft)
+        finally:
+            self._html_refused = formatted.markup is None
 
-    async def _edit_text(self, message_id: str, text: str, parse_mode: str | None) -> None:
+    async def _admit(self) -> None:
+        await self.adapter.flow.admit(self.route.chat_id, group=self.route.chat_type == "group")
+
+    async def _admit_draft(self) -> None:
+        """A preview's plain retry waits for nothing: with no room it is skipped."""
+        if not self._may_preview():
+            raise PreviewRateLimited(self.interval)
+
+    async def _edit_text(self, message_id: str, *, text: str, parse_mode: str | None
+                         ) -> None:
         try:
             await self._bot.edit_message_text(text, chat_id=int(self.route.chat_id),
                                               message_id=int(message_id),
@@ -109,7 +118,7 @@ class TelegramPreview(EditedPreview):
             raise PreviewRefused(exc.message) from exc
 
     async def _delete(self, message_id: str) -> None:
-        await self.adapter.flow.admit(self.route.chat_id, group=self.route.chat_type == "group")
+        await self._admit()
         try:
             await self._bot.delete_message(int(self.route.chat_id), int(message_id))
         except RetryAfter as exc:
@@ -122,6 +131,10 @@ class TelegramPreview(EditedPreview):
                 raise PreviewRefused(exc.message) from exc
             raise
 
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._html_refused = False  # the turn's next reply tries HTML again
 
     def _flood(self, exc: RetryAfter) -> float:
         """Telegram's "retry after" holds for every send to the chat, not only ours."""
