@@ -62,11 +62,14 @@ class PartsSender(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Draft:
-    """A preview as it goes to the platform: ``markup``, its rendered Markdown, and
-    ``source``, the Markdown as written, for when the platform cannot parse the markup."""
+    """A preview as it goes to the platform: ``markup``, its rendered Markdown ending
+    with ``suffix``, and ``source``, the Markdown as written without it, for when the
+    platform cannot parse the markup (whatever makes it fit a message cuts ``source``,
+    and ``suffix`` is put after: a preview still being written ends with it)."""
 
     markup: str
     source: str
+    suffix: str
 
 
 class PreviewGone(Exception):
@@ -223,7 +226,7 @@ class EditedPreview(ABC):
             source = source[:min(len(source) - 1, len(source) * room // size)]
         if not markup.strip():
             return None
-        return Draft(markup + suffix, source + suffix)
+        return Draft(markup + suffix, source, suffix)
 
     def _fit(self, text: str, room: int) -> str:
         """As much of the start as ``room`` holds (each character counts one or more)."""

@@ -86,8 +86,9 @@ class TelegramPreview(EditedPreview):
 
     async def _send_draft(self, draft: Draft, request: TextRequest[_T]) -> _T:
         """A draft as HTML, or plain at once once a preview's HTML was refused."""
+        room = self.limit - utf16_len(draft.suffix)
         formatted = HtmlOrPlain(None if self._html_refused else draft.markup,
-                                plain_fallback(draft.source, self.limit))
+                                plain_fallback(draft.source, room) + draft.suffix)
         try:
             return await formatted.send(request, self._admit_draft)
         finally:
