@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gateway.daemon import running_gateway
 from gateway.formatting import discord_text, telegram_html, web_html
-from gateway.formatting.preview import GrowingPreview, preview_markdown
+from gateway.formatting.preview import GrowingPreview, preview_markdown, status_markdown
 from gateway.splitter import utf16_len
 
 from .fakes.openai_server import Say
@@ -164,6 +164,21 @@ def _unbracketed(read: str) -> str:
     """What a page reads, but for brackets: a ``[`` shows until it turns out to open a
     link (``[the lo`` is shown; ``[the log](...`` shows as ``the log``)."""
     return read.replace("[", "").replace("]", "")
+
+
+@pytest.mark.parametrize(("status", "shown", "code"), [
+    ("running `grep -c '#' *.md`…", "running grep -c '#' *.md…", "grep -c '#' *.md"),
+    ("running `echo `date``…", "running echo `date`…", "echo `date`"),
+    ("---", "---", None),
+    ("# waiting for *job* [j1](x) \\ 1. _now_", "# waiting for *job* [j1](x) \\ 1. _now_",
+     None),
+])
+def test_a_status_line_shows_as_written_with_its_command_as_code(
+        status: str, shown: str, code: str | None) -> None:
+    markup = telegram_html.render(preview_markdown(status_markdown(status)))
+    assert telegram_sees(markup) == shown
+    assert (f"<code>{html.escape(code, quote=False)}</code>" in markup) if code else (
+        "<" not in markup)
 
 
 #: a long answer: the realistic ones one after another, and again

@@ -32,7 +32,7 @@ from markdown_it.token import Token
 
 from .markdown import parse
 
-__all__ = ["GrowingPreview", "preview_markdown"]
+__all__ = ["GrowingPreview", "preview_markdown", "status_markdown"]
 
 #: a line with nothing but block markers yet: its meaning depends on what comes next
 _BARE_LINE = re.compile(r"[\s>*+\-#=|`~_\d.)]*")
@@ -50,6 +50,28 @@ def preview_markdown(text: str) -> str:
         return _showable(text, tokens)
     head = _offset(text.split("\n"), starts[-1])
     return text[:head] + _showable(text[head:])
+
+
+def status_markdown(text: str) -> str:
+    """A status line (``running `make test`…``) as Markdown that shows it as written:
+    what is between its first and last backtick is code, the rest is text (a ``#``, a
+    ``*`` or a ``---`` in it is no heading, emphasis or rule)."""
+    first, last = text.find("`"), text.rfind("`")
+    if first == last:
+        return _escaped(text)
+    code = text[first + 1:last]
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", code)), default=0) + 1)
+    pad = " " if code.startswith(("`", " ")) or code.endswith(("`", " ")) else ""
+    return (_escaped(text[:first]) + fence + pad + code + pad + fence
+            + _escaped(text[last + 1:]))
+
+
+def _escaped(text: str) -> str:
+    return _PUNCTUATION.sub(r"\\\g<0>", text)
+
+
+#: what a backslash makes literal in Markdown: every ASCII punctuation character
+_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
 
 
 class GrowingPreview:

@@ -31,7 +31,7 @@ from typing import Protocol
 import structlog
 
 from ..events import MessageKind, SendResult
-from ..formatting.preview import preview_markdown
+from ..formatting.preview import preview_markdown, status_markdown
 from ..retry import RetryPolicy
 from ..route import Route
 from ..splitter import split_message
@@ -167,8 +167,9 @@ class EditedPreview(ABC):
         self._want(text.rstrip(), WRITING)
 
     async def status(self, text: str) -> None:
-        """What the turn is doing, in the preview until the next words replace it."""
-        self._want(text, "")
+        """What the turn is doing, in the preview until the next words replace it; as
+        written, but for its command in backticks, which shows as code."""
+        self._want(status_markdown(text), "")
 
     async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
                      dedupe_key: str | None = None) -> SendResult:
