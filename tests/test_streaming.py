@@ -378,6 +378,34 @@ async def test_a_preview_telegram_cannot_parse_goes_as_plain_text_and_so_do_the_
     assert len([m for m, _ in telegram.calls if m == "editMessageText"]) == len(edits)
 
 
+async def test_a_preview_that_would_look_the_same_is_not_sent_again(
+        tmp_path: Path, model) -> None:
+    """While a link's long target is typed the preview looks the same (the link shows
+    once its target is whole): no edit is spent on it, each edit shows something new."""
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    target = " ".join(f"part{n}" for n in range(40))  # streamed word by word
+    answer = f"See [the log](<https://ci.example/{target}>) for more."
+    final = telegram_html.render(answer)
+    model.chunk_delay = 0.05
+    model.brain = lambda req: Say(answer)
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "the log?", 42)
+            await eventually(lambda: telegram.visible(FORUM, 42) == [telegram_sees(final)],
+                             timeout=20, what="the final message")
+    posted = [s.text for s in telegram.sent if s.message_thread_id == 42]
+    edited = [e.text for e in telegram.edits if e.message_thread_id == 42]
+    shown = posted + edited
+    assert len(posted) == 1 and edited[-1] == final
+    assert all(a != b for a, b in zip(shown, shown[1:], strict=False)), shown
+    assert len([m for m, _ in telegram.calls if m == "editMessageText"]) == len(edited)
+    # two seconds of target typed, at most one preview of it
+    assert shown.count("See the log" + WRITING) <= 1
+
+
 async def test_a_preview_whose_table_renders_longer_than_its_markdown_still_fits_a_message(
         tmp_path: Path, model) -> None:
     """A table's columns are padded: its preview can show more than its Markdown holds,
