@@ -217,7 +217,43 @@ async def test_a_streamed_reply_grows_in_one_bubble_that_the_final_text_replaces
         await context.close()
 
 
-# ---- the page: Markdown, titles, sessions, notices, sign-in, layout ----------------
+async def test_a_streamed_reply_is_formatted_in_its_bubble_while_it_is_written(
+        tmp_path: Path, browser, artifacts: Path) -> None:
+    from .fakes.openai_server import FakeOpenAI, Say
+    from .model_support import model_config
+    from .previews_support import ANSWERS
+
+    expect.set_options(timeout=20_000)
+    answer = ANSWERS[1]  # a heading, bold, a list, a quote, a table, a code block
+    async with FakeOpenAI(lambda req: Say(answer), chunk_delay=0.1) as model, \
+            running_gateway(model_config(tmp_path / "home", model)) as gw:
+        context = await browser.new_context(viewport={"width": 1280, "height": 800})
+        page = await open_page(context, web_base(gw) + "/")
+        # every form the growing bubble takes, as the page shows it
+        await page.evaluate("""() => {
+          window.__forms = [];
+          new MutationObserver(() => {
+            const body = document.querySelector('div.msg.writing .body');
+            if (body) window.__forms.push(body.innerText);
+          }).observe(document.getElementById('messages'),
+                     {childList: true, subtree: true, characterData: true});
+        }""")
+        await say(page, "why did it fail")
+        writing = page.locator("div.msg.writing")
+        await expect(writing.locator("h2")).to_have_text("Why the deploy failed")
+        await expect(writing.locator("strong").first).to_have_text("migration")
+        await expect(writing.locator("table td").first).to_have_text("users")
+        await screenshot(page, artifacts, "streaming-formatted-desktop")
+        await expect(writing).to_have_count(0)  # the final message took its place
+        reply = page.locator('div.msg[data-kind="reply"]')
+        await expect(reply).to_have_count(1)
+        await expect(reply.locator("h2")).to_have_text("Why the deploy failed")
+        await expect(reply.locator(".code .lang")).to_have_text("sh")
+        forms = await page.evaluate("window.__forms")
+        await context.close()
+    assert len(forms) > 5
+    for form in forms:  # never the Markdown as typed
+        assert not [raw for raw in ("**", "## ", "---", "~~", "`", "](") if raw in form], form
 
 # what a reply could carry to run script on the page
 INJECTED = ('<img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script> '

@@ -5,16 +5,32 @@ with the model agent's answers."""
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.daemon import running_gateway
 from gateway.formatting import discord_text, telegram_html, web_html
 from gateway.formatting.markdown import plain_text
+from gateway.formatting.preview import GrowingPreview, preview_markdown, status_markdown
 from gateway.splitter import utf16_len
 
 from .fakes.openai_server import Say
 from .helpers import eventually
 from .model_support import model_config, model_settings, web_base
+from .previews_support import (
+    ANSWERS,
+    GENERATED_ANSWERS,
+    page_sees,
+    raw_markup,
+    telegram_preview,
+    telegram_sees,
+    web_preview,
+    words_of,
+)
 from .test_web import open_tab
 
 RICH = """\
@@ -76,6 +92,141 @@ def test_discord_gets_its_markdown_with_tables_as_code_and_mass_mentions_inert()
     out = discord_text.render("hey @everyone and @here\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
     assert "@everyone" not in out and "@here" not in out and "@\u200beveryone" in out
     assert "```\na | b\n--+--\n1 | 2\n```" in out
+
+
+@pytest.mark.parametrize(("written", "shown"), [
+    ("```python\nprint(1", "```python\nprint(1\n```"),  # an open fence is closed
+    ("Code:\n\n```pyth", "Code:\n\n"),  # its language is still coming
+    ("| a | b |\n|---|---|\n| 1 | 2 |\n| 3 |", "| a | b |\n|---|---|\n| 1 | 2 |\n"),
+    ("Totals:\n\n| a | b |\n|--", "Totals:\n\n"),  # no table until its |---| line is whole
+    ("It is **done", "It is **done**"),
+    ("It is **done*", "It is **done**"),  # half of the closing ** is not an <i>
+    ("an *open", "an *open*"),
+    ("run `make", "run `make`"),
+    ("~~old", "~~old~~"),
+    ("**bold and `code", "**bold and `code`**"),
+    ("see [the log](https://ci.exa", "see the log"),  # a link once its target is whole
+    ("see [the log]", "see the log"),  # may be a link once "(" comes
+    ("**see ![a chart](https://ci", "**see a chart**"),
+    ("range [0, 1) here", "range [0, 1) here"),  # a "[" alone is text
+    ("[WIP", "[WIP"),
+    ("list[i", "list[i"),
+    ("list[i] = [x](htt", "list[i] = x"),
+    ("Steps:\n-", "Steps:\n"),  # "Steps" underlined by "-" would be a heading
+    ("snake_case and 2 * 3", "snake_case and 2 * 3"),
+    ("a*b*c and foo**bar", "a*b*c and foo**bar**"),  # * opens inside a word, _ does not
+    ("snake_case_", "snake_case"),
+])
+def test_a_preview_closes_or_holds_back_what_is_still_being_written(
+        written: str, shown: str) -> None:
+    assert preview_markdown(written) == shown
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_every_prefix_of_an_answer_previews_as_html_telegram_takes_and_grows_on_the_page(
+        answer: str) -> None:
+    _every_preview_is_well_formed_and_grows(answer, range(1, len(answer) + 1))
+    assert preview_markdown(answer) == answer  # a finished answer previews as itself
+
+
+@settings(max_examples=150, deadline=None)
+@given(GENERATED_ANSWERS, st.data())
+def test_any_cut_of_an_answer_previews_as_html_telegram_takes_and_grows_on_the_page(
+        answer: str, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(1, len(answer)), min_size=1, max_size=8))
+    _every_preview_is_well_formed_and_grows(answer, cuts)
+
+
+def _every_preview_is_well_formed_and_grows(answer: str, cuts: Iterable[int]) -> None:
+    """Each preview of ``answer`` cut at ``cuts``: Telegram parses its HTML (the fake
+    refuses what the Bot API refuses) and shows no raw Markdown the final message does
+    not show; the page's HTML is well-formed and what it reads is the start of what the
+    final message reads, so the bubble only grows."""
+    final_telegram = raw_markup(telegram_sees(telegram_html.render(answer)))
+    final_page = _unbracketed(words_of(page_sees(web_html.render(answer))))
+    for end in cuts:
+        written = answer[:end]
+        seen = telegram_sees(telegram_preview(written))
+        assert raw_markup(seen) <= final_telegram, (written, seen)
+        page = _unbracketed(words_of(page_sees(web_preview(written))))
+        assert final_page.startswith(page), (written, page)
+        # and it keeps up: held back is only the bit still being written (a link's
+        # target, a table row), never the rest of a paragraph
+        as_typed = words_of(page_sees(web_html.render(written)))
+        assert len(as_typed) - len(page) <= HELD_BACK_AT_MOST, (written, page)
+
+
+#: the most a preview holds back of what the text as typed reads (a table's header row
+#: and its half-typed |---| line, a link's half-typed target)
+HELD_BACK_AT_MOST = 80
+
+
+def _unbracketed(read: str) -> str:
+    """What a page reads, but for brackets: a ``[`` shows until it turns out to open a
+    link (``[the lo`` is shown; ``[the log](...`` shows as ``the log``)."""
+    return read.replace("[", "").replace("]", "")
+
+
+@pytest.mark.parametrize(("status", "shown", "code"), [
+    ("running `grep -c '#' *.md`…", "running grep -c '#' *.md…", "grep -c '#' *.md"),
+    ("running `echo `date``…", "running echo `date`…", "echo `date`"),
+    ("---", "---", None),
+    ("# waiting for *job* [j1](x) \\ 1. _now_", "# waiting for *job* [j1](x) \\ 1. _now_",
+     None),
+])
+def test_a_status_line_shows_as_written_with_its_command_as_code(
+        status: str, shown: str, code: str | None) -> None:
+    markup = telegram_html.render(preview_markdown(status_markdown(status)))
+    assert telegram_sees(markup) == shown
+    assert (f"<code>{html.escape(code, quote=False)}</code>" in markup) if code else (
+        "<" not in markup)
+
+
+#: a long answer: the realistic ones one after another, and again
+LONG_ANSWER = "\n\n".join(ANSWERS * 3)
+
+
+def test_the_page_preview_of_every_prefix_is_the_whole_reply_rendered_though_only_the_end_is(
+        ) -> None:
+    """Each delta's HTML is what rendering the reply so far whole gives, while each
+    render call reads no more than the block being written (plus one finished block)."""
+    rendered: list[int] = []
+
+    def render(text: str) -> str:
+        rendered.append(len(text))
+        return web_html.render(text)
+
+    growing = GrowingPreview(render)
+    for end in range(1, len(LONG_ANSWER) + 1):
+        written = LONG_ANSWER[:end]
+        assert growing(written) == web_preview(written), written[-200:]
+    assert max(rendered) <= max(len(answer) for answer in ANSWERS)
+    assert sum(rendered) < len(LONG_ANSWER) ** 2 / 20  # whole each time: len ** 2 / 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(GENERATED_ANSWERS, st.data())
+def test_any_growth_of_an_answer_renders_on_the_page_as_the_whole_would(
+        answer: str, data: st.DataObject) -> None:
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(answer)), min_size=1, max_size=12)))
+    growing = GrowingPreview(web_html.render)
+    for end in cuts:
+        assert growing(answer[:end]) == web_preview(answer[:end]), answer[:end]
+    assert growing(answer[:cuts[0]]) == web_preview(answer[:cuts[0]])  # started again
+
+
+@pytest.mark.parametrize("answer", [
+    "- a\n\n- b\n\nc",  # a loose list: its second item after a blank line
+    "1. a\n\n2. b\n\n   still b\n\nafter",
+    "```\nx\n\ny\n```\n\nz",  # a blank line inside a fence
+    "see [it]\n\nmore\n\n[it]: https://example.org\n",  # a reference made later
+    "    code\n\n    more code\n\ntext",
+])
+def test_what_continues_a_block_across_a_blank_line_renders_as_the_whole_would(
+        answer: str) -> None:
+    growing = GrowingPreview(web_html.render)
+    for end in range(1, len(answer) + 1):
+        assert growing(answer[:end]) == web_preview(answer[:end]), answer[:end]
 
 
 def test_web_html_never_carries_markup_that_runs() -> None:

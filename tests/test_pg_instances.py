@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from gateway.daemon import Gateway, running_gateway
+from gateway.formatting import web_html
 from gateway.platforms.memory import MemoryAdapter
 from gateway.platforms.web_fanout import PAYLOAD_BYTES
 
@@ -97,6 +98,38 @@ async def test_two_tabs_of_one_conversation_on_two_instances_both_get_every_fram
         await other.no_frame()
         await first.no_frame(0.05)
         await second.no_frame(0.05)
+
+
+async def test_a_long_streamed_reply_reaches_the_other_instance_formatted_in_small_frames(
+        tmp_path: Path, pg_fresh_url: str, model: FakeOpenAI,
+        http: aiohttp.ClientSession) -> None:
+    """Deltas go to the other instances without their HTML (the whole reply so far,
+    past a notification's payload here): the tab there still gets each formatted as
+    the tab where it is written does, and not one frame waits in web_frames."""
+    from .fakes.openai_server import Say
+    from .previews_support import ANSWERS
+
+    answer = "\n\n".join(ANSWERS * 6)
+    assert len(web_html.render(answer).encode()) > PAYLOAD_BYTES
+    model.chunk_delay = 0.005
+    model.brain = lambda req: Say(answer)
+    configs = [model_config(tmp_path / name, model, store__url=pg_fresh_url,
+                            instance__name=name) for name in ("vps1", "vps2")]
+    async with running_gateway(configs[0]) as one, running_gateway(configs[1]) as two:
+        here = await open_tab(http, _base(one))
+        there = await open_tab(http, _base(two), here.ready["conversation"])
+        await here.say("the long report")
+        frames: dict[str, list[dict[str, object]]] = {"here": [], "there": []}
+        for name, tab in (("here", here), ("there", there)):
+            while not frames[name] or frames[name][-1]["type"] != "message":
+                frames[name].append(await tab.frame(20, deltas=True))
+        (waited,) = await one.runner.store.db.fetchone("SELECT count(*) FROM web_frames")
+    written, read = frames["here"][:-1], frames["there"][:-1]
+    assert len(written) > 3 and [d["text"] for d in read] == [d["text"] for d in written]
+    assert [d["html"] for d in read] == [d["html"] for d in written]
+    assert len(str(written[-1]["html"]).encode()) > PAYLOAD_BYTES
+    assert frames["there"][-1]["text"] == answer
+    assert waited == 1  # the final message only: each delta went as a notification
 
 
 async def test_a_job_on_one_host_is_stopped_and_waited_for_from_a_tab_on_the_other(

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 
 from gateway.daemon import running_gateway
+from gateway.formatting import telegram_html, web_html
+from gateway.platforms.preview import WRITING
 
 from .fakes.openai_server import CallTools, ChatRequest, Cut, Response, Say
 from .helpers import eventually
 from .model_support import model_config, model_settings, user_says, web_base
+from .previews_support import ANSWERS, page_sees, raw_markup, telegram_sees, words_of
 from .test_web import open_tab
 
 
@@ -48,6 +51,29 @@ async def test_web_tabs_get_deltas_then_one_final_frame_with_the_same_stream(
             await tab.no_frame(0.2)
         await elsewhere.no_frame(0.1)
     assert model.requests[-1].stream
+
+
+async def test_web_deltas_carry_the_reply_so_far_formatted_as_the_final_message_is(
+        tmp_path: Path, model, http) -> None:
+    answer = ANSWERS[1]
+    model.chunk_delay = 0.01
+    model.brain = lambda req: Say(answer)
+    async with running_gateway(model_config(tmp_path / "home", model)) as gw:
+        tab = await open_tab(http, web_base(gw))
+        await tab.say("why did it fail")
+        frames = []
+        while not frames or frames[-1]["type"] != "message":
+            frames.append(await tab.frame(deltas=True))
+    deltas, final = frames[:-1], frames[-1]
+    assert final["html"] == web_html.render(answer)
+    reads = words_of(page_sees(final["html"]))
+    assert len(deltas) > 3
+    for delta in deltas:
+        # well-formed, and only ever the start of what the final message reads
+        assert reads.startswith(words_of(page_sees(delta["html"]))), delta["html"]
+        assert "**" not in delta["html"] and "## " not in delta["html"]
+    shown = "".join(d["html"] for d in deltas)
+    assert "<h2>" in shown and "<strong>" in shown and "<table>" in shown  # while written
 
 
 async def test_a_stream_cut_mid_answer_is_asked_again_and_the_page_starts_over(
@@ -288,7 +314,120 @@ async def test_tool_status_shows_in_the_preview_until_the_answer_replaces_it(
             await eventually(lambda: telegram.visible(FORUM, 42) == ["built fine"],
                              timeout=20, what="the answer in place of the status")
     (status,) = [s for s in telegram.sent if s.message_thread_id == 42]
-    assert status.text == "running `sleep 1.5; echo built`…"
+    # the command shows as code, as the final text's Markdown would show it
+    assert (status.text, status.parse_mode) == (
+        "running <code>sleep 1.5; echo built</code>…", "HTML")
+
+
+async def test_a_telegram_preview_is_formatted_as_it_grows_and_never_shows_raw_markdown(
+        tmp_path: Path, model) -> None:
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    answer = ANSWERS[1]
+    final = telegram_html.render(answer)
+    model.chunk_delay = 0.03
+    model.brain = lambda req: Say(answer)
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "why did it fail", 42)
+            await eventually(lambda: telegram.visible(FORUM, 42) == [telegram_sees(final)],
+                             timeout=20, what="the final message")
+    posted = [s for s in telegram.sent if s.message_thread_id == 42]
+    previews = posted + [e for e in telegram.edits
+                         if e.message_thread_id == 42 and e.text.endswith(WRITING)]
+    assert len(posted) == 1 and len(previews) >= 3
+    final_shows = raw_markup(telegram_sees(final))
+    for preview in previews:  # each parsed by the fake as strictly as by Telegram
+        assert preview.parse_mode == "HTML"
+        assert raw_markup(telegram_sees(preview.text)) <= final_shows, preview.text
+    assert any("<b>" in p.text for p in previews) and any("<pre>" in p.text for p in previews)
+    assert telegram.message_text(FORUM, posted[0].message_id) == final
+
+
+async def test_a_preview_telegram_cannot_parse_goes_as_plain_text_and_so_do_the_next(
+        tmp_path: Path, model) -> None:
+    """A refused preview is sent again as plain text, and the reply's later previews
+    go plain at once (no refused request each time); the final text is HTML again."""
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    answer = " ".join(f"**w{i}**" for i in range(60))
+    refused = 'Bad Request: can\'t parse entities: Unsupported start tag "x" at byte offset 0'
+    model.chunk_delay = 0.05
+    model.brain = lambda req: Say(answer)
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            telegram.fail_next_send(status=400, description=refused)
+            _topic_message(telegram, "go", 42)
+            (preview,) = await telegram.wait_for_sent(1, timeout=10)
+            final = telegram_html.render(answer)
+            await eventually(lambda: telegram.visible(FORUM, 42) == [telegram_sees(final)],
+                             timeout=20, what="the final message, formatted")
+    # the refused post went again as the Markdown as written, and so did the next
+    assert preview.parse_mode is None and preview.text.startswith("**w0** **w1**")
+    edits = [e for e in telegram.edits if e.message_thread_id == 42]
+    previews, last = edits[:-1], edits[-1]
+    assert len(previews) >= 2 and all(e.parse_mode is None for e in previews), previews
+    assert all(e.text.startswith("**w0**") and e.text.endswith(WRITING) for e in previews)
+    assert (last.parse_mode, last.text) == ("HTML", final)
+    # one refused request in all: the post's
+    assert [m for m, _ in telegram.calls if m == "sendMessage"] == ["sendMessage"] * 2
+    assert len([m for m, _ in telegram.calls if m == "editMessageText"]) == len(edits)
+
+
+async def test_a_preview_that_would_look_the_same_is_not_sent_again(
+        tmp_path: Path, model) -> None:
+    """While a link's long target is typed the preview looks the same (the link shows
+    once its target is whole): no edit is spent on it, each edit shows something new."""
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    target = " ".join(f"part{n}" for n in range(40))  # streamed word by word
+    answer = f"See [the log](<https://ci.example/{target}>) for more."
+    final = telegram_html.render(answer)
+    model.chunk_delay = 0.05
+    model.brain = lambda req: Say(answer)
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "the log?", 42)
+            await eventually(lambda: telegram.visible(FORUM, 42) == [telegram_sees(final)],
+                             timeout=20, what="the final message")
+    posted = [s.text for s in telegram.sent if s.message_thread_id == 42]
+    edited = [e.text for e in telegram.edits if e.message_thread_id == 42]
+    shown = posted + edited
+    assert len(posted) == 1 and edited[-1] == final
+    assert all(a != b for a, b in zip(shown, shown[1:], strict=False)), shown
+    assert len([m for m, _ in telegram.calls if m == "editMessageText"]) == len(edited)
+    # two seconds of target typed, at most one preview of it
+    assert shown.count("See the log" + WRITING) <= 1
+
+
+async def test_a_preview_whose_table_renders_longer_than_its_markdown_still_fits_a_message(
+        tmp_path: Path, model) -> None:
+    """A table's columns are padded: its preview can show more than its Markdown holds,
+    and is cut to what one message takes, not refused as too long."""
+    from .fakes.telegram_server import FakeTelegram
+    from .test_telegram import FORUM
+
+    rows = "\n".join("|x|yyyyyyyyyy|" if n % 2 else "|xxxxxxxxxx|y|" for n in range(400))
+    answer = "|a|b|\n|-|-|\n" + rows
+    parts = [telegram_sees(telegram_html.render(p)) for p in telegram_html.message_parts(answer)]
+    model.chunk_delay = 0.005
+    model.brain = lambda req: Say(answer)
+    async with FakeTelegram() as telegram:
+        async with running_gateway(_telegram(tmp_path, telegram, model)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected()
+            _topic_message(telegram, "the table", 42)
+            await eventually(lambda: telegram.visible(FORUM, 42) == parts, timeout=30,
+                             what="the table as its parts")
+    previews = [e for e in telegram.edits if e.text.endswith(WRITING)]
+    assert previews and max(len(telegram_sees(e.text)) for e in previews) > 3000
+    # not one edit was refused (MESSAGE_TOO_LONG): each asked is among those taken
+    assert len([m for m, _ in telegram.calls if m == "editMessageText"]) == len(telegram.edits)
 
 
 # ---------------------------------------------------------------------- Discord
@@ -323,6 +462,38 @@ async def test_a_discord_thread_streams_into_one_message_through_a_rate_limit(
         edits = [e for e in fake.edits if e.channel_id == thread]
         assert len(edits) >= 2 and all(e.content.startswith(tag) for e in edits)
         assert len([s for s in fake.sent if s.channel_id == thread]) == 1
+
+
+async def test_a_discord_preview_shows_the_code_being_written_as_a_closed_block(
+        tmp_path: Path, model, discord_endpoints) -> None:
+    from .fakes.discord_server import FakeDiscord
+    from .test_discord import CHANNEL, THREAD_A
+
+    code = "\n".join(f"step_{n} = run({n})" for n in range(30))
+    answer = f"Running it:\n\n```python\n{code}\n```\n\nAll done."
+    model.chunk_delay = 0.03
+    model.brain = lambda req: Say(answer)
+    async with FakeDiscord() as fake:
+        fake.add_channel(CHANNEL, "builds")
+        fake.add_thread(THREAD_A, CHANNEL)
+        config = model_config(
+            tmp_path / "home", model, platforms__discord__enabled=True,
+            platforms__discord__token=fake.token, platforms__discord__api_base=fake.api_base,
+            platforms__discord__gateway_url=fake.gateway_url,
+            platforms__discord__guild_ready_timeout_seconds=fake.guild_ready_timeout,
+            platforms__discord__allowed_users=["1"],
+            platforms__discord__stream_edit_interval_seconds=0.2)
+        async with running_gateway(config) as gw:
+            await gw.runner.adapters["discord"].wait_connected(timeout=15)
+            await fake.user_message(content="run it", channel_id=THREAD_A)
+            await eventually(lambda: fake.visible(THREAD_A) == [answer], timeout=20,
+                             what="the final message")
+    previews = [s.content for s in fake.sent if s.channel_id == THREAD_A] + [
+        e.content for e in fake.edits if e.channel_id == THREAD_A
+        and e.content.endswith(WRITING)]
+    assert len(previews) >= 3
+    assert all(p.count("```") % 2 == 0 for p in previews), previews  # never left open
+    assert any("```python\nstep_" in p and "All done" not in p for p in previews)
 
 
 async def test_waiting_on_a_job_shows_as_the_turns_status(tmp_path: Path, model,

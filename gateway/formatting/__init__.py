@@ -2,5 +2,6 @@
 
 One parser (markdown-it-py, raw HTML off) for every platform, and one renderer
 per platform: Telegram's HTML subset, Discord's own Markdown, the web page's
-safe HTML.
+safe HTML. A reply still being written goes through ``preview`` first, then the
+same renderer as the final message.
 """

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from markdown_it.token import Token
 
@@ -56,6 +58,41 @@ def render_parts(text: str, limit: int = 4096) -> list[Part]:
 def message_parts(text: str, limit: int = 4096) -> list[str]:
     """``text`` cut into the Markdown of each message: each renders within ``limit``."""
     return [part.plain for part in render_parts(text, limit)]
+
+
+_T = TypeVar("_T")
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class TextRequest(Protocol[_T_co]):
+    """A Telegram request given its text (``sendMessage``, ``editMessageText``)."""
+
+    def __call__(self, *, text: str, parse_mode: str | None) -> Awaitable[_T_co]: ...
+
+
+@dataclass(slots=True)
+class HtmlOrPlain:
+    """One message's text as Telegram is sent it, the one rule for every message: its
+    HTML, and its plain text when Telegram cannot parse that HTML (a message is never
+    lost to its formatting). ``markup`` is None once refused, so a retry of the same
+    request, or the caller's next one, goes plain at once."""
+
+    markup: str | None
+    plain: str
+
+    async def send(self, request: TextRequest[_T], admit: Callable[[], Awaitable[None]]
+                   ) -> _T:
+        """``request``, admitted by flood control by the caller; the plain retry after a
+        refusal is a request of its own, admitted with ``admit`` first."""
+        if self.markup is not None:
+            try:
+                return await request(text=self.markup, parse_mode="HTML")
+            except Exception as exc:  # the request's own error: BadRequest, or the caller's
+                if not cannot_parse(str(exc)):
+                    raise
+                self.markup = None
+            await admit()
+        return await request(text=self.plain, parse_mode=None)
 
 
 def cannot_parse(error: str) -> bool:

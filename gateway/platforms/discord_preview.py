@@ -2,7 +2,9 @@
 turn, edited at most every ``platforms.discord.stream_edit_interval_seconds``
 (discord.py waits out Discord's own rate limits; a preview edit kept waiting
 longer than that is dropped), then edited into the final
-text (see ``preview``)."""
+text (see ``preview``). Discord renders the Markdown itself: the preview is the
+final message's form of the text so far (an open code fence closed, tables as
+code blocks)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import discord
 
-from ..formatting.discord_text import NO_MENTIONS, message_parts
+from ..formatting.discord_text import NO_MENTIONS, message_parts, render
 from ..route import Route
-from .preview import EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
+from .preview import Draft, EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
 
 if TYPE_CHECKING:
     from .discord import DiscordAdapter
@@ -34,28 +36,35 @@ class DiscordPreview(EditedPreview):
     def _may_preview(self) -> bool:
         return self.adapter.flow.try_admit(self.route.chat_id, group=False)
 
-    async def _post(self, text: str) -> str:
+    def _render(self, markdown: str) -> str:
+        return render(markdown)
+
+    async def _post(self, draft: Draft) -> str:
         kwargs: dict[str, Any] = {"allowed_mentions": NO_MENTIONS}
         if self.route.message_id is not None:  # as the final message's first part would
             kwargs["reference"] = discord.MessageReference(
                 message_id=int(self.route.message_id), channel_id=int(self.route.chat_id),
                 fail_if_not_exists=False)
-        message = await self._channel().send(text, **kwargs)
+        message = await self._channel().send(draft.markup, **kwargs)
         return str(message.id)
 
-    async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
-        message = self._channel().get_partial_message(int(message_id))
+    async def _edit_draft(self, message_id: str, draft: Draft) -> None:
         try:
-            if final:
-                await self.adapter.flow.admit(self.route.chat_id, group=False)
-                await message.edit(content=text, allowed_mentions=NO_MENTIONS)
-                return
             # discord.py waits out a 429 inside the request: a preview edit that would
             # wait longer than the interval is dropped (an edit is safe to cut short)
             async with asyncio.timeout(max(2.0, self.interval)):
-                await message.edit(content=text, allowed_mentions=NO_MENTIONS)
+                await self._edit_content(message_id, draft.markup)
         except TimeoutError as exc:
             raise PreviewRateLimited(self.interval) from exc
+
+    async def _edit(self, message_id: str, text: str) -> None:
+        await self.adapter.flow.admit(self.route.chat_id, group=False)
+        await self._edit_content(message_id, text)
+
+    async def _edit_content(self, message_id: str, content: str) -> None:
+        message = self._channel().get_partial_message(int(message_id))
+        try:
+            await message.edit(content=content, allowed_mentions=NO_MENTIONS)
         except discord.NotFound as exc:
             raise PreviewGone(exc.text) from exc
         except discord.Forbidden as exc:

@@ -10,6 +10,11 @@ preview is gone or could never be edited, a message of its own (the preview
 then deleted). A long reply's first part takes the preview's place; the rest
 follow as messages of their own.
 
+A preview shows the reply as it will look: the text so far, its unfinished
+Markdown made safe to show (``formatting.preview``), through the renderer the
+final message goes through, so the last preview and the final message differ only
+by what was still being written.
+
 Each turn has its own preview, keyed by nothing: two topics of one chat
 streaming at once never touch each other's message.
 """
@@ -20,11 +25,13 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 
 from ..events import MessageKind, SendResult
+from ..formatting.preview import preview_markdown, status_markdown
 from ..retry import RetryPolicy
 from ..route import Route
 from ..splitter import split_message
@@ -51,6 +58,18 @@ class PartsSender(Protocol):
                    ) -> SendResult: ...
 
     async def send_parts(self, route: Route, parts: list[str]) -> SendResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A preview as it goes to the platform: ``markup``, its rendered Markdown ending
+    with ``suffix``, and ``source``, the Markdown as written without it, for when the
+    platform cannot parse the markup (whatever makes it fit a message cuts ``source``,
+    and ``suffix`` is put after: a preview still being written ends with it)."""
+
+    markup: str
+    source: str
+    suffix: str
 
 
 class PreviewGone(Exception):
@@ -84,8 +103,10 @@ class EditedPreview(ABC):
         self.measure = measure
         self._lock = asyncio.Lock()  # one platform request at a time
         self._message_id: str | None = None
-        self._wanted: str | None = None
-        self._shown: str | None = None
+        # (text, suffix) the preview is to show, and the last it showed
+        self._wanted: tuple[str, str] | None = None
+        self._shown: tuple[str, str] | None = None
+        self._shown_markup: str | None = None
         self._next_at = 0.0
         self._broken = False  # this message's preview failed: no more tries until it is final
         self._closing = False  # finish or close is under way: the flusher stands back
@@ -94,14 +115,19 @@ class EditedPreview(ABC):
     # the platform's part -------------------------------------------------------
 
     @abstractmethod
-    async def _post(self, text: str) -> str:
+    async def _post(self, draft: Draft) -> str:
         """Post a new preview; its message id."""
 
     @abstractmethod
-    async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
-        """Edit the preview (no error when the text is already that). Raise PreviewGone,
-        PreviewRefused, PreviewRateLimited, or anything else for a failure that may pass.
-        ``final``: wait for flood control rather than skip."""
+    async def _edit_draft(self, message_id: str, draft: Draft) -> None:
+        """Edit the preview to a newer draft, skipping rather than waiting for flood
+        control. Raises as ``_edit`` does."""
+
+    @abstractmethod
+    async def _edit(self, message_id: str, text: str) -> None:
+        """Edit the preview into a part of the final text (from ``_split``), waiting for
+        flood control; no error when the text is already that. Raise PreviewGone,
+        PreviewRefused, PreviewRateLimited, or anything else for a failure that may pass."""
 
     @abstractmethod
     async def _delete(self, message_id: str) -> None:
@@ -126,15 +152,24 @@ class EditedPreview(ABC):
         """Whether flood control has room for a preview request right now (counting it)."""
         return True
 
+    def _render(self, markdown: str) -> str:
+        """A preview's Markdown as the platform's message: the final message's renderer."""
+        return markdown
+
+    def _rendered_size(self, markup: str) -> int:
+        """How long a rendered preview is, as the platform counts a message's length."""
+        return self.measure(markup)
+
     # the turn's part -----------------------------------------------------------
 
     async def show(self, text: str) -> None:
         """The reply so far (the whole of it)."""
-        self._want(self._fit(text.rstrip()) + WRITING)
+        self._want(text.rstrip(), WRITING)
 
     async def status(self, text: str) -> None:
-        """What the turn is doing, in the preview until the next words replace it."""
-        self._want(self._fit(text))
+        """What the turn is doing, in the preview until the next words replace it; as
+        written, but for its command in backticks, which shows as code."""
+        self._want(status_markdown(text), "")
 
     async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
                      dedupe_key: str | None = None) -> SendResult:
@@ -177,19 +212,35 @@ class EditedPreview(ABC):
 
     # inside --------------------------------------------------------------------
 
-    def _fit(self, text: str) -> str:
-        """As much of the start as one message holds (each character counts one or more)."""
-        room = self.limit - len(WRITING)
+    def _draft(self, text: str, suffix: str) -> Draft | None:
+        """``text`` as a preview ending with ``suffix``: rendered as the final message
+        will be, as much of its start as one message holds; None while none of it can
+        be shown yet."""
+        room = self.limit - self.measure(suffix)
+        source = self._fit(text, room)
+        while True:
+            markup = self._render(preview_markdown(source))
+            # rendering can lengthen it (a table's padded columns): cut it in proportion
+            size = self._rendered_size(markup)
+            if size <= room:
+                break
+            source = source[:min(len(source) - 1, len(source) * room // size)]
+        if not markup.strip():
+            return None
+        return Draft(markup + suffix, source, suffix)
+
+    def _fit(self, text: str, room: int) -> str:
+        """As much of the start as ``room`` holds (each character counts one or more)."""
         while self.measure(text) > room:
             text = text[:max(1, len(text) - (self.measure(text) - room))]
         return text
 
-    def _want(self, text: str) -> None:
+    def _want(self, text: str, suffix: str) -> None:
         if self._broken or not text.strip():
             return
         if self._wanted is None and self._message_id is None:
             self._next_at = max(self._next_at, time.monotonic() + FIRST_PREVIEW_AFTER)
-        self._wanted = text
+        self._wanted = (text, suffix)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="preview")
 
@@ -203,19 +254,24 @@ class EditedPreview(ABC):
                 await self._flush_once()
 
     async def _flush_once(self) -> None:
-        text = self._wanted
-        if text is None or self._broken or self._closing or text == self._shown:
+        wanted = self._wanted
+        if wanted is None or self._broken or self._closing or wanted == self._shown:
             self._wanted = None if self._broken or self._closing else self._wanted
             return
+        # rendered at most once an interval, whether or not it makes a request
         self._next_at = time.monotonic() + self.interval
+        draft = self._draft(*wanted)
+        if draft is None or draft.markup == self._shown_markup:
+            self._shown = wanted  # what changed is still held back: no request for it
+            return
         if not self._may_preview():
             return  # flood control is tight: the messages that count go first
         try:
             if self._message_id is None:
-                self._message_id = await self._post(text)
+                self._message_id = await self._post(draft)
             else:
-                await self._edit(self._message_id, text, final=False)
-            self._shown = text
+                await self._edit_draft(self._message_id, draft)
+            self._shown, self._shown_markup = wanted, draft.markup
         except PreviewRateLimited as exc:
             self._next_at = time.monotonic() + exc.seconds
         except PreviewGone:
@@ -235,7 +291,7 @@ class EditedPreview(ABC):
 
     async def _edit_final(self, message_id: str, text: str) -> bool | None:
         """True: edited; False: the preview is gone; None: it could not be edited."""
-        return await self._patiently(lambda: self._edit(message_id, text, final=True),
+        return await self._patiently(lambda: self._edit(message_id, text),
                                      "final_edit", message_id)
 
     async def _drop(self, message_id: str) -> bool:
@@ -275,5 +331,5 @@ class EditedPreview(ABC):
 
     def _reset(self) -> None:
         """Ready for the turn's next reply (the edit interval still holds)."""
-        self._message_id = self._wanted = self._shown = None
+        self._message_id = self._wanted = self._shown = self._shown_markup = None
         self._broken = self._closing = False

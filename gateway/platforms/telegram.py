@@ -11,6 +11,7 @@ adapter retrying with backoff while the rest of the gateway carries on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -24,7 +25,7 @@ from telegram import (
     InlineKeyboardMarkup,
     Update,
 )
-from telegram.constants import ChatAction, ParseMode
+from telegram.constants import ChatAction
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -40,11 +41,7 @@ from telegram.ext import Application, ApplicationBuilder
 from ..attachments import FILES, FileRefused, IncomingFile
 from ..config import TelegramConfig, secret
 from ..events import MessageEvent, MessageKind, NoticeInfo, SendResult
-from ..formatting.telegram_html import (
-    cannot_parse,
-    message_parts,
-    plain_fallback,
-)
+from ..formatting.telegram_html import HtmlOrPlain, message_parts, plain_fallback
 from ..formatting.telegram_html import render as render_html
 from ..retry import RetryPolicy
 from ..route import Route
@@ -426,15 +423,18 @@ class TelegramAdapter(Adapter):
         chat_id = route.chat_id
         group = route.chat_type == "group"
         policy = SEND.times(3) if patient else SEND
-        markup: str | None = render_html(source)
-        for attempt in policy.tries():
+        formatted = HtmlOrPlain(render_html(source), plain_fallback(source))
+        bot = self._app.bot
+
+        async def admit() -> None:
             await self.flow.admit(chat_id, group=group)  # every request counts
+
+        for attempt in policy.tries():
+            await admit()
             try:
-                message = await self._app.bot.send_message(
-                    text=markup if markup is not None else plain_fallback(source),
-                    parse_mode=ParseMode.HTML if markup is not None else None,
-                    reply_markup=keyboard,
-                    **send_arguments(route, with_thread=with_thread, chat_id=chat_id))
+                message = await formatted.send(functools.partial(
+                    bot.send_message, reply_markup=keyboard,
+                    **send_arguments(route, with_thread=with_thread, chat_id=chat_id)), admit)
                 return SendResult.sent(str(message.message_id))
             except RetryAfter as exc:
                 wait = _seconds(exc.retry_after)
@@ -450,10 +450,6 @@ class TelegramAdapter(Adapter):
                             new_chat_id=exc.new_chat_id)
                 chat_id = str(exc.new_chat_id)
             except BadRequest as exc:
-                if markup is not None and cannot_parse(exc.message):
-                    log.warning("telegram_html_refused", chat_id=chat_id, error=exc.message)
-                    markup = None
-                    continue
                 if "thread not found" in exc.message.lower():
                     if self.config.thread_fallback_to_chat and with_thread:
                         log.warning("telegram_thread_gone_fallback", chat_id=chat_id,

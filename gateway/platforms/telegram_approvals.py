@@ -11,18 +11,18 @@ so a flood wait in one chat does not hold up the poll, which serves every chat.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from telegram import Bot, CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup
-from telegram.constants import ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
 from ..approval_records import CHOICES, ApprovalRecord, Decision, button_data, parse_button
 from ..database import StoreClosed
 from ..events import SendResult
-from ..formatting.telegram_html import cannot_parse, message_parts, plain_fallback
+from ..formatting.telegram_html import HtmlOrPlain, message_parts, plain_fallback
 from ..formatting.telegram_html import render as render_html
 from ..retry import RetryPolicy
 from ..route import Route
@@ -92,27 +92,27 @@ class ApprovalButtons:
         stands, and a tap on a stale button is answered "already settled"."""
         bound = log.bind(approval_id=record.id, chat_id=route.chat_id, message_id=message_id)
         text = f"{self._request_parts(record, settled=True)[-1]}\n\n{record.outcome_text()}"
-        markup: str | None = render_html(text)
+        formatted = HtmlOrPlain(render_html(text), plain_fallback(text))
         flow, group = self.adapter.flow, route.chat_type == "group"
+
+        async def admit() -> None:
+            await flow.admit(route.chat_id, group=group)
+
         for attempt in EDIT.tries():
             bot = self._bot()
             if bot is None:
                 bound.warning("telegram_approval_outcome_not_shown",
                               reason="telegram is not connected")
                 return
-            await flow.admit(route.chat_id, group=group)
+            await admit()
             try:
-                await bot.edit_message_text(
-                    markup if markup is not None else plain_fallback(text),
-                    chat_id=int(route.chat_id), message_id=int(message_id),
-                    parse_mode=ParseMode.HTML if markup is not None else None)
+                await formatted.send(functools.partial(
+                    bot.edit_message_text, chat_id=int(route.chat_id),
+                    message_id=int(message_id)), admit)
                 return
             except RetryAfter as exc:
                 flow.pause(route.chat_id, _seconds(exc.retry_after))
             except BadRequest as exc:
-                if markup is not None and cannot_parse(exc.message):
-                    markup = None
-                    continue
                 if "not modified" not in exc.message.lower():  # else an earlier try took
                     bound.warning("telegram_approval_outcome_not_shown", error=exc.message)
                 return

@@ -1,25 +1,38 @@
 """A Telegram reply as it is written: a preview in the conversation's own topic,
 edited with ``editMessageText`` at most every
 ``platforms.telegram.stream_edit_interval_seconds`` and only while flood
-control has room, then edited into the final text (see ``preview``)."""
+control has room, then edited into the final text (see ``preview``).
+
+Previews and the final text alike go as HTML, and as plain text when Telegram
+cannot parse that HTML, as every message does (``HtmlOrPlain``); the plain retry is
+a request flood control counts, and once a preview's HTML is refused the reply's
+later previews go plain at once (the final text is tried as HTML again)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, TypeVar
 
 from telegram import Bot
-from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter
 
-from ..formatting.telegram_html import cannot_parse, message_parts, plain_fallback
+from ..formatting.telegram_html import (
+    HtmlOrPlain,
+    TextRequest,
+    message_parts,
+    plain_fallback,
+    visible_text,
+)
 from ..formatting.telegram_html import render as render_html
 from ..route import Route
 from ..splitter import utf16_len
-from .preview import EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
+from .preview import Draft, EditedPreview, PreviewGone, PreviewRateLimited, PreviewRefused
 from .telegram_routes import send_arguments
 
 if TYPE_CHECKING:
     from .telegram import TelegramAdapter
+
+_T = TypeVar("_T")
 
 #: the preview is not there (deleted, or never made); "message can't be edited" or "can't
 #: be deleted" is not among them: the message is there, and refuses (see _edit_text, _delete)
@@ -32,6 +45,7 @@ class TelegramPreview(EditedPreview):
                          interval=adapter.config.stream_edit_interval_seconds,
                          measure=utf16_len)
         self.adapter: TelegramAdapter = adapter
+        self._html_refused = False  # a preview's HTML was refused: the next go plain
 
     @property
     def _bot(self) -> Bot:
@@ -44,9 +58,17 @@ class TelegramPreview(EditedPreview):
         return self.adapter.flow.try_admit(self.route.chat_id,
                                            group=self.route.chat_type == "group")
 
-    async def _post(self, text: str) -> str:
+    def _render(self, markdown: str) -> str:
+        return render_html(markdown)
+
+    def _rendered_size(self, markup: str) -> int:
+        return utf16_len(visible_text(markup))
+
+    async def _post(self, draft: Draft) -> str:
+        arguments = send_arguments(self.route)
         try:
-            message = await self._bot.send_message(text=text, **send_arguments(self.route))
+            message = await self._send_draft(
+                draft, functools.partial(self._bot.send_message, **arguments))
         except RetryAfter as exc:
             raise PreviewRateLimited(self._flood(exc)) from exc
         return str(message.message_id)
@@ -54,22 +76,34 @@ class TelegramPreview(EditedPreview):
     def _split(self, text: str) -> list[str]:
         return message_parts(text, self.limit)
 
-    async def _edit(self, message_id: str, text: str, *, final: bool) -> None:
-        """A preview shows the Markdown as written; the final edit is formatted (plain
-        when Telegram cannot parse its HTML)."""
-        if not final:
-            await self._edit_text(message_id, text, None)
-            return
-        await self.adapter.flow.admit(self.route.chat_id,
-                                      group=self.route.chat_type == "group")
-        try:
-            await self._edit_text(message_id, render_html(text), ParseMode.HTML)
-        except PreviewRefused as exc:
-            if not cannot_parse(str(exc)):
-                raise
-            await self._edit_text(message_id, plain_fallback(text, self.limit), None)
+    async def _edit_draft(self, message_id: str, draft: Draft) -> None:
+        await self._send_draft(draft, functools.partial(self._edit_text, message_id))
 
-    async def _edit_text(self, message_id: str, text: str, parse_mode: str | None) -> None:
+    async def _edit(self, message_id: str, text: str) -> None:
+        await self._admit()
+        formatted = HtmlOrPlain(render_html(text), plain_fallback(text, self.limit))
+        await formatted.send(functools.partial(self._edit_text, message_id), self._admit)
+
+    async def _send_draft(self, draft: Draft, request: TextRequest[_T]) -> _T:
+        """A draft as HTML, or plain at once once a preview's HTML was refused."""
+        room = self.limit - utf16_len(draft.suffix)
+        formatted = HtmlOrPlain(None if self._html_refused else draft.markup,
+                                plain_fallback(draft.source, room) + draft.suffix)
+        try:
+            return await formatted.send(request, self._admit_draft)
+        finally:
+            self._html_refused = formatted.markup is None
+
+    async def _admit(self) -> None:
+        await self.adapter.flow.admit(self.route.chat_id, group=self.route.chat_type == "group")
+
+    async def _admit_draft(self) -> None:
+        """A preview's plain retry waits for nothing: with no room it is skipped."""
+        if not self._may_preview():
+            raise PreviewRateLimited(self.interval)
+
+    async def _edit_text(self, message_id: str, *, text: str, parse_mode: str | None
+                         ) -> None:
         try:
             await self._bot.edit_message_text(text, chat_id=int(self.route.chat_id),
                                               message_id=int(message_id),
@@ -85,7 +119,7 @@ class TelegramPreview(EditedPreview):
             raise PreviewRefused(exc.message) from exc
 
     async def _delete(self, message_id: str) -> None:
-        await self.adapter.flow.admit(self.route.chat_id, group=self.route.chat_type == "group")
+        await self._admit()
         try:
             await self._bot.delete_message(int(self.route.chat_id), int(message_id))
         except RetryAfter as exc:
@@ -98,6 +132,10 @@ class TelegramPreview(EditedPreview):
                 raise PreviewRefused(exc.message) from exc
             raise
 
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._html_refused = False  # the turn's next reply tries HTML again
 
     def _flood(self, exc: RetryAfter) -> float:
         """Telegram's "retry after" holds for every send to the chat, not only ours."""

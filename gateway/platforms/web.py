@@ -34,7 +34,7 @@ from .web_conversations import conversation_routes, shown_fields
 from .web_fanout import FrameFanout
 from .web_files import file_json, file_routes
 from .web_input import CONVERSATION_RULE, valid_conversation
-from .web_live import WebLiveReply
+from .web_live import StreamsElsewhere, WebLiveReply
 from .web_ops import ops_routes
 from .web_schedules import schedule_routes
 from .web_sessions import session_routes
@@ -70,6 +70,7 @@ class WebAdapter(Adapter):
         self._tabs: dict[str, dict[str, _Tab]] = {}
         self._frames_sent = 0
         self.fanout: FrameFanout | None = None
+        self._elsewhere = StreamsElsewhere()
         #: stopping: no new tab, and each conversation's tabs closed once its turn is done
         self._stopping = False
         self._closing: dict[str, asyncio.Task[None]] = {}
@@ -202,8 +203,14 @@ class WebAdapter(Adapter):
         return SendResult.sent(f"web-{self._frames_sent}")
 
     async def delta(self, route: Route, frame: dict[str, Any]) -> None:
-        """A streamed reply's growth, to every tab of the conversation."""
-        await self._broadcast(route.chat_id, frame)
+        """A streamed reply's growth, to every tab of the conversation; to other
+        instances without its ``html`` (the whole reply so far, rendered), which they
+        make from the text (``StreamsElsewhere``)."""
+        await self._to_tabs_here(route.chat_id, frame)
+        if self.fanout is not None:
+            shared = {key: value for key, value in frame.items() if key != "html"}
+            await self.fanout.publish(route.chat_id, shared, echo_only=False,
+                                      live_only=False)
 
     async def typing(self, route: Route, active: bool) -> None:
         await self._broadcast(route.chat_id, {"type": "typing", "active": active},
@@ -232,7 +239,13 @@ class WebAdapter(Adapter):
     def share_frames(self, db: StateDatabase, origin: str) -> None:
         """On a shared store: frames reach this conversation's tabs on other instances,
         and theirs reach the tabs here (gateway/platforms/web_fanout.py)."""
-        self.fanout = FrameFanout(db, origin, self._to_tabs_here)
+        self.fanout = FrameFanout(db, origin, self._from_elsewhere)
+
+    async def _from_elsewhere(self, conversation: str, frame: dict[str, Any],
+                              echo_only: bool, live_only: bool) -> None:
+        """A frame another instance sent into ``conversation``, to its tabs here."""
+        frame = self._elsewhere.follow(frame, shown=bool(self._tabs.get(conversation)))
+        await self._to_tabs_here(conversation, frame, echo_only, live_only)
 
     @staticmethod
     async def _send_frame(ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
