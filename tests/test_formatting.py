@@ -98,6 +98,9 @@ def test_discord_gets_its_markdown_with_tables_as_code_and_mass_mentions_inert()
     ("```python\nprint(1", "```python\nprint(1\n```"),  # an open fence is closed
     ("Code:\n\n```pyth", "Code:\n\n"),  # its language is still coming
     ("| a | b |\n|---|---|\n| 1 | 2 |\n| 3 |", "| a | b |\n|---|---|\n| 1 | 2 |\n"),
+    # pipe lines a list item takes in as text, |---| and all, will not become a table
+    ("- item\n| a | b |\n|---|---|\n| 1 |\n", "- item\n| a | b |\n|---|---|\n| 1 |\n"),
+    ("- item\n| a | b |\n|---|", "- item\n"),  # (here the |---| line is still typed)
     ("Totals:\n\n| a | b |\n|--", "Totals:\n\n"),  # no table until its |---| line is whole
     ("It is **done", "It is **done**"),
     ("It is **done*", "It is **done**"),  # half of the closing ** is not an <i>

@@ -110,6 +110,8 @@ _REFERENCE = re.compile(r"(?m)^ {0,3}\[[^\]\n]+\]:")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 #: a line that cannot start a block of its own after a blank line: indented (a list
 #: item's or a code block's continuation) or a list item (the list before may go on)
+#: a table's second line, under its header: | --- | :-: |
+_DELIMITER_ROW = re.compile(r" {0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*")
 _CONTINUES = re.compile(r"[ \t]|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)")
 
 
@@ -163,7 +165,9 @@ def _showable(text: str, tokens: list[Token] | None = None) -> str:
     pipes = end = len(lines) - (0 if writing else 1)
     while pipes > start and lines[pipes - 1].lstrip().startswith("|"):
         pipes -= 1
-    if pipes < end:  # pipe lines that may become a table's header
+    # pipe lines that may become a table's header; ones that have their |---| line and
+    # still parse as text never will (a list item's lazy continuation): shown as such
+    if pipes < end and not _never_a_table(lines, pipes):
         return _showable(text[:_offset(lines, pipes)])
     shown, closers, in_code = _scan(text, _offset(lines, start))
     if shown is not None:
@@ -175,6 +179,20 @@ def _showable(text: str, tokens: list[Token] | None = None) -> str:
 
 
 # ---------------------------------------------------------------------- blocks
+
+def _never_a_table(lines: list[str], header: int) -> bool:
+    """The pipe lines from ``header`` on have a finished |---| line that fits the header,
+    and yet do not parse as a table: more typing will not make them one."""
+    if header + 1 >= len(lines) - 1:  # no |---| line yet, or it is still being typed
+        return False
+    delimiter = lines[header + 1]
+    return bool(_DELIMITER_ROW.fullmatch(delimiter)) and (
+        _cells(lines[header]) == _cells(delimiter))
+
+
+def _cells(row: str) -> int:
+    return len(row.strip().strip("|").split("|"))
+
 
 def _last_leaf(tokens: list[Token]) -> Token | None:
     for token in reversed(tokens):
