@@ -354,6 +354,7 @@ class Router:
                 log.info("notification_withheld", notification_id=n.id,
                          session_key=n.session_key, reason=outcome.reason,
                          due_in=outcome.retry_in)
+                self._schedule_wake(outcome.retry_in)  # for whoever may send it then
             elif outcome.state == "held":
                 held = True
                 log.info("notification_held_back", notification_id=n.id,
