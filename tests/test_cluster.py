@@ -28,10 +28,12 @@ from gateway.pg_database import PgDatabase
 from .helpers import eventually, eventually_async, write_lock_held
 from .real_daemon import run_cli, web_home
 
-LEASE = 0.3  # seconds, renewed every 0.1: for an instance that is to die or be cut off
+#: seconds, renewed every 0.5: for an instance that is to die or be cut off, but not
+#: before the test has seen it live (a loaded machine stalls a process for a second)
+LEASE = 1.5
 #: for one whose renewals must all go through meanwhile: a busy machine's stall is not
 #: to end it
-STEADY = 1.0
+STEADY = 4.0
 DEADLINE = 15.0  # a generous bound for "eventually", never a measured time
 Store = Database | PgDatabase
 

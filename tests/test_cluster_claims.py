@@ -17,7 +17,7 @@ from gateway.route import Route
 from gateway.store import SessionStore
 
 from .helpers import eventually_async
-from .test_cluster import crash
+from .test_cluster import LEASE, crash
 
 
 async def notices(store: SessionStore, count: int) -> Outbox:
@@ -43,7 +43,7 @@ async def states(outbox: Outbox) -> dict[str, tuple[str, str | None]]:
 async def test_a_dead_lifes_claims_are_settled_and_a_live_ones_left(
         store: SessionStore) -> None:
     outbox = await notices(store, 3)
-    dead = Instance(store.db, "vps1", lease_seconds=0.3)
+    dead = Instance(store.db, "vps1", lease_seconds=LEASE)
     live = Instance(store.db, "vps2", lease_seconds=60)
     await dead.start()
     await live.start()

@@ -27,7 +27,7 @@ from tools.job_takeover import report_lost
 from tools.jobs import JobManager
 
 from .conftest import make_config
-from .test_cluster import crash
+from .test_cluster import LEASE, crash
 
 TOPIC = Route("memory", "group", "-100", thread_id="42", user_id="1")
 KEY = "agent:main:memory:group:-100:42"
@@ -52,7 +52,7 @@ async def expired(instance: Instance) -> None:
 
 
 async def test_a_dead_lifes_messages_go_to_one_survivor_each(pg_store: SessionStore) -> None:
-    dead, dead_life = await life(pg_store, "vps1", lease=0.3)
+    dead, dead_life = await life(pg_store, "vps1", lease=LEASE)
     journal = Inbound(pg_store.db)
     journal.handler = dead_life
     for n in range(20):
@@ -72,7 +72,7 @@ async def test_a_dead_lifes_messages_go_to_one_survivor_each(pg_store: SessionSt
 
 async def test_a_stalled_lifes_late_writes_leave_what_a_survivor_took(
         pg_store: SessionStore) -> None:
-    stalled, stalled_life = await life(pg_store, "vps1", lease=0.3)
+    stalled, stalled_life = await life(pg_store, "vps1", lease=LEASE)
     journal = Inbound(pg_store.db)
     journal.handler = stalled_life
     entries = [await journal.record(MessageEvent(text=f"m{n}", route=TOPIC), KEY,
@@ -108,7 +108,7 @@ async def job_of_vps1(pg_store: SessionStore, tmp_path: Path
 async def test_a_dead_instances_running_job_is_reported_lost_once(
         pg_store: SessionStore, job_of_vps1: tuple[JobManager, str]) -> None:
     jobs, job_id = job_of_vps1
-    vps1, _ = await life(pg_store, "vps1", lease=0.3)
+    vps1, _ = await life(pg_store, "vps1", lease=LEASE)
     assert await report_lost(jobs, ["vps1"]) == 0  # still live
     await expired(vps1)
     assert await asyncio.gather(report_lost(jobs, ["vps1"]), report_lost(jobs, ["vps1"])) in (
@@ -122,7 +122,7 @@ async def test_a_dead_instances_running_job_is_reported_lost_once(
 async def test_an_instance_that_came_back_keeps_its_running_job(
         pg_store: SessionStore, job_of_vps1: tuple[JobManager, str]) -> None:
     jobs, job_id = job_of_vps1
-    vps1, _ = await life(pg_store, "vps1", lease=0.3)
+    vps1, _ = await life(pg_store, "vps1", lease=LEASE)
     await expired(vps1)
     await life(pg_store, "vps1")  # restarted before any survivor looked
     assert await report_lost(jobs, ["vps1"]) == 0
