@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from gateway.approval_records import ApprovalRecord
-from gateway.approvals import Approvals, Decide, Restarting
+from gateway.approvals.decisions import Approvals, Decide, Restarting
+from gateway.contract.approval import ApprovalRecord
 
 if TYPE_CHECKING:
     from tools.delegation import DelegationManager

@@ -11,10 +11,13 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
-from gateway.attachments import FileRefused, file_lines
-from gateway.commands import parse_command
-from gateway.notifications import Notification
-from gateway.turn import Turn
+from agent.arguments import split_first_word
+from agent.schedule_commands import COMMANDS as SCHEDULE_COMMANDS
+from agent.schedule_commands import ScheduleCommands
+from gateway.delivery.notifications import Notification
+from gateway.inbound.files import FileRefused, file_lines
+from gateway.messages.commands import parse_command
+from gateway.messages.turn import Turn
 from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.job_notices import describe_exit
 from tools.jobs import JobError
@@ -23,10 +26,6 @@ from tools.schedule_spec import ScheduleError
 from tools.scheduler import Scheduler
 from tools.session_info import session_info
 from tools.terminal import Terminal
-
-from .arguments import split_first_word
-from .schedule_commands import COMMANDS as SCHEDULE_COMMANDS
-from .schedule_commands import ScheduleCommands
 
 LOG_LINES = 30
 

@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import structlog
 
-from gateway.commands import CompressionFailed
-from gateway.config import AgentConfig
-from gateway.turn import Turn
-
-from .history import (
+from agent.history import (
     History,
     Message,
     append_ops,
@@ -23,7 +19,10 @@ from .history import (
     estimate_tokens,
     starts_turn,
 )
-from .model_client import ModelClient
+from agent.model_client import ModelClient
+from gateway.config.settings import AgentConfig
+from gateway.messages.commands import CompressionFailed
+from gateway.messages.turn import Turn
 
 log = structlog.get_logger(__name__)
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.database import Op
-from gateway.state_database import StateDatabase
+from gateway.store.sqlite import Op
+from gateway.store.state import StateDatabase
 
 #: one chat-completions message, as the endpoint takes it
 Message = dict[str, Any]

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from .history import Message
-from .model_client import ModelClient, ModelReply, OnText
-from .toolbox import ToolBox, ToolContext
+from agent.history import Message
+from agent.model_client import ModelClient, ModelReply, OnText
+from agent.toolbox import ToolBox, ToolContext
 
 log = structlog.get_logger(__name__)
 

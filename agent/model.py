@@ -17,23 +17,22 @@ from dataclasses import dataclass
 
 import structlog
 
-from gateway.attachments import file_lines, files_of
-from gateway.commands import CompressionFailed, parse_command
-from gateway.config import AgentConfig
-from gateway.events import MessageKind, SendResult
-from gateway.notifications import Notification
-from gateway.pairing import APPROVED_KIND
-from gateway.turn import Turn
+from agent.command import CommandAgent
+from agent.compression import Compressor
+from agent.history import History, Message, estimate_tokens, notice_message
+from agent.loop import ToolLoop
+from agent.model_client import ModelClient, ModelUnavailable
+from agent.toolbox import ToolBox, ToolContext
+from agent.transcription import Transcriber
+from agent.wire import wire_messages
+from gateway.config.settings import AgentConfig
+from gateway.delivery.notifications import Notification
+from gateway.inbound.files import file_lines, files_of
+from gateway.messages.commands import CompressionFailed, parse_command
+from gateway.messages.pairing import APPROVED_KIND
+from gateway.messages.turn import Turn
+from gateway.words.events import MessageKind, SendResult
 from tools.delegation import SubAgent
-
-from .command import CommandAgent
-from .compression import Compressor
-from .history import History, Message, estimate_tokens, notice_message
-from .loop import ToolLoop
-from .model_client import ModelClient, ModelUnavailable
-from .toolbox import ToolBox, ToolContext
-from .transcription import Transcriber
-from .wire import wire_messages
 
 log = structlog.get_logger(__name__)
 

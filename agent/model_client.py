@@ -21,12 +21,12 @@ import pydantic
 import structlog
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
-from gateway.config import AgentConfig, secret
+from agent.history import Message
+from agent.model_reply import ModelReply, ToolCall, arguments_text, make_reply, new_call_id
+from agent.streamed import StreamedAnswer, StreamError, sse_data
+from gateway.config.settings import AgentConfig, secret
+from gateway.errors import PlatformError
 from gateway.retry import RetryPolicy
-
-from .history import Message
-from .model_reply import ModelReply, ToolCall, arguments_text, make_reply, new_call_id
-from .streamed import StreamedAnswer, StreamError, sse_data
 
 __all__ = ["ModelClient", "ModelReply", "ModelUnavailable", "OnText", "ToolCall",
            "retry_after"]
@@ -46,7 +46,7 @@ _UNREADABLE = (ValueError, TypeError, AttributeError, KeyError, IndexError,
                pydantic.ValidationError)
 
 
-class ModelUnavailable(Exception):
+class ModelUnavailable(PlatformError):
     """The endpoint did not answer; ``str(exc)`` is a sentence for the user.
 
     ``context_overflow`` is set when it refused because the conversation is

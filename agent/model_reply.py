@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .history import Message
+from agent.history import Message
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,12 @@ when it runs.
 
 from __future__ import annotations
 
-from gateway.notifications import ReturnAddress
-from gateway.turn import Turn
+from agent.arguments import split_first_word
+from gateway.messages.turn import Turn
+from gateway.words.return_address import ReturnAddress
 from tools.schedule_spec import ScheduleError
 from tools.scheduler import Scheduler
 from tools.schedules import ScheduleRecord
-
-from .arguments import split_first_word
 
 COMMANDS: dict[str, str] = {
     "every": "run a command again and again: /every 10m <command> (30s, 2h, 1d, 1h30m)",

@@ -23,10 +23,11 @@ from typing import Any
 
 import httpx
 
-from .model_reply import ModelReply, ToolCall, arguments_text, make_reply, new_call_id
+from agent.model_reply import ModelReply, ToolCall, arguments_text, make_reply, new_call_id
+from gateway.errors import PlatformError
 
 
-class StreamError(Exception):
+class StreamError(PlatformError):
     """The server put an error in the stream (``{"error": ...}``), mid-answer."""
 
 

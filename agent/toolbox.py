@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.attachments import FileRefused
-from gateway.context import current_session
-from gateway.events import SendResult
-from gateway.inbound import mark_acted
-from gateway.notifications import ReturnAddress
+from gateway.inbound.files import FileRefused
+from gateway.inbound.journal import mark_acted
+from gateway.words.context import current_session
+from gateway.words.events import SendResult
+from gateway.words.return_address import ReturnAddress
 from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.job_notices import describe_exit
 from tools.jobs import JobError
@@ -34,8 +34,8 @@ from tools.send_message import MessageSender, UnknownTarget
 from tools.terminal import Terminal
 
 if TYPE_CHECKING:
-    from .approval_gate import ApprovalGate
-    from .model_client import ToolCall
+    from agent.approval_gate import ApprovalGate
+    from agent.model_client import ToolCall
 
 log = structlog.get_logger(__name__)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import openai
 import structlog
 
-from gateway.attachments import IncomingFile
-from gateway.config import TranscriptionConfig, secret
+from gateway.config.settings import TranscriptionConfig, secret
+from gateway.inbound.files import IncomingFile
 
 log = structlog.get_logger(__name__)
 

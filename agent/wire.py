@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from .history import NOTICE_MARK, Message, content_text
+from agent.history import NOTICE_MARK, Message, content_text
 
 #: said for the assistant where a turn ended without its answer (cut short, failed)
 NO_ANSWER = "(no answer: that turn was cut short)"

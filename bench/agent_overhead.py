@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.model import ModelAgent  # noqa: E402
 from agent.model_client import ModelClient  # noqa: E402
 from bench.common import TimedAdapter, bench_config, percentiles, quiet  # noqa: E402
-from gateway.daemon import running_gateway  # noqa: E402
-from gateway.route import Route  # noqa: E402
+from gateway.daemon.assembly import running_gateway  # noqa: E402
+from gateway.words.route import Route  # noqa: E402
 
 
 def _serve(port_out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]

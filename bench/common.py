@@ -10,13 +10,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.config import Config, LoggingConfig, parse_config  # noqa: E402
-from gateway.daemon import Gateway  # noqa: E402
-from gateway.events import MessageKind, NoticeInfo, SendResult  # noqa: E402
-from gateway.logs import configure_logging  # noqa: E402
-from gateway.notifications import ReturnAddress  # noqa: E402
-from gateway.platforms.memory import MemoryAdapter  # noqa: E402
-from gateway.route import Route  # noqa: E402
+from gateway.config.settings import Config, LoggingConfig, parse_config  # noqa: E402
+from gateway.daemon.assembly import Gateway  # noqa: E402
+from gateway.telemetry.logs import configure_logging  # noqa: E402
+from gateway.words.events import MessageKind, NoticeInfo, SendResult  # noqa: E402
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route  # noqa: E402
+from tests.memory_platform import MemoryAdapter  # noqa: E402
 
 
 def quiet() -> None:

@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from bench.common import bench_config, percentiles, quiet
-from gateway.daemon import running_gateway
+from gateway.daemon.assembly import running_gateway
 from tests.fakes.discord_server import FakeDiscord
 
 

@@ -28,11 +28,12 @@ from typing import Any
 import psycopg
 
 from bench.common import TimedAdapter, bench_config, forum_topic_addresses, quiet
-from gateway.daemon import running_gateway, settle_memory
-from gateway.migrations import OUTBOX_CHANNEL
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import Outbox
-from gateway.store import SessionStore
+from gateway.daemon.assembly import running_gateway, settle_memory
+from gateway.delivery.notifications import NewNotification
+from gateway.delivery.outbox import Outbox
+from gateway.sessions.store import SessionStore
+from gateway.store.migrations import OUTBOX_CHANNEL
+from gateway.words.return_address import ReturnAddress
 
 DEFAULT_GC = gc.get_threshold()
 #: how long every instance may take to start and listen, and a run to make no progress

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench.common import TimedAdapter, bench_config, forum_topic_addresses, quiet
-from gateway.daemon import running_gateway
+from gateway.daemon.assembly import running_gateway
 
 
 def _threads() -> int:

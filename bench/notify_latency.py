@@ -30,7 +30,7 @@ from bench.common import (
     quiet,
     spread,
 )
-from gateway.daemon import running_gateway
+from gateway.daemon.assembly import running_gateway
 
 
 async def measure(jobs: int, spread: float) -> dict[str, float]:

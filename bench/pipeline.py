@@ -21,12 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.command import CommandAgent  # noqa: E402
-from gateway.config import LoggingConfig, parse_config  # noqa: E402
-from gateway.logs import configure_logging  # noqa: E402
-from gateway.platforms.memory import MemoryAdapter  # noqa: E402
-from gateway.route import Route  # noqa: E402
-from gateway.runner import GatewayRunner  # noqa: E402
-from gateway.store import SessionStore  # noqa: E402
+from gateway.config.settings import LoggingConfig, parse_config  # noqa: E402
+from gateway.messages.runner import GatewayRunner  # noqa: E402
+from gateway.sessions.store import SessionStore  # noqa: E402
+from gateway.telemetry.logs import configure_logging  # noqa: E402
+from gateway.words.route import Route  # noqa: E402
+from tests.memory_platform import MemoryAdapter  # noqa: E402
 
 
 async def measure(sessions: int, per_session: int) -> dict[str, float]:

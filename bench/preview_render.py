@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.formatting import web_html  # noqa: E402
+import gateway.formatting.web_html as web_html  # noqa: E402
 from gateway.formatting.preview import GrowingPreview, preview_markdown  # noqa: E402
 
 SECTION = """\

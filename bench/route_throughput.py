@@ -44,8 +44,8 @@ from bench.common import (
     quiet,
     spread,
 )
-from gateway.daemon import running_gateway, settle_memory
-from gateway.notifications import NewNotification
+from gateway.daemon.assembly import running_gateway, settle_memory
+from gateway.delivery.notifications import NewNotification
 
 DEFAULT_GC = gc.get_threshold()
 

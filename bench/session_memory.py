@@ -16,9 +16,9 @@ import gc
 import tempfile
 
 from bench.common import TimedAdapter, bench_config, load_average, quiet, rss_kb, spread
-from gateway.daemon import running_gateway, settle_memory
-from gateway.events import MessageEvent
-from gateway.route import Route
+from gateway.daemon.assembly import running_gateway, settle_memory
+from gateway.words.events import MessageEvent
+from gateway.words.route import Route
 
 
 async def per_session_kb(sessions: int) -> float:

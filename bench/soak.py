@@ -19,9 +19,9 @@ import tempfile
 import time
 
 from bench.common import TimedAdapter, bench_config, load_average, quiet, rss_kb
-from gateway.daemon import running_gateway
-from gateway.events import MessageEvent
-from gateway.route import Route
+from gateway.daemon.assembly import running_gateway
+from gateway.words.events import MessageEvent
+from gateway.words.route import Route
 
 
 def rss_mb() -> float:

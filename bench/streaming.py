@@ -33,8 +33,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_config, percentiles, quiet  # noqa: E402
-from gateway.daemon import running_gateway  # noqa: E402
-from gateway.platforms.web import WebAdapter  # noqa: E402
+from gateway.daemon.assembly import running_gateway  # noqa: E402
+from gateway.platforms.web.adapter import WebAdapter  # noqa: E402
 
 ANSWER = " ".join(f"word{i}" for i in range(40))
 

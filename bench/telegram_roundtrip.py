@@ -16,9 +16,10 @@ import tempfile
 import time
 
 from bench.common import bench_config, percentiles, quiet
-from gateway.daemon import running_gateway
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.route import Route
+from gateway.daemon.assembly import running_gateway
+from gateway.delivery.notifications import NewNotification
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
 from tests.fakes.telegram_server import FakeTelegram
 
 

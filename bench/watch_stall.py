@@ -19,9 +19,9 @@ import tempfile
 import time
 
 from bench.common import bench_config, percentiles, quiet
-from gateway.daemon import running_gateway
-from gateway.platforms.memory import MemoryAdapter
-from gateway.route import Route
+from gateway.daemon.assembly import running_gateway
+from gateway.words.route import Route
+from tests.memory_platform import MemoryAdapter
 
 CASES = {
     "(a+)+$ backtracking killer": ("(a+)+$", f"for i in $(seq 200); do echo {'a' * 40}b; done"),

@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-BACKEND = {"gateway/database.py", "gateway/migrations.py"}
+BACKEND = {"gateway/store/sqlite.py", "gateway/store/migrations.py"}
 _STATEMENT = re.compile(r"^\s*\(?\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|PRAGMA|BEGIN|"
                         r"COMMIT|ROLLBACK|WITH|DROP)\b")
 _CLAUSE = re.compile(r"\b(FROM|WHERE|SET|VALUES)\b")

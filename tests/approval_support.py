@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .fakes.openai_server import CallTools, ChatRequest, Response, Say
-from .model_support import user_says
+from tests.fakes.openai_server import CallTools, ChatRequest, Response, Say
+from tests.model_support import user_says
 
 
 def dangerous(marker: Path) -> str:

@@ -12,16 +12,15 @@ import aiohttp
 import pytest
 
 from agent.command import CommandAgent
-from gateway.config import Config, parse_config
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms.memory import MemoryAdapter
-from gateway.platforms.web import WebAdapter
-from gateway.runner import GatewayRunner
-from gateway.store import SessionStore
-
-from .daemon_logs import pytest_runtest_makereport  # noqa: F401  (logs of failed tests)
-from .fakes.openai_server import FakeOpenAI
-from .pg_cluster import pg_cluster, pg_fresh_url, pg_url  # noqa: F401  (PostgreSQL fixtures)
+from gateway.config.settings import Config, parse_config
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.messages.runner import GatewayRunner
+from gateway.platforms.web.adapter import WebAdapter
+from gateway.sessions.store import SessionStore
+from tests.daemon_logs import pytest_runtest_makereport  # noqa: F401  (logs of failed tests)
+from tests.fakes.openai_server import FakeOpenAI
+from tests.memory_platform import MemoryAdapter
+from tests.pg_cluster import pg_cluster, pg_fresh_url, pg_url  # noqa: F401  (PostgreSQL fixtures)
 
 # the real client libraries honour proxy variables; tests talk to 127.0.0.1 only
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
@@ -134,7 +133,7 @@ async def model() -> AsyncIterator[FakeOpenAI]:
 async def model_gateway(tmp_path: Path, model: FakeOpenAI
                         ) -> AsyncIterator[tuple[Gateway, str]]:
     """The whole gateway with the model agent on the fake endpoint: (gateway, web URL)."""
-    from .model_support import model_config, web_base
+    from tests.model_support import model_config, web_base
 
     async with running_gateway(model_config(tmp_path / "home", model)) as gw:
         yield gw, web_base(gw)
@@ -154,7 +153,7 @@ def discord_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
 def marker(tmp_path: Path, model: FakeOpenAI) -> Path:
     """The file the approval tests' dangerous command appends to; the model runs it on
     "clean up" (tests/approval_support.py)."""
-    from .approval_support import runner_brain
+    from tests.approval_support import runner_brain
 
     path = tmp_path / "marker"
     model.brain = runner_brain(path)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import psycopg
 
-from .fakes.telegram_server import FakeTelegram, SentRecord
-from .helpers import eventually_async
-from .real_daemon import home_env, start_daemon
+from tests.fakes.telegram_server import FakeTelegram, SentRecord
+from tests.helpers import eventually_async
+from tests.real_daemon import home_env, start_daemon
 
 ALICE, FORUM = 1, -1001
 TOPICS = (42, 17, 5)

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from gateway.database import Database, Op
+from gateway.store.sqlite import Database, Op
 
 
 class SimulatedCrash(BaseException):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from gateway.daemon import Gateway
+    from gateway.daemon.assembly import Gateway
 
 T = TypeVar("T")
 
@@ -93,7 +93,7 @@ class write_lock_held:
         if self.url.startswith("postgresql://"):
             import psycopg  # (only the PostgreSQL tests need it)
 
-            from gateway.pg_database import WRITE_LOCK
+            from gateway.store.postgres import WRITE_LOCK
 
             pg = await psycopg.AsyncConnection.connect(self.url)
             await pg.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from .real_daemon import daemon_settled, start_daemon
+from tests.real_daemon import daemon_settled, start_daemon
 
 CONVERSATION = "inbound-kill"
 

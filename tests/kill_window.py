@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from .real_daemon import cli_json, daemon_settled, start_daemon
+from tests.real_daemon import cli_json, daemon_settled, start_daemon
 
 CONVERSATION = "kill-window"
 

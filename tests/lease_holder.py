@@ -13,9 +13,9 @@ from pathlib import Path
 
 import structlog
 
-from gateway.cluster import Instance, Lease
-from gateway.database import Database
-from gateway.pg_database import PgDatabase
+from gateway.cluster.instances import Instance, Lease
+from gateway.store.postgres import PgDatabase
+from gateway.store.sqlite import Database
 
 
 async def hold(store: str, name: str, lease_seconds: float, lease_name: str) -> None:

@@ -10,13 +10,12 @@ from typing import Any
 from agent.compression import SUMMARY_PROMPT
 from agent.history import NOTICE_MARK
 from agent.model import SUBAGENT_PROMPT
-from gateway.config import Config
-from gateway.daemon import Gateway
-from gateway.platforms.web import WebAdapter
-
-from .conftest import make_config
-from .fakes.openai_server import ChatRequest, FakeOpenAI
-from .test_web import Tab
+from gateway.config.settings import Config
+from gateway.daemon.assembly import Gateway
+from gateway.platforms.web.adapter import WebAdapter
+from tests.conftest import make_config
+from tests.fakes.openai_server import ChatRequest, FakeOpenAI
+from tests.test_web import Tab
 
 
 def model_settings(fake: FakeOpenAI) -> dict[str, object]:

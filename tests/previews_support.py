@@ -9,11 +9,11 @@ from html.parser import HTMLParser
 
 from hypothesis import strategies as st
 
-from gateway.formatting import telegram_html, web_html
+import gateway.formatting.telegram_html as telegram_html
+import gateway.formatting.web_html as web_html
 from gateway.formatting.preview import preview_markdown
 from gateway.platforms.preview import WRITING
-
-from .fakes.telegram_entities import render as telegram_parses
+from tests.fakes.telegram_entities import render as telegram_parses
 
 #: answers as a model writes them: headings, emphasis, lists, links, tables, code
 ANSWERS = [

@@ -12,7 +12,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from .helpers import eventually_async
+from tests.helpers import eventually_async
 
 HOMING = [sys.executable, "-m", "gateway.cli"]
 #: how long a daemon may take to listen: about a second idle, many on a machine whose
@@ -97,7 +97,8 @@ def _nothing_left(db: Path) -> bool:
         (open_work,) = conn.execute(
             "SELECT (SELECT COUNT(*) FROM jobs WHERE state = 'running')"
             " + (SELECT COUNT(*) FROM notifications WHERE state IN ('pending', 'claimed'))"
-            # a journaled message is open until it is handled or skipped (gateway/inbound.py)
+            # a journaled message is open until it is handled or skipped
+            # (gateway/inbound/journal.py)
             " + (SELECT COUNT(*) FROM inbound WHERE state NOT IN ('handled', 'skipped'))"
         ).fetchone()
     return open_work == 0

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.approval_rules import MAX_READ_CHARS, TEXT_RULES, ApprovalPolicy
-from tools.inline_code import effects
-
-from .real_daemon import home_env, run_cli
+from gateway.approvals.inline_code import effects
+from gateway.approvals.rules import MAX_READ_CHARS, TEXT_RULES, ApprovalPolicy
+from tests.real_daemon import home_env, run_cli
 
 DANGEROUS = {
     # recursive deletes of a broad path, as written and respelt

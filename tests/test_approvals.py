@@ -9,13 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.daemon import running_gateway
-
-from .approval_support import dangerous, runner_brain, runs
-from .fakes.openai_server import CallTools, ChatRequest, FakeOpenAI, Response, Say
-from .helpers import eventually, eventually_async, write_lock_held
-from .model_support import is_notice, is_subagent, model_config, web_base
-from .test_web import Tab, open_tab
+from gateway.daemon.assembly import running_gateway
+from tests.approval_support import dangerous, runner_brain, runs
+from tests.fakes.openai_server import CallTools, ChatRequest, FakeOpenAI, Response, Say
+from tests.helpers import eventually, eventually_async, write_lock_held
+from tests.model_support import is_notice, is_subagent, model_config, web_base
+from tests.test_web import Tab, open_tab
 
 
 async def next_of(tab: Tab, kind: str, timeout: float = 10) -> dict[str, Any]:
@@ -148,7 +147,7 @@ async def test_a_pending_approval_is_shown_to_a_tab_that_opens_later(
 
 async def test_kill_9_with_an_approval_pending_then_approve_runs_it_once_as_a_job(
         tmp_path: Path, model: FakeOpenAI, http) -> None:
-    from .real_daemon import cli_json, run_cli, start_daemon, web_home
+    from tests.real_daemon import cli_json, run_cli, start_daemon, web_home
 
     marker = tmp_path / "marker"
 

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.config_warnings import config_warnings
-from gateway.daemon import running_gateway
-
-from .conftest import make_config
-from .fakes.telegram_server import TOKEN, FakeTelegram
-from .test_discord import CHANNEL
+from gateway.config.warnings import config_warnings
+from gateway.daemon.assembly import running_gateway
+from tests.conftest import make_config
+from tests.fakes.telegram_server import TOKEN, FakeTelegram
+from tests.test_discord import CHANNEL
 
 DEPLOYERS = 900
 
 
 async def test_a_discord_role_member_is_answered_and_a_stranger_is_not(
         tmp_path: Path, discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
+    from tests.fakes.discord_server import FakeDiscord
 
     async with FakeDiscord() as fake:
         fake.add_channel(CHANNEL, "builds")
@@ -43,7 +42,7 @@ async def test_a_discord_role_member_is_answered_and_a_stranger_is_not(
 
 
 async def test_a_chat_outside_allowed_chats_is_not_served(tmp_path: Path) -> None:
-    from .test_telegram import ALICE, GROUP, OTHER_FORUM, telegram_config
+    from tests.test_telegram import ALICE, GROUP, OTHER_FORUM, telegram_config
 
     async with FakeTelegram() as telegram:
         config = telegram_config(tmp_path / "home", telegram,

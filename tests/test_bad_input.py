@@ -10,15 +10,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.daemon import Gateway, running_gateway
-from gateway.input_checks import MAX_JSON_DEPTH, InputRefused, load_json
-from gateway.platforms.telegram import TelegramAdapter
-
-from .conftest import make_config
-from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, settled
-from .model_support import web_base
-from .test_web import open_tab
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.inbound.checks import MAX_JSON_DEPTH, InputRefused, load_json
+from gateway.platforms.telegram.adapter import TelegramAdapter
+from tests.conftest import make_config
+from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import eventually, settled
+from tests.model_support import web_base
+from tests.test_web import open_tab
 
 NESTED = "[" * 1000 + "]" * 1000
 LONG_NUMBER = "1" * 5000

@@ -20,12 +20,11 @@ from urllib.parse import urlencode
 import pytest
 import pytest_asyncio
 
-from gateway.daemon import Gateway, running_gateway
-
-from .conftest import make_config
-from .fakes.media import png
-from .helpers import eventually
-from .model_support import web_base
+from gateway.daemon.assembly import Gateway, running_gateway
+from tests.conftest import make_config
+from tests.fakes.media import png
+from tests.helpers import eventually
+from tests.model_support import web_base
 
 CHROMIUM = os.environ.get("HOMING_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -194,8 +193,8 @@ async def test_a_message_typed_while_the_gateway_is_down_waits_and_is_sent_once_
 
 async def test_a_streamed_reply_grows_in_one_bubble_that_the_final_text_replaces(
         tmp_path: Path, browser) -> None:
-    from .fakes.openai_server import FakeOpenAI, Say
-    from .model_support import model_config, web_base
+    from tests.fakes.openai_server import FakeOpenAI, Say
+    from tests.model_support import model_config, web_base
 
     expect.set_options(timeout=10_000)
     answer = " ".join(f"piece{i}" for i in range(30))
@@ -220,9 +219,9 @@ async def test_a_streamed_reply_grows_in_one_bubble_that_the_final_text_replaces
 
 async def test_a_streamed_reply_is_formatted_in_its_bubble_while_it_is_written(
         tmp_path: Path, browser, artifacts: Path) -> None:
-    from .fakes.openai_server import FakeOpenAI, Say
-    from .model_support import model_config
-    from .previews_support import ANSWERS
+    from tests.fakes.openai_server import FakeOpenAI, Say
+    from tests.model_support import model_config
+    from tests.previews_support import ANSWERS
 
     expect.set_options(timeout=20_000)
     answer = ANSWERS[1]  # a heading, bold, a list, a quote, a table, a code block
@@ -266,8 +265,8 @@ MARKDOWN = ("**bold** and `inline`, see [the docs](https://example.invalid/docs)
 
 async def test_markdown_renders_with_a_copy_button_on_code_and_injected_html_never_runs(
         tmp_path: Path, browser, artifacts: Path) -> None:
-    from .fakes.openai_server import FakeOpenAI, Say
-    from .model_support import model_config
+    from tests.fakes.openai_server import FakeOpenAI, Say
+    from tests.model_support import model_config
 
     expect.set_options(timeout=10_000)
     async with FakeOpenAI(lambda req: Say(MARKDOWN)) as model, \
@@ -530,8 +529,8 @@ async def sidebar_says(page, conversation: str, text: str | re.Pattern[str]) -> 
 
 async def test_the_sidebar_shows_plain_words_and_a_command_never_titles_a_conversation(
         tmp_path: Path, browser, artifacts: Path) -> None:
-    from .fakes.openai_server import FakeOpenAI, Say
-    from .model_support import model_config
+    from tests.fakes.openai_server import FakeOpenAI, Say
+    from tests.model_support import model_config
 
     expect.set_options(timeout=10_000)
     answer = "## Deploy plan\n\n**Approval needed** (a2293e5d): run `make deploy`"
@@ -633,8 +632,8 @@ async def test_the_gateways_lines_read_as_messages_and_new_keeps_its_ids_under_d
 
 async def test_a_code_block_names_its_language_and_one_without_has_copy_in_its_corner(
         tmp_path: Path, browser, artifacts: Path) -> None:
-    from .fakes.openai_server import FakeOpenAI, Say
-    from .model_support import model_config
+    from tests.fakes.openai_server import FakeOpenAI, Say
+    from tests.model_support import model_config
 
     expect.set_options(timeout=10_000)
     answer = "Two blocks:\n\n```python\nprint('hi')\n```\n\n```\nplain output\n```"
@@ -726,8 +725,8 @@ async def test_the_keys_enter_sends_shift_enter_breaks_the_line_and_up_recalls_t
 
 async def test_escape_stops_a_reply_as_it_is_written(tmp_path: Path, browser,
                                                      artifacts: Path) -> None:
-    from .fakes.openai_server import FakeOpenAI, Say
-    from .model_support import model_config
+    from tests.fakes.openai_server import FakeOpenAI, Say
+    from tests.model_support import model_config
 
     expect.set_options(timeout=15_000)
     answer = " ".join(f"piece{i}" for i in range(400))

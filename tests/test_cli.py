@@ -10,10 +10,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from .helpers import eventually, running_command
-from .real_daemon import HOMING, run_cli, web_home  # noqa: F401 - used by other tests
-from .real_daemon import home_env as _env
-from .real_daemon import listening_url as _listening_url
+from tests.helpers import eventually, running_command
+from tests.real_daemon import HOMING, run_cli, web_home  # noqa: F401 - used by other tests
+from tests.real_daemon import home_env as _env
+from tests.real_daemon import listening_url as _listening_url
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
@@ -59,12 +59,12 @@ async def test_an_enabled_platform_without_a_token_is_refused_by_name(tmp_path: 
 
 
 async def test_parked_notifications_are_listed_with_their_reason(tmp_path: Path) -> None:
-    from gateway.daemon import running_gateway
-    from gateway.notifications import NewNotification, ReturnAddress
-    from gateway.route import Route
-
-    from .conftest import make_config
-    from .helpers import eventually_async
+    from gateway.daemon.assembly import running_gateway
+    from gateway.delivery.notifications import NewNotification
+    from gateway.words.return_address import ReturnAddress
+    from gateway.words.route import Route
+    from tests.conftest import make_config
+    from tests.helpers import eventually_async
 
     home = tmp_path / "home"
     async with running_gateway(make_config(home)) as gw:
@@ -89,7 +89,7 @@ async def test_parked_notifications_are_listed_with_their_reason(tmp_path: Path)
 
 
 async def test_status_works_whether_or_not_the_daemon_runs(tmp_path: Path) -> None:
-    from .helpers import eventually_async
+    from tests.helpers import eventually_async
 
     env = web_home(tmp_path / "home")
     code, out, _ = await run_cli("status", env=env)
@@ -121,7 +121,7 @@ async def test_status_works_whether_or_not_the_daemon_runs(tmp_path: Path) -> No
 
 
 async def test_a_configured_token_appears_nowhere_in_the_logs(tmp_path: Path) -> None:
-    from .fakes.telegram_server import FakeTelegram
+    from tests.fakes.telegram_server import FakeTelegram
 
     async with FakeTelegram(token="424242:SECRET-token-value-0123456789abcd") as fake:
         home = tmp_path / "home"

@@ -7,14 +7,13 @@ import json
 import os
 from pathlib import Path
 
-from gateway.daemon import running_gateway
-from gateway.notifications import ReturnAddress
-from gateway.route import Route
+from gateway.daemon.assembly import running_gateway
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.helpers import eventually_async
+from tests.real_daemon import HOMING, home_env, listening_url, run_cli, web_home
 from tools.job_record import JobRecord
-
-from .conftest import make_config
-from .helpers import eventually_async
-from .real_daemon import HOMING, home_env, listening_url, run_cli, web_home
 
 
 async def test_version_is_printed(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Instances and leases (gateway/cluster.py) on both stores: SQLite in a temp dir and a
+"""Instances and leases (gateway/cluster/instances.py) on both stores: SQLite in a temp dir and a
 database of the test's own on the throwaway PostgreSQL cluster.
 
 A death is a crash in the same process (the renewing and watching tasks end where they
@@ -19,14 +19,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.cluster import Instance, Lease
-from gateway.cluster_store import ACQUIRE, dead_instances, list_instances
-from gateway.config import ConfigError, default_instance_name, parse_config
-from gateway.database import Database
-from gateway.pg_database import PgDatabase
-
-from .helpers import eventually, eventually_async, write_lock_held
-from .real_daemon import run_cli, web_home
+from gateway.cluster.instances import Instance, Lease
+from gateway.cluster.rows import ACQUIRE, dead_instances, list_instances
+from gateway.config.settings import ConfigError, default_instance_name, parse_config
+from gateway.store.postgres import PgDatabase
+from gateway.store.sqlite import Database
+from tests.helpers import eventually, eventually_async, write_lock_held
+from tests.real_daemon import run_cli, web_home
 
 #: seconds, renewed every 0.5: for an instance that is to die or be cut off, but not
 #: before the test has seen it live (a loaded machine stalls a process for a second)
@@ -288,7 +287,7 @@ async def test_the_acquiring_statement_alone_keeps_one_holder_off_the_write_lock
         pg_fresh_url: str) -> None:
     """Renewal is meant to leave the cluster-wide write lock (docs/postgres-plan.md): the
     upsert must then be the whole guard, on connections racing at the server."""
-    from gateway.pg_database import translate
+    from gateway.store.postgres import translate
 
     cluster = Cluster(pg_fresh_url)
     try:

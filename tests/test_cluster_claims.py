@@ -9,20 +9,20 @@ A live instance's claims are left alone.
 
 from __future__ import annotations
 
-from gateway.cluster import Instance
-from gateway.lives import claimer_name
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import Outbox
-from gateway.route import Route
-from gateway.store import SessionStore
-
-from .helpers import eventually_async
-from .test_cluster import LEASE, crash
+from gateway.cluster.instances import Instance
+from gateway.cluster.lives import claimer_name
+from gateway.delivery.notifications import NewNotification
+from gateway.delivery.outbox import Outbox
+from gateway.sessions.store import SessionStore
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.helpers import eventually_async
+from tests.test_cluster import LEASE, crash
 
 
 async def notices(store: SessionStore, count: int) -> Outbox:
     """One notice into each of ``count`` topics (on a shared store one conversation's
-    notices are claimed by one claimer at a time: gateway/affinity.py)."""
+    notices are claimed by one claimer at a time: gateway/delivery/affinity.py)."""
     outbox = Outbox(store.db)
     made = []
     for n in range(count):

@@ -4,10 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
-from gateway.config import ConfigError, find_config_file, load_config, secret
-
-from .fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
+from gateway.cli.main import main
+from gateway.config.settings import ConfigError, find_config_file, load_config, secret
+from tests.fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
 
 
 def write(path: Path, text: str) -> Path:
@@ -145,7 +144,7 @@ def _dotted_fields(model: type, prefix: str = "") -> list[str]:
 def test_the_example_documents_every_option() -> None:
     import yaml
 
-    from gateway.config import Config
+    from gateway.config.settings import Config
 
     example = yaml.safe_load((Path(__file__).parent.parent / "config.example.yaml").read_text())
 
@@ -184,7 +183,7 @@ def test_reading_commands_never_create_a_state_database(
 
 
 def test_tokens_and_keys_never_show_in_the_config_objects() -> None:
-    from gateway.config import parse_config
+    from gateway.config.settings import parse_config
 
     token = "123456789:AAH-SECRET-and-thirty-five-charact"
     config = parse_config({"platforms": {"telegram": {"enabled": True, "token": token}},

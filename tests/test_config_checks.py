@@ -16,13 +16,12 @@ from typing import Any, Union, get_args, get_origin
 import pytest
 from pydantic import BaseModel
 
-from gateway import home_check
-from gateway.cli import main
-from gateway.config import Config, ConfigError, load_config, parse_config, secret
-
-from .fakes.discord_server import TOKEN as DISCORD_TOKEN
-from .fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
-from .real_daemon import HOMING, web_home
+import gateway.config.home_check as home_check
+from gateway.cli.main import main
+from gateway.config.settings import Config, ConfigError, load_config, parse_config, secret
+from tests.fakes.discord_server import TOKEN as DISCORD_TOKEN
+from tests.fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
+from tests.real_daemon import HOMING, web_home
 
 
 @pytest.fixture(autouse=True)
@@ -395,8 +394,7 @@ def test_a_file_over_1_mb_is_refused_before_it_is_parsed(
 
 
 def test_a_file_at_the_limit_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway import config_file
-
+    import gateway.config.file as config_file
     text = "platforms: {web: {port: 7}}\n"
     monkeypatch.setattr(config_file, "MAX_CONFIG_BYTES", len(text))
     assert load_config(write(tmp_path / "c.yaml", text), {}).platforms.web.port == 7

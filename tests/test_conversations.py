@@ -7,11 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gateway.daemon import running_gateway
-
-from .fakes.openai_server import FakeOpenAI, Say
-from .model_support import model_config, web_base
-from .test_web import Tab, open_tab
+from gateway.daemon.assembly import running_gateway
+from tests.fakes.openai_server import FakeOpenAI, Say
+from tests.model_support import model_config, web_base
+from tests.test_web import Tab, open_tab
 
 
 async def frames_until(tab: Tab, done: Any, limit: int = 20) -> list[dict[str, Any]]:

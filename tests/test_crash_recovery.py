@@ -14,11 +14,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from .fakes.openai_server import CallTools, FakeOpenAI, Hang, Say
-from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, eventually_async, running_command
-from .kill_window import kill_window_rounds
-from .real_daemon import (
+from tests.fakes.openai_server import CallTools, FakeOpenAI, Hang, Say
+from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import eventually, eventually_async, running_command
+from tests.kill_window import kill_window_rounds
+from tests.real_daemon import (
     cli_json,
     daemon_settled,
     kill_leftover_jobs,
@@ -26,8 +26,8 @@ from .real_daemon import (
     start_daemon,
     web_home,
 )
-from .test_telegram import ALICE, daemon_env
-from .test_web import open_tab
+from tests.test_telegram import ALICE, daemon_env
+from tests.test_web import open_tab
 
 
 async def test_a_job_finishing_across_a_kill_9_is_reported_once_in_its_conversation(

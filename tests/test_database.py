@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from gateway.database import MAX_BATCH, Database, StoreClosed
-from gateway.migrations import MIGRATIONS
-
-from .helpers import eventually
+from gateway.store.migrations import MIGRATIONS
+from gateway.store.sqlite import MAX_BATCH, Database, StoreClosed
+from tests.helpers import eventually
 
 INSERT = ("INSERT INTO sessions (id, session_key, platform, route, created_at, last_active_at) "
           "VALUES (?, ?, 'web', '{}', 0, 0)")

@@ -9,13 +9,12 @@ from pathlib import Path
 import discord
 import pytest
 
-from gateway.config import Config
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms.discord import DiscordAdapter
-
-from .conftest import make_config
-from .fakes.discord_server import FakeDiscord, SentRecord
-from .helpers import eventually, eventually_async, running_command, settled
+from gateway.config.settings import Config
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.platforms.discord.adapter import DiscordAdapter
+from tests.conftest import make_config
+from tests.fakes.discord_server import FakeDiscord, SentRecord
+from tests.helpers import eventually, eventually_async, running_command, settled
 
 CHANNEL, THREAD_A, THREAD_B, DM = 500, 601, 602, 700
 ALICE = 1

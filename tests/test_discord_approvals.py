@@ -17,18 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import Config
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms.discord import DiscordAdapter
-
-from . import test_discord as discord_tests
-from .approval_support import dangerous, runs
-from .conftest import make_config
-from .fakes.discord_server import FakeDiscord, InteractionResponseRecord, SentRecord
-from .fakes.openai_server import CallTools, FakeOpenAI, Say
-from .helpers import eventually
-from .model_support import model_settings
-from .test_discord import ALICE, CHANNEL, THREAD_A
+import tests.test_discord as discord_tests
+from gateway.config.settings import Config
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.platforms.discord.adapter import DiscordAdapter
+from tests.approval_support import dangerous, runs
+from tests.conftest import make_config
+from tests.fakes.discord_server import FakeDiscord, InteractionResponseRecord, SentRecord
+from tests.fakes.openai_server import CallTools, FakeOpenAI, Say
+from tests.helpers import eventually
+from tests.model_support import model_settings
+from tests.test_discord import ALICE, CHANNEL, THREAD_A
 
 fake = discord_tests.fake  # the fixture: the fake Discord with its channel and threads
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from .fakes.discord_guild import VIEW_CHANNEL
-from .fakes.discord_server import FakeDiscord
-from .fakes.telegram_server import FakeTelegram
-from .real_daemon import home_env, run_cli
+from tests.fakes.discord_guild import VIEW_CHANNEL
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.telegram_server import FakeTelegram
+from tests.real_daemon import home_env, run_cli
 
 FORUM = -1001234567890
 GROUP = -1009876543210
@@ -106,7 +106,7 @@ async def test_a_good_setup_passes_before_and_after_the_state_database_exists(
     assert line_of(lines, "environment file").endswith(
         "(0600) defines DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN")
 
-    from gateway.store import SessionStore
+    from gateway.sessions.store import SessionStore
 
     async with SessionStore(Path(env["HOMING_HOME"]) / "state.db"):
         pass  # made and migrated, as at the daemon's first start
@@ -218,7 +218,7 @@ async def test_a_missing_message_content_intent_fails(tmp_path: Path,
 
 async def test_a_home_channel_the_bot_cannot_see_or_post_in_fails(
         tmp_path: Path, discord: FakeDiscord) -> None:
-    from .fakes.discord_guild import READ_MESSAGE_HISTORY, SEND_MESSAGES
+    from tests.fakes.discord_guild import READ_MESSAGE_HISTORY, SEND_MESSAGES
 
     discord.add_channel(222, name="hidden")
     discord.add_channel(333, name="quiet")
@@ -257,7 +257,7 @@ async def test_a_damaged_state_database_fails_with_what_to_do(tmp_path: Path) ->
 
 async def test_state_and_secrets_others_can_read_fail(tmp_path: Path,
                                                       telegram: FakeTelegram) -> None:
-    from gateway.store import SessionStore
+    from gateway.sessions.store import SessionStore
 
     home = tmp_path / "home"
     env = write_home(home, telegram=telegram)
@@ -378,8 +378,8 @@ async def test_a_postgresql_store_is_checked_where_it_is(tmp_path: Path,
                                                           pg_fresh_url: str) -> None:
     import psycopg
 
-    from gateway.migrations import MIGRATIONS
-    from gateway.store import SessionStore
+    from gateway.sessions.store import SessionStore
+    from gateway.store.migrations import MIGRATIONS
 
     env = write_home(tmp_path / "home")
     config_file = tmp_path / "home" / "config.yaml"

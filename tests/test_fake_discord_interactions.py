@@ -8,7 +8,7 @@ import aiohttp
 import discord
 import pytest
 
-from tests import test_fake_discord_server as server_tests
+import tests.test_fake_discord_server as server_tests
 from tests.fakes.discord_server import FakeDiscord, InteractionResponseRecord
 from tests.helpers import eventually
 from tests.test_fake_discord_server import CHANNEL, DM, ROLE, THREAD, Recorder, running

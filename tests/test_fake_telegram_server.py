@@ -215,7 +215,7 @@ async def test_a_second_poller_is_a_conflict_in_the_bot_apis_words(bot: Bot,
 async def test_a_newer_poll_ends_one_still_waiting_with_a_conflict(
         bot: Bot, fake: FakeTelegram) -> None:
     """Two processes polling one token: Telegram ends the waiting poll with 409."""
-    from .helpers import eventually
+    from tests.helpers import eventually
 
     waiting = asyncio.ensure_future(bot.get_updates(timeout=5, read_timeout=10))
     await eventually(lambda: fake.polls >= 1, what="the first poll waiting")

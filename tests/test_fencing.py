@@ -20,24 +20,23 @@ from pathlib import Path
 
 import pytest
 
-from gateway.approval_records import ApprovalRecord
-from gateway.auth import offer_pairing
-from gateway.cluster import Instance
-from gateway.cluster_store import dead_instances
-from gateway.context import SessionContext, session_context
-from gateway.daemon import Gateway, running_gateway
-from gateway.events import MessageEvent, MessageKind, SendResult
-from gateway.inbound import Inbound
-from gateway.lives import LifeOver, claimer_name, may_always_act
-from gateway.notifications import ReturnAddress
-from gateway.platforms.memory import MemoryAdapter
-from gateway.route import Route
-from gateway.signs_of_life import HeldLive, signs_of_life
-from tools.approval_rules import Need
-
-from .conftest import make_config
-from .helpers import eventually, write_lock_held
-from .test_schedules import CHAT, START, Clock, runs, say, schedule_config, schedule_id, settle
+from gateway.approvals.rules import Need
+from gateway.cluster.instances import Instance
+from gateway.cluster.lives import LifeOver, claimer_name, may_always_act
+from gateway.cluster.rows import dead_instances
+from gateway.contract.approval import ApprovalRecord
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.inbound.journal import Inbound
+from gateway.messages.auth import offer_pairing
+from gateway.messages.signs_of_life import HeldLive, signs_of_life
+from gateway.words.context import SessionContext, session_context
+from gateway.words.events import MessageEvent, MessageKind, SendResult
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.helpers import eventually, write_lock_held
+from tests.memory_platform import MemoryAdapter
+from tests.test_schedules import CHAT, START, Clock, runs, say, schedule_config, schedule_id, settle
 
 TOPIC = Route("memory", "group", "-100", thread_id="42", user_id="1")
 KEY = "agent:main:memory:group:-100:42"

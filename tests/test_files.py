@@ -7,13 +7,12 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.daemon import running_gateway
-
-from .conftest import make_config
-from .fakes.media import png
-from .fakes.openai_server import Say
-from .model_support import model_config, web_base
-from .test_web import open_tab
+from gateway.daemon.assembly import running_gateway
+from tests.conftest import make_config
+from tests.fakes.media import png
+from tests.fakes.openai_server import Say
+from tests.model_support import model_config, web_base
+from tests.test_web import open_tab
 
 
 def _form(name: str, data: bytes, text: str | None = None) -> aiohttp.FormData:
@@ -88,8 +87,8 @@ async def test_the_model_is_told_the_files_name_type_size_and_path(tmp_path: Pat
 
 async def test_a_photo_and_a_document_in_topic_42_are_saved_for_the_turn(
         tmp_path: Path) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, telegram_config
 
     topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,
                  is_topic_message=True)
@@ -110,8 +109,8 @@ async def test_a_photo_and_a_document_in_topic_42_are_saved_for_the_turn(
 
 async def test_a_file_too_large_for_the_bot_api_is_refused_with_a_message(
         tmp_path: Path) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import ALICE, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import ALICE, telegram_config
 
     async with FakeTelegram() as telegram:
         async with running_gateway(telegram_config(tmp_path / "home", telegram)) as gw:
@@ -126,8 +125,8 @@ async def test_a_file_too_large_for_the_bot_api_is_refused_with_a_message(
 
 async def test_a_discord_attachment_in_a_thread_is_saved_for_the_turn(
         tmp_path: Path, discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .test_discord import CHANNEL, THREAD_A
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.test_discord import CHANNEL, THREAD_A
 
     async with FakeDiscord() as fake:
         fake.add_channel(CHANNEL, "builds")
@@ -150,8 +149,8 @@ async def test_a_discord_attachment_in_a_thread_is_saved_for_the_turn(
 
 async def test_send_posts_a_file_in_topic_42_and_refuses_one_outside_the_roots(
         tmp_path: Path) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, telegram_config
 
     root = tmp_path / "out"
     root.mkdir()
@@ -187,7 +186,7 @@ async def test_send_posts_a_file_in_topic_42_and_refuses_one_outside_the_roots(
 
 
 async def test_the_model_posts_a_file_with_send_file(tmp_path: Path, model, http) -> None:
-    from .fakes.openai_server import CallTools, ChatRequest, Response
+    from tests.fakes.openai_server import CallTools, ChatRequest, Response
 
     files = tmp_path / "home" / "files"
 
@@ -217,8 +216,8 @@ async def test_the_model_posts_a_file_with_send_file(tmp_path: Path, model, http
 
 async def test_send_posts_a_file_into_a_discord_thread(tmp_path: Path,
                                                         discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .test_discord import CHANNEL, THREAD_A
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.test_discord import CHANNEL, THREAD_A
 
     root = tmp_path / "out"
     root.mkdir()
@@ -288,9 +287,9 @@ async def test_without_vision_an_image_is_a_file_the_model_is_told_of(
 
 async def test_a_voice_note_is_transcribed_for_the_model_in_its_topic(tmp_path: Path,
                                                                       model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .model_support import model_settings
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.model_support import model_settings
+    from tests.test_telegram import FORUM, telegram_config
 
     model.transcribe = lambda data: "deploy the staging box" if data == b"OggS-voice" else "?"
     model.brain = lambda req: Say("on it")
@@ -312,8 +311,8 @@ async def test_a_voice_note_is_transcribed_for_the_model_in_its_topic(tmp_path: 
 
 async def test_a_jobs_artifact_is_posted_with_its_completion_notice(tmp_path: Path, model,
                                                                     http) -> None:
-    from .fakes.openai_server import CallTools, ChatRequest, Response
-    from .model_support import is_notice
+    from tests.fakes.openai_server import CallTools, ChatRequest, Response
+    from tests.model_support import is_notice
 
     out = tmp_path / "out"
     out.mkdir()
@@ -358,7 +357,7 @@ async def test_another_conversations_files_cannot_be_sent(tmp_path: Path, http) 
 
 
 def test_names_keep_their_extension_and_stay_short() -> None:
-    from gateway.attachments import IncomingFile, safe_name
+    from gateway.inbound.files import IncomingFile, safe_name
 
     def named(name: str) -> str:
         return safe_name(IncomingFile("upload", name, None, None, ""))
@@ -371,7 +370,7 @@ def test_names_keep_their_extension_and_stay_short() -> None:
 async def test_two_saves_of_one_name_at_once_keep_both(tmp_path: Path) -> None:
     import asyncio
 
-    from gateway.attachments import IncomingFile, save
+    from gateway.inbound.files import IncomingFile, save
 
     async def chunks(data: bytes):  # noqa: ANN202
         for _ in range(50):

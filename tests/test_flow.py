@@ -87,7 +87,7 @@ def test_the_room_a_chat_has_left_is_what_its_limits_and_the_platform_leave() ->
 def test_discord_answers_to_posts_say_how_much_the_channel_takes() -> None:
     from yarl import URL
 
-    from gateway.platforms.discord_routes import rate_limit_report
+    from gateway.platforms.discord.routes import rate_limit_report
 
     post = URL("http://127.0.0.1:1/api/v10/channels/500/messages")
     headers = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset-After": "2.5"}

@@ -12,16 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.daemon import running_gateway
-from gateway.formatting import discord_text, telegram_html, web_html
+import gateway.formatting.discord_text as discord_text
+import gateway.formatting.telegram_html as telegram_html
+import gateway.formatting.web_html as web_html
+from gateway.daemon.assembly import running_gateway
 from gateway.formatting.markdown import plain_text
 from gateway.formatting.preview import GrowingPreview, preview_markdown, status_markdown
-from gateway.splitter import utf16_len
-
-from .fakes.openai_server import Say
-from .helpers import eventually
-from .model_support import model_config, model_settings, web_base
-from .previews_support import (
+from gateway.formatting.splitter import utf16_len
+from tests.fakes.openai_server import Say
+from tests.helpers import eventually
+from tests.model_support import model_config, model_settings, web_base
+from tests.previews_support import (
     ANSWERS,
     GENERATED_ANSWERS,
     page_sees,
@@ -31,7 +32,7 @@ from .previews_support import (
     web_preview,
     words_of,
 )
-from .test_web import open_tab
+from tests.test_web import open_tab
 
 RICH = """\
 # Build report
@@ -263,8 +264,8 @@ def test_plain_text_is_the_words_a_person_reads_without_the_marks() -> None:
 # ---------------------------------------------------------------------- platforms
 
 async def test_telegram_gets_the_answer_as_html_in_its_topic(tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, telegram_config
 
     model.brain = lambda req: Say(RICH)
     async with FakeTelegram() as telegram:
@@ -280,8 +281,8 @@ async def test_telegram_gets_the_answer_as_html_in_its_topic(tmp_path: Path, mod
 
 async def test_html_telegram_cannot_parse_is_sent_again_as_plain_text_once(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, telegram_config
 
     model.brain = lambda req: Say("**bold** claim")
     async with FakeTelegram() as telegram:
@@ -302,8 +303,8 @@ async def test_html_telegram_cannot_parse_is_sent_again_as_plain_text_once(
 
 async def test_discord_sends_tables_as_code_and_pings_nobody(tmp_path: Path, model,
                                                               discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .test_discord import CHANNEL, THREAD_A
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.test_discord import CHANNEL, THREAD_A
 
     model.brain = lambda req: Say("@everyone look:\n\n| a | b |\n|---|---|\n| 1 | 2 |")
     async with FakeDiscord() as fake:
@@ -337,8 +338,8 @@ async def test_web_frames_carry_safe_html_and_the_time(tmp_path: Path, model, ht
 
 async def test_a_10000_character_answer_arrives_as_parts_telegram_parses(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, telegram_config
 
     section = ("## Step {n}\n\nThe **build** of *module {n}* ran `make all` with "
                "[its log](https://ci.example/{n}) & <no> surprises:\n\n"

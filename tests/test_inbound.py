@@ -13,18 +13,17 @@ from pathlib import Path
 import aiohttp
 import structlog
 
-from gateway.daemon import running_gateway
-from gateway.events import MessageEvent, SendResult
-from gateway.inbound import acted_ops, handling
-from gateway.platforms.memory import MemoryAdapter
-from gateway.route import Route
-
-from .conftest import make_config
-from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, eventually_async, running_command, settled
-from .real_daemon import daemon_settled, start_daemon, web_home
-from .test_telegram import ALICE, daemon_env
-from .test_web import open_tab
+from gateway.daemon.assembly import running_gateway
+from gateway.inbound.journal import acted_ops, handling
+from gateway.words.events import MessageEvent, SendResult
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import eventually, eventually_async, running_command, settled
+from tests.memory_platform import MemoryAdapter
+from tests.real_daemon import daemon_settled, start_daemon, web_home
+from tests.test_telegram import ALICE, daemon_env
+from tests.test_web import open_tab
 
 CHAT = Route("memory", "dm", "1", user_id="1")
 
@@ -222,7 +221,7 @@ async def test_a_web_message_typed_long_ago_is_not_run_and_answers_carry_a_key(
 
 async def test_web_messages_sent_around_kill_9_are_lost_never_and_doubled_never(
         tmp_path: Path) -> None:
-    from .inbound_kill import kill_rounds
+    from tests.inbound_kill import kill_rounds
 
     tally = await kill_rounds(web_home(tmp_path / "home"), rounds=8, seed=3)
     assert tally.lost == 0 and tally.doubled == 0 and tally.shown_twice == 0, tally
@@ -275,8 +274,8 @@ async def test_telegram_updates_handed_out_before_a_kill_9_are_each_answered_onc
 
 async def test_discord_messages_posted_while_stopped_are_handled_after_the_start(
         tmp_path: Path, discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .test_discord import CHANNEL, THREAD_A, discord_config
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.test_discord import CHANNEL, THREAD_A, discord_config
 
     async with FakeDiscord() as fake:
         fake.add_channel(CHANNEL, "builds")
@@ -311,8 +310,8 @@ async def test_discord_messages_posted_while_stopped_are_handled_after_the_start
 
 async def test_a_discord_notice_sent_again_after_a_crash_is_posted_once(
         tmp_path: Path, discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .test_discord import CHANNEL, discord_config
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.test_discord import CHANNEL, discord_config
 
     async with FakeDiscord() as fake:
         fake.add_channel(CHANNEL, "builds")
@@ -374,10 +373,10 @@ async def test_restart_and_back_online_are_in_the_transcript_and_delegations_fin
 
 async def test_a_kill_9_mid_turn_on_discord_neither_loses_nor_repeats_the_message(
         tmp_path: Path, discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .real_daemon import home_env
-    from .test_discord import ALICE as DISCORD_USER
-    from .test_discord import CHANNEL
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.real_daemon import home_env
+    from tests.test_discord import ALICE as DISCORD_USER
+    from tests.test_discord import CHANNEL
 
     async with FakeDiscord() as fake:
         fake.add_channel(CHANNEL, "builds")

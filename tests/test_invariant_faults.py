@@ -20,19 +20,20 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway import router as router_module
-from gateway.config import Config
-from gateway.daemon import Gateway, running_gateway
-from gateway.notifications import NewNotification, Notification, ReturnAddress
-from gateway.platforms.memory import MemoryAdapter, SentMessage
-from gateway.platforms.web import WebAdapter
-from gateway.route import Route
-from tools import job_output, job_process
-
-from .conftest import make_config
-from .faults import CrashPoint, Gate, crash_on_write, inserts_notice
-from .helpers import eventually, eventually_async
-from .test_web import open_tab
+import gateway.delivery.router as router_module
+import tools.job_output as job_output
+import tools.job_process as job_process
+from gateway.config.settings import Config
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.delivery.notifications import NewNotification, Notification
+from gateway.platforms.web.adapter import WebAdapter
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.faults import CrashPoint, Gate, crash_on_write, inserts_notice
+from tests.helpers import eventually, eventually_async
+from tests.memory_platform import MemoryAdapter, SentMessage
+from tests.test_web import open_tab
 
 CHAT = Route("memory", "dm", "1", user_id="1")
 KEY = "agent:main:memory:dm:1"

@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from gateway.daemon import Gateway, running_gateway
-from gateway.notifications import ReturnAddress
-from gateway.platforms.memory import MemoryAdapter, SentMessage
-from gateway.route import Route
-from tools import job_kill, job_process
+import tools.job_kill as job_kill
+import tools.job_process as job_process
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.helpers import eventually, eventually_async
+from tests.memory_platform import MemoryAdapter, SentMessage
 from tools.job_notices import completion_text
 from tools.job_record import JobRecord
-
-from .conftest import make_config
-from .helpers import eventually, eventually_async
 
 CHAT = Route("memory", "dm", "1", user_id="1")
 OTHER = Route("memory", "dm", "2", user_id="2")

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway.daemon import Gateway, running_gateway
-from gateway.events import SendResult
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.platforms.memory import MemoryAdapter, SentMessage
-from gateway.route import Route
-
-from .conftest import make_config
-from .helpers import eventually, eventually_async, settled
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.delivery.notifications import NewNotification
+from gateway.words.events import SendResult
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.helpers import eventually, eventually_async, settled
+from tests.memory_platform import MemoryAdapter, SentMessage
 
 FORUM = "-1009999"
 
@@ -289,7 +289,7 @@ async def test_a_thread_that_is_gone_parks_the_notice_as_route_gone(gateway) -> 
 
 async def test_a_failed_send_is_retried_not_dropped(
         gateway, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway import router
+    import gateway.delivery.router as router
     from gateway.retry import RetryPolicy
 
     # the outbox's redelivery backoff after the 502, a tenth as long

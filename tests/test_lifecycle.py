@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.daemon import Gateway, running_gateway
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.platforms.memory import MemoryAdapter, SentMessage
-from gateway.route import Route
-
-from .conftest import make_config
-from .helpers import eventually, eventually_async, settled
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.delivery.notifications import NewNotification
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.helpers import eventually, eventually_async, settled
+from tests.memory_platform import MemoryAdapter, SentMessage
 
 A = Route("memory", "dm", "100", user_id="100")
 B = Route("memory", "dm", "200", user_id="200")

@@ -1,4 +1,4 @@
-"""The daemon's one start/stop rule (gateway/lifecycle.py): every part stops taking
+"""The daemon's one start/stop rule (gateway/daemon/lifecycle.py): every part stops taking
 anything new, newest first, before any part drains, and every part drains before any
 lets go; a part that did not start is owed nothing."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.lifecycle import Lifecycle
+from gateway.daemon.lifecycle import Lifecycle
 
 
 def step(said: list[str], what: str):

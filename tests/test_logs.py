@@ -9,11 +9,10 @@ from pathlib import Path
 
 import structlog
 
-from gateway.config import LoggingConfig
-from gateway.logs import configure_logging, flush_logs
-
-from .fakes.discord_server import TOKEN as DISCORD_TOKEN
-from .fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
+from gateway.config.settings import LoggingConfig
+from gateway.telemetry.logs import configure_logging, flush_logs
+from tests.fakes.discord_server import TOKEN as DISCORD_TOKEN
+from tests.fakes.telegram_server import TOKEN as TELEGRAM_TOKEN
 
 
 def test_secrets_are_masked_in_our_lines_and_the_libraries(tmp_path: Path) -> None:
@@ -44,8 +43,8 @@ def test_secrets_are_masked_in_our_lines_and_the_libraries(tmp_path: Path) -> No
 
 
 def test_every_configured_secret_is_masked() -> None:
-    from gateway.config import parse_config
-    from gateway.logs import secrets_of
+    from gateway.config.settings import parse_config
+    from gateway.telemetry.logs import secrets_of
 
     telegram, discord = TELEGRAM_TOKEN, DISCORD_TOKEN
     config = parse_config({
@@ -95,8 +94,7 @@ def test_secrets_with_quotes_backslashes_and_accents_are_masked_everywhere(
 
 def test_the_log_file_rotates_by_the_bytes_written_and_keeps_every_line(
         tmp_path: Path) -> None:
-    from gateway import logs
-
+    import gateway.telemetry.logs as logs
     stream = io.StringIO()
     configure_logging(LoggingConfig(level="info", format="json"), stream,
                       log_dir=tmp_path / "logs")

@@ -9,11 +9,10 @@ import re
 from pathlib import Path
 
 from agent.history import NOTICE_MARK
-from gateway.daemon import running_gateway
-
-from .fakes.openai_server import CallTools, ChatRequest, Fail, FakeOpenAI, Response, Say
-from .helpers import eventually_async
-from .model_support import (
+from gateway.daemon.assembly import running_gateway
+from tests.fakes.openai_server import CallTools, ChatRequest, Fail, FakeOpenAI, Response, Say
+from tests.helpers import eventually_async
+from tests.model_support import (
     is_notice,
     is_subagent,
     is_summary,
@@ -23,7 +22,7 @@ from .model_support import (
     user_says,
     web_base,
 )
-from .test_web import open_tab
+from tests.test_web import open_tab
 
 # --- the way back: a job started by a tool call reports to its own conversation ---------
 
@@ -73,8 +72,8 @@ async def test_a_build_started_by_the_model_reports_to_its_conversation_only(
 
 async def test_the_reply_to_a_notice_goes_under_the_message_that_started_the_work(
         tmp_path: Path, model: FakeOpenAI) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import ALICE, FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import ALICE, FORUM, telegram_config
 
     def brain(req: ChatRequest) -> Response:
         if is_subagent(req):
@@ -253,8 +252,8 @@ async def test_the_history_survives_a_restart(tmp_path: Path, model: FakeOpenAI,
 
 async def test_the_real_daemon_reports_a_model_started_job_after_a_kill_9(
         tmp_path: Path, model: FakeOpenAI, http) -> None:
-    from .test_cli import web_home
-    from .test_crash_recovery import start_daemon
+    from tests.test_cli import web_home
+    from tests.test_crash_recovery import start_daemon
 
     def brain(req: ChatRequest) -> Response:
         if is_notice(req):

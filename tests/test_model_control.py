@@ -8,12 +8,11 @@ import os
 from pathlib import Path
 
 from agent.loop import INTERRUPTED
-from gateway.daemon import running_gateway
-
-from .fakes.openai_server import CallTools, ChatRequest, Hang, Response, Say
-from .helpers import eventually, running_command
-from .model_support import model_config, model_settings, reply_text, user_says, web_base
-from .test_web import open_tab
+from gateway.daemon.assembly import running_gateway
+from tests.fakes.openai_server import CallTools, ChatRequest, Hang, Response, Say
+from tests.helpers import eventually, running_command
+from tests.model_support import model_config, model_settings, reply_text, user_says, web_base
+from tests.test_web import open_tab
 
 
 async def test_stop_ends_a_turn_waiting_on_a_slow_model_and_the_next_message_works(
@@ -62,7 +61,7 @@ async def test_stop_ends_a_foreground_command_and_keeps_the_round_in_the_history
 
 async def test_status_and_help_answer_at_once_while_a_foreground_command_runs(
         tmp_path: Path, http) -> None:
-    from .conftest import make_config
+    from tests.conftest import make_config
 
     async with running_gateway(make_config(tmp_path / "home")) as gw:
         tab = await open_tab(http, web_base(gw))
@@ -163,10 +162,10 @@ async def test_web_tabs_that_ask_see_typing_and_the_tool_status(tmp_path: Path, 
 
 async def test_typing_shows_in_the_telegram_topic_and_the_discord_thread_of_the_turn(
         tmp_path: Path, model, discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .fakes.telegram_server import FakeTelegram
-    from .test_discord import CHANNEL, THREAD_A
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_discord import CHANNEL, THREAD_A
+    from tests.test_telegram import FORUM, telegram_config
 
     model.brain = lambda req: Hang(0.6, Say("thought about it"))
     async with FakeTelegram() as telegram, FakeDiscord() as discord_fake:

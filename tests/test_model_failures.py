@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.daemon import running_gateway
-from gateway.events import SendResult
-
-from .fakes.openai_server import (
+from gateway.daemon.assembly import running_gateway
+from gateway.words.events import SendResult
+from tests.fakes.openai_server import (
     CallTools,
     ChatRequest,
     Fail,
@@ -22,8 +21,8 @@ from .fakes.openai_server import (
     Response,
     Say,
 )
-from .helpers import eventually, eventually_async
-from .model_support import (
+from tests.helpers import eventually, eventually_async
+from tests.model_support import (
     has_notice,
     is_notice,
     is_subagent,
@@ -33,7 +32,7 @@ from .model_support import (
     user_says,
     web_base,
 )
-from .test_web import open_tab
+from tests.test_web import open_tab
 
 
 @pytest.mark.parametrize("broken, kind, expected", [
@@ -129,8 +128,8 @@ async def test_a_notice_still_arrives_when_the_model_cannot_comment(
 
 async def test_send_message_reaches_here_and_home_channels_and_nowhere_else(
         tmp_path: Path, model: FakeOpenAI, http) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, telegram_config
 
     model.script(
         CallTools([("send_message", {"text": "progress: half way"}),
@@ -284,8 +283,8 @@ async def test_a_notice_turn_whose_answer_fails_to_send_is_not_run_twice(
         tmp_path: Path, model: FakeOpenAI) -> None:
     """The answer could not be sent: the notice is tried again, as it is — the model's
     turn for it is not run again (which would repeat the first part and the tools)."""
-    from gateway.platforms.memory import MemoryAdapter
-    from gateway.route import Route
+    from gateway.words.route import Route
+    from tests.memory_platform import MemoryAdapter
 
     adapter = MemoryAdapter("memory")
     route = Route("memory", "dm", "42", user_id="1")

@@ -12,12 +12,11 @@ from pathlib import Path
 from agent.history import NOTICE_MARK, History
 from agent.loop import CUT_NOTE
 from agent.wire import NO_ANSWER, wire_messages
-from gateway.daemon import running_gateway
-from gateway.migrations import MIGRATIONS
-from gateway.store import SessionStore
-
-from .fakes.openai_server import CallTools, ChatRequest, Fail, Message, Response, Say
-from .model_support import (
+from gateway.daemon.assembly import running_gateway
+from gateway.sessions.store import SessionStore
+from gateway.store.migrations import MIGRATIONS
+from tests.fakes.openai_server import CallTools, ChatRequest, Fail, Message, Response, Say
+from tests.model_support import (
     is_notice,
     is_subagent,
     model_config,
@@ -25,7 +24,7 @@ from .model_support import (
     user_says,
     web_base,
 )
-from .test_web import open_tab
+from tests.test_web import open_tab
 
 
 def roles(messages: list[dict]) -> list[str]:

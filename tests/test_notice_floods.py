@@ -23,25 +23,25 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway import router as router_module
-from gateway.config import Config
-from gateway.daemon import Gateway, running_gateway
-from gateway.notifications import NewNotification, Notification, ReturnAddress
-from gateway.outbox import waiting_notices
-from gateway.platforms import telegram as telegram_adapter
-from gateway.platforms.memory import MemoryAdapter, SentMessage
-from gateway.platforms.web import WebAdapter
-from gateway.route import Route
-from gateway.session_key import build_session_key
-
-from .conftest import make_config
-from .fakes.discord_server import FakeDiscord
-from .fakes.telegram_server import FakeTelegram
-from .faults import CrashPoint
-from .helpers import eventually, eventually_async, settled
-from .real_daemon import cli_json, home_env
-from .test_discord import CHANNEL, discord_config
-from .test_telegram import FORUM, GROUP, telegram_config
+import gateway.delivery.router as router_module
+import gateway.platforms.telegram.adapter as telegram_adapter
+from gateway.config.settings import Config
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.delivery.notifications import NewNotification, Notification
+from gateway.delivery.outbox import waiting_notices
+from gateway.platforms.web.adapter import WebAdapter
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from gateway.words.session_key import build_session_key
+from tests.conftest import make_config
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.telegram_server import FakeTelegram
+from tests.faults import CrashPoint
+from tests.helpers import eventually, eventually_async, settled
+from tests.memory_platform import MemoryAdapter, SentMessage
+from tests.real_daemon import cli_json, home_env
+from tests.test_discord import CHANNEL, discord_config
+from tests.test_telegram import FORUM, GROUP, telegram_config
 
 LINES = 30
 WATCHED = f"/watch RW for i in $(seq 1 {LINES}); do echo RW$i; done; echo end"

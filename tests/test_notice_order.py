@@ -20,18 +20,17 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway import router as router_module
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms import discord as discord_adapter
-from gateway.platforms import telegram as telegram_adapter
-from gateway.platforms.web import WebAdapter
-
-from .fakes.discord_server import FakeDiscord
-from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, eventually_async, settled
-from .test_discord import CHANNEL, DM, discord_config
-from .test_telegram import ALICE, GROUP, telegram_config
-from .test_web import Tab, open_tab
+import gateway.delivery.router as router_module
+import gateway.platforms.discord.adapter as discord_adapter
+import gateway.platforms.telegram.adapter as telegram_adapter
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.platforms.web.adapter import WebAdapter
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import eventually, eventually_async, settled
+from tests.test_discord import CHANNEL, DM, discord_config
+from tests.test_telegram import ALICE, GROUP, telegram_config
+from tests.test_web import Tab, open_tab
 
 #: six watch notices (RW1 … RW6), then the completion; its output shows the last line only
 WATCHED = "/watch RW for i in 1 2 3 4 5 6; do echo RW$i; done; echo end"

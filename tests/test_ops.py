@@ -5,12 +5,11 @@ from __future__ import annotations
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.daemon import running_gateway
-
-from .conftest import make_config
-from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually_async
-from .test_web import open_tab
+from gateway.daemon.assembly import running_gateway
+from tests.conftest import make_config
+from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import eventually_async
+from tests.test_web import open_tab
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 
 from agent.command import CommandAgent
-from gateway.config import Config
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import DeliveryOutcome, Outbox
-from gateway.platforms.memory import MemoryAdapter
+from gateway.config.settings import Config
+from gateway.delivery.notifications import NewNotification
+from gateway.delivery.outbox import DeliveryOutcome, Outbox
+from gateway.delivery.router import Router
+from gateway.messages.runner import GatewayRunner
 from gateway.retry import RetryPolicy
-from gateway.route import Route
-from gateway.router import Router
-from gateway.runner import GatewayRunner
-from gateway.store import SessionStore
-
-from .helpers import eventually_async
+from gateway.sessions.store import SessionStore
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.helpers import eventually_async
+from tests.memory_platform import MemoryAdapter
 
 
 def notice(key: str, sid: str, route: Route, n: int) -> NewNotification:
@@ -120,13 +120,13 @@ async def _race_two_routers(home: Path, config: Config) -> list[int]:
 
 async def test_claims_of_a_gateway_process_that_still_runs_are_left_alone(
         store: SessionStore) -> None:
-    from gateway.processes import process_start_time
+    from gateway.machine.processes import process_start_time
 
     other = await asyncio.create_subprocess_exec("sleep", "30")
     try:
         outbox = Outbox(store.db)
         # two conversations: on a shared store, one conversation's notices are claimed
-        # by one claimer at a time (gateway/affinity.py)
+        # by one claimer at a time (gateway/delivery/affinity.py)
         await outbox.produce([notice(KEY, "s1", ROUTE, 0),
                               notice("agent:main:memory:dm:2", "s2",
                                      Route("memory", "dm", "2", user_id="2"), 1)])
@@ -180,8 +180,8 @@ async def test_the_waiting_notice_goes_first_when_its_platform_is_back_and_gone_
 
 async def test_notices_claimed_behind_a_refused_one_go_back_untried_and_its_retry_goes_first(
         store: SessionStore, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway import router as router_module
-    from gateway.events import SendResult
+    import gateway.delivery.router as router_module
+    from gateway.words.events import SendResult
 
     monkeypatch.setattr(router_module, "REDELIVERY", RetryPolicy((0.05,)))
     other = Route("memory", "dm", "2", user_id="2")
@@ -231,8 +231,8 @@ async def test_a_refused_notice_taken_by_process_wait_holds_nothing_for_the_rout
     notice is gone from the outbox by another way (``process wait`` took it, another
     instance retried it) the next claim forgets it, though the conversation has
     nothing more — one remembered conversation per refusal would grow forever."""
-    from gateway import router as router_module
-    from gateway.events import SendResult
+    import gateway.delivery.router as router_module
+    from gateway.words.events import SendResult
 
     monkeypatch.setattr(router_module, "REDELIVERY", RetryPolicy((3600.0,)))
     other = Route("memory", "dm", "2", user_id="2")
@@ -276,7 +276,7 @@ async def test_a_send_withheld_because_the_life_is_over_counts_no_attempt_and_is
     """A stalled instance may no longer post: the notice goes back for a survivor, due
     within a second and with no attempt counted (each withheld send used to back off
     further, up to 300 s, though the notice had never been tried)."""
-    from gateway.events import SendResult
+    from gateway.words.events import SendResult
 
     session = await store.get_or_create(KEY, ROUTE)
     runner = GatewayRunner(config, store, CommandAgent())

@@ -6,10 +6,11 @@ import time
 
 import pytest
 
-from gateway.notifications import Notification, ReturnAddress
-from gateway.ownership import DeliverNotice, DeliverTurn, OwnerFacts, Park, resolve_owner
-from gateway.route import Route
-from gateway.session_entry import SessionEntry
+from gateway.delivery.notifications import Notification
+from gateway.delivery.ownership import DeliverNotice, DeliverTurn, OwnerFacts, Park, resolve_owner
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from gateway.words.session_entry import SessionEntry
 
 TOPIC = Route("telegram", "group", "-1001", thread_id="42", user_id="7", message_id="555")
 KEY = "agent:main:telegram:group:-1001:42"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.pairing import Pairing, PairingError
-from gateway.store import SessionStore
+from gateway.messages.pairing import Pairing, PairingError
+from gateway.sessions.store import SessionStore
 
 
 async def test_one_code_per_user_reminded_at_most_once_per_interval(store: SessionStore) -> None:

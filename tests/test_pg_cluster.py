@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from . import pg_cluster as cluster_module
-from .pg_cluster import MISSING, PgCluster, start_cluster
+import tests.pg_cluster as cluster_module
+from tests.pg_cluster import MISSING, PgCluster, start_cluster
 
 
 async def test_a_fresh_database_takes_queries_and_starts_empty(pg_fresh_url: str) -> None:

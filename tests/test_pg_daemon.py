@@ -17,21 +17,20 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms.memory import MemoryAdapter
-
-from .conftest import make_config
-from .helpers import eventually_async
-from .pg_cluster import PgCluster
-from .real_daemon import home_env, start_daemon
-from .test_jobs import (  # noqa: F401  (collected here with the PostgreSQL gateway)
+from gateway.daemon.assembly import Gateway, running_gateway
+from tests.conftest import make_config
+from tests.helpers import eventually_async
+from tests.memory_platform import MemoryAdapter
+from tests.pg_cluster import PgCluster
+from tests.real_daemon import home_env, start_daemon
+from tests.test_jobs import (  # noqa: F401  (collected here with the PostgreSQL gateway)
     test_a_busy_owner_keeps_its_notice_until_its_turn_ends,
     test_a_job_started_before_new_reports_as_a_labelled_notice_without_a_turn,
     test_a_watch_reports_while_running_then_disables_then_completes_once,
     test_notices_go_to_the_topic_and_anchor_that_started_each_job,
     test_unprovable_notifications_are_parked_and_sent_nowhere,
 )
-from .test_schedules import (  # noqa: F401
+from tests.test_schedules import (  # noqa: F401
     START,
     Clock,
     test_cron_and_at_schedules_run_at_their_times_and_a_one_shot_only_once,
@@ -91,13 +90,13 @@ async def test_a_notice_committed_elsewhere_wakes_the_router_without_a_poll(
         tmp_path: Path, pg_fresh_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process (or instance) commits a notice: PostgreSQL's NOTIFY wakes this
     router at once. The slow poll is set to an hour, so a delivery at all proves it."""
-    from gateway import router as router_module
-    from gateway.notifications import NewNotification, ReturnAddress
-    from gateway.outbox import Outbox
-    from gateway.pg_database import PgDatabase
-    from gateway.route import Route
-
-    from .helpers import eventually
+    import gateway.delivery.router as router_module
+    from gateway.delivery.notifications import NewNotification
+    from gateway.delivery.outbox import Outbox
+    from gateway.store.postgres import PgDatabase
+    from gateway.words.return_address import ReturnAddress
+    from gateway.words.route import Route
+    from tests.helpers import eventually
 
     monkeypatch.setattr(router_module, "IDLE_POLL_SECONDS", 3600.0)
     adapter = MemoryAdapter("memory")

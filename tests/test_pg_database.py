@@ -1,4 +1,4 @@
-"""The state database on PostgreSQL (gateway/pg_database.py), on a real cluster:
+"""The state database on PostgreSQL (gateway/store/postgres.py), on a real cluster:
 group commit, one bad write failing alone, functions of the connection, migrations
 from SQLite's list, and write transactions one at a time across instances."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.database import Database
-from gateway.group_commit import MAX_BATCH, StoreClosed
-from gateway.migrations import MIGRATIONS, TABLES, ForeignDatabase
-from gateway.pg_database import PgConnection, PgDatabase, translate
+from gateway.store.group_commit import MAX_BATCH, StoreClosed
+from gateway.store.migrations import MIGRATIONS, TABLES, ForeignDatabase
+from gateway.store.postgres import PgConnection, PgDatabase, translate
+from gateway.store.sqlite import Database
 
 INSERT = ("INSERT INTO sessions (id, session_key, platform, route, created_at, last_active_at) "
           "VALUES (?, ?, 'web', '{}', 0, 0)")

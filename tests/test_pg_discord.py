@@ -11,14 +11,13 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from gateway.config import Config
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms.discord import DiscordAdapter
-
-from .conftest import make_config
-from .fakes.discord_server import FakeDiscord
-from .helpers import eventually
-from .test_discord import ALICE, CHANNEL, fake  # noqa: F401  (fixture)
+from gateway.config.settings import Config
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.platforms.discord.adapter import DiscordAdapter
+from tests.conftest import make_config
+from tests.fakes.discord_server import FakeDiscord
+from tests.helpers import eventually
+from tests.test_discord import ALICE, CHANNEL, fake  # noqa: F401  (fixture)
 
 
 def answers(server: FakeDiscord, text: str) -> list[str]:

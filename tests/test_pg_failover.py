@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from .failover_rounds import TOPICS, Rounds, kill_the_poller
-from .fakes.telegram_server import SentRecord
+from tests.failover_rounds import TOPICS, Rounds, kill_the_poller
+from tests.fakes.telegram_server import SentRecord
 
 ROUNDS = 20
 #: a lease a loaded machine can renew: at 1 s (the bench's), with two other programs

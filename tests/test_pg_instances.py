@@ -16,20 +16,19 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.daemon import Gateway, running_gateway
-from gateway.formatting import web_html
-from gateway.platforms.memory import MemoryAdapter
-from gateway.platforms.web_fanout import PAYLOAD_BYTES
-
-from .approval_support import runs as marker_runs
-from .conftest import make_config
-from .fakes.openai_server import FakeOpenAI
-from .helpers import eventually_async
-from .model_support import model_config
-from .real_daemon import home_env, run_cli
-from .test_approvals import choose, next_of
-from .test_schedules import CHAT, START, Clock, move_to, runs, say, schedule_id
-from .test_web import Tab, open_tab
+import gateway.formatting.web_html as web_html
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.platforms.web.fanout import PAYLOAD_BYTES
+from tests.approval_support import runs as marker_runs
+from tests.conftest import make_config
+from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import eventually_async
+from tests.memory_platform import MemoryAdapter
+from tests.model_support import model_config
+from tests.real_daemon import home_env, run_cli
+from tests.test_approvals import choose, next_of
+from tests.test_schedules import CHAT, START, Clock, move_to, runs, say, schedule_id
+from tests.test_web import Tab, open_tab
 
 
 @pytest.fixture
@@ -106,8 +105,8 @@ async def test_a_long_streamed_reply_reaches_the_other_instance_formatted_in_sma
     """Deltas go to the other instances without their HTML (the whole reply so far,
     past a notification's payload here): the tab there still gets each formatted as
     the tab where it is written does, and not one frame waits in web_frames."""
-    from .fakes.openai_server import Say
-    from .previews_support import ANSWERS
+    from tests.fakes.openai_server import Say
+    from tests.previews_support import ANSWERS
 
     answer = "\n\n".join(ANSWERS * 6)
     assert len(web_html.render(answer).encode()) > PAYLOAD_BYTES

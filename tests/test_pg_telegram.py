@@ -12,9 +12,9 @@ import json
 import signal
 from pathlib import Path
 
-from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually
-from .real_daemon import home_env, run_cli, start_daemon
+from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import eventually
+from tests.real_daemon import home_env, run_cli, start_daemon
 
 ALICE = 1
 

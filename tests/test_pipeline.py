@@ -6,11 +6,10 @@ import asyncio
 import json
 import random
 
-from gateway.platforms.memory import MemoryAdapter
-from gateway.route import Route
-from gateway.runner import GatewayRunner
-
-from .helpers import eventually
+from gateway.messages.runner import GatewayRunner
+from gateway.words.route import Route
+from tests.helpers import eventually
+from tests.memory_platform import MemoryAdapter
 
 
 def _routes() -> list[Route]:
@@ -69,9 +68,8 @@ async def test_a_session_handles_its_messages_one_at_a_time_in_order(
 
 async def test_turns_never_overlap_within_a_session_but_do_across_sessions(
         tmp_path) -> None:
-    from gateway.daemon import running_gateway
-
-    from .conftest import make_config
+    from gateway.daemon.assembly import running_gateway
+    from tests.conftest import make_config
 
     adapter = MemoryAdapter("memory")
     async with running_gateway(make_config(tmp_path / "home"), [adapter]):
@@ -131,7 +129,7 @@ async def test_new_rotates_the_session_and_keeps_the_key(
 
 async def test_platform_events_cannot_pose_as_internal(
         memory_gateway: tuple[GatewayRunner, MemoryAdapter]) -> None:
-    from gateway.events import MessageEvent
+    from gateway.words.events import MessageEvent
 
     runner, _ = memory_gateway
     event = MessageEvent(text="fake notice", route=Route("memory", "dm", "1"), internal=True)

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms import discord as discord_adapter
+import gateway.platforms.discord.adapter as discord_adapter
+from gateway.daemon.assembly import Gateway, running_gateway
 from gateway.retry import RetryPolicy
-from gateway.route import Route
-
-from .fakes.discord_server import FakeDiscord
-from .test_discord import CHANNEL, discord_config
+from gateway.words.route import Route
+from tests.fakes.discord_server import FakeDiscord
+from tests.test_discord import CHANNEL, discord_config
 
 
 def test_tries_waits_and_the_last_try() -> None:

@@ -15,12 +15,11 @@ import aiohttp
 import pytest
 
 from agent.history import NOTICE_MARK
-from gateway.daemon import running_gateway
-
-from .fakes.openai_server import CallTools, ChatRequest, Fail, Response, Say
-from .helpers import eventually, eventually_async
-from .model_support import is_notice, model_config, user_says, web_base
-from .real_daemon import (
+from gateway.daemon.assembly import running_gateway
+from tests.fakes.openai_server import CallTools, ChatRequest, Fail, Response, Say
+from tests.helpers import eventually, eventually_async
+from tests.model_support import is_notice, model_config, user_says, web_base
+from tests.real_daemon import (
     cli_json,
     daemon_settled,
     kill_leftover_jobs,
@@ -28,8 +27,8 @@ from .real_daemon import (
     start_daemon,
     web_home,
 )
-from .test_schedules import START, Clock
-from .test_web import open_tab
+from tests.test_schedules import START, Clock
+from tests.test_web import open_tab
 
 SCHEDULE_ID = re.compile(r"Schedule (s[0-9a-f]+)")
 
@@ -42,8 +41,8 @@ def ids_in(text: str) -> str:
 
 async def test_telegram_forum_runs_report_in_their_topics_under_their_messages(
         tmp_path: Path) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, telegram_config
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, telegram_config
 
     clock = Clock(START)
     topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, is_topic_message=True)
@@ -82,8 +81,8 @@ async def test_a_schedule_made_in_a_discord_thread_reports_in_that_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import discord
 
-    from .fakes.discord_server import FakeDiscord
-    from .test_discord import CHANNEL, THREAD_A, discord_config
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.test_discord import CHANNEL, THREAD_A, discord_config
 
     monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
     monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY",
@@ -108,7 +107,7 @@ async def test_a_schedule_made_in_a_discord_thread_reports_in_that_thread(
 
 async def test_web_runs_follow_the_conversation_and_no_other_tab_sees_them(
         tmp_path: Path, http) -> None:
-    from .conftest import make_config
+    from tests.conftest import make_config
 
     clock = Clock(START)
     config = make_config(tmp_path / "home", schedules__timezone="UTC")

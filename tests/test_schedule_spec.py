@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tools import schedule_spec
+import tools.schedule_spec as schedule_spec
 from tools.schedule_spec import ScheduleError
 
 BERLIN = "Europe/Berlin"

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms.memory import MemoryAdapter, SentMessage
-from gateway.route import Route
-
-from .conftest import make_config
-from .helpers import eventually, eventually_async
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.helpers import eventually, eventually_async
+from tests.memory_platform import MemoryAdapter, SentMessage
 
 FORUM = "-1004242"
 TOPIC42 = Route("memory", "group", FORUM, thread_id="42", user_id="1")
@@ -316,7 +315,7 @@ async def test_runs_report_into_the_conversation_after_new_and_compress(gateway,
 
 async def test_a_schedule_whose_place_is_gone_pauses_saying_why(gateway, clock) -> None:
     gw, adapter = gateway
-    from gateway.events import SendResult
+    from gateway.words.events import SendResult
 
     sid = schedule_id(await say(adapter, "/every 10m echo into-the-void", TOPIC42))
     adapter.scripted_failures[FORUM] = [
@@ -478,7 +477,7 @@ async def test_a_claimed_run_is_started_by_one_starter_only(gateway, clock) -> N
 
 async def test_a_message_the_platform_refuses_does_not_pause_the_schedule(gateway, clock) -> None:
     gw, adapter = gateway
-    from gateway.events import SendResult
+    from gateway.words.events import SendResult
 
     schedule_id(await say(adapter, "/every 10m echo x", CHAT))
     adapter.scripted_failures[CHAT.chat_id] = [SendResult.failed(

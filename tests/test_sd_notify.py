@@ -10,10 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-from gateway.sd_notify import Notifier
-
-from .helpers import eventually
-from .test_cli import HOMING, web_home
+from gateway.systemd.notify import Notifier
+from tests.helpers import eventually
+from tests.test_cli import HOMING, web_home
 
 
 class NotifySocket:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_cli import _env, run_cli
+from tests.test_cli import _env, run_cli
 
 ANALYZE = shutil.which("systemd-analyze")
 
@@ -134,7 +134,7 @@ async def test_install_copies_the_tokens_the_config_needs_into_a_0600_file(
 def test_env_file_values_read_back_as_written_by_a_shell(tmp_path: Path, value: str) -> None:
     import subprocess
 
-    from gateway.env_file import read_env_file, write_env_file
+    from gateway.config.env_file import read_env_file, write_env_file
 
     env_file = tmp_path / "homing.env"
     write_env_file(env_file, {"SECRET": value})

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.route import Route
-from gateway.session_key import (
+from gateway.words.route import Route
+from gateway.words.session_key import (
     SessionKeyError,
     SessionKeyParts,
     build_session_key,

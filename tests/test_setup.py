@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.env_file import read_env_file
-
-from .fakes.discord_server import FakeDiscord
-from .fakes.telegram_server import FakeTelegram
-from .real_daemon import HOMING, home_env, run_cli
-from .terminal import Terminal
+from gateway.config.env_file import read_env_file
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.telegram_server import FakeTelegram
+from tests.real_daemon import HOMING, home_env, run_cli
+from tests.terminal import Terminal
 
 
 @pytest.fixture

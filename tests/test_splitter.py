@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.splitter import FENCE, split_message, utf16_len
+from gateway.formatting.splitter import FENCE, split_message, utf16_len
 
 
 def _unfenced(parts: list[str]) -> str:

@@ -35,18 +35,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from agent.command import CommandAgent
-from gateway.events import MessageEvent, MessageKind, NoticeInfo, SendResult
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import Outbox
-from gateway.platforms.memory import MemoryAdapter, SentMessage
-from gateway.route import Route
-from gateway.router import Router
-from gateway.runner import GatewayRunner
-from gateway.store import SessionStore
+from gateway.delivery.notifications import NewNotification
+from gateway.delivery.outbox import Outbox
+from gateway.delivery.router import Router
+from gateway.messages.runner import GatewayRunner
+from gateway.sessions.store import SessionStore
+from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, SendResult
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.memory_platform import MemoryAdapter, SentMessage
 from tools.jobs import JobManager
 from tools.terminal import Terminal
-
-from .conftest import make_config
 
 FORUM = "-1005550"
 CONVERSATIONS = {

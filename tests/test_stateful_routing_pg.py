@@ -19,12 +19,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from gateway.outbox import Outbox
-from gateway.router import Router
-from gateway.store import SessionStore
-
-from .pg_cluster import PgCluster
-from .test_stateful_routing import RoutingMachine, in_parts
+from gateway.delivery.outbox import Outbox
+from gateway.delivery.router import Router
+from gateway.sessions.store import SessionStore
+from tests.pg_cluster import PgCluster
+from tests.test_stateful_routing import RoutingMachine, in_parts
 
 _cluster: list[PgCluster] = []
 _databases = itertools.count()

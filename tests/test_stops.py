@@ -31,18 +31,16 @@ import pytest
 from aiohttp import WSMsgType
 from yarl import URL
 
-from gateway.daemon import running_gateway
-from gateway.events import MessageEvent
-from gateway.platforms.memory import MemoryAdapter
-from gateway.restart_notices import RESTARTING
-from gateway.route import Route
-from gateway.runner import Outcome
-
-from .conftest import make_config
-from .fakes.telegram_server import FakeTelegram
-from .helpers import eventually, eventually_async, running_command, write_lock_held
-from .real_daemon import daemon_settled, home_env, start_daemon, web_home
-from .test_web import Tab, open_tab
+from gateway.daemon.assembly import running_gateway
+from gateway.daemon.restart_notices import RESTARTING
+from gateway.words.events import MessageEvent, MessageOutcome
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import eventually, eventually_async, running_command, write_lock_held
+from tests.memory_platform import MemoryAdapter
+from tests.real_daemon import daemon_settled, home_env, start_daemon, web_home
+from tests.test_web import Tab, open_tab
 
 #: far longer than any wait below: a daemon that drains, where it should not, is seen
 DRAIN = 60
@@ -318,7 +316,7 @@ class LastBatch(MemoryAdapter):
 
     def __init__(self) -> None:
         super().__init__("memory")
-        self.last: asyncio.Future[Outcome] | None = None
+        self.last: asyncio.Future[MessageOutcome] | None = None
 
     async def stop_receiving(self) -> None:
         assert self._runner is not None

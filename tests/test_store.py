@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.migrations import MIGRATIONS
-from gateway.route import Route
-from gateway.store import SessionNotFound, SessionStore
+from gateway.sessions.store import SessionNotFound, SessionStore
+from gateway.store.migrations import MIGRATIONS
+from gateway.words.route import Route
 
 TOPIC = Route("telegram", "group", "-1001", thread_id="42", user_id="7", message_id="900")
 KEY = "agent:main:telegram:group:-1001:42"

@@ -16,13 +16,12 @@ import aiohttp
 import pytest
 import structlog
 
-from gateway.daemon import running_gateway, watch_store
-from gateway.store import SessionStore
-
-from .conftest import make_config
-from .helpers import eventually_async
-from .real_daemon import HOMING, home_env, run_cli, start_daemon, web_home
-from .test_web import open_tab
+from gateway.daemon.assembly import running_gateway, watch_store
+from gateway.sessions.store import SessionStore
+from tests.conftest import make_config
+from tests.helpers import eventually_async
+from tests.real_daemon import HOMING, home_env, run_cli, start_daemon, web_home
+from tests.test_web import open_tab
 
 
 def drop_a_table(db: Path) -> None:
@@ -67,7 +66,7 @@ async def test_readyz_is_503_and_names_the_problem_when_the_store_is_damaged(
         tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     damage, problem = DAMAGE[case]
     # the page check's verdict is reused for 10 s (readyz is polled); here, not at all
-    monkeypatch.setattr("gateway.database.DEEP_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr("gateway.store.sqlite.DEEP_CHECK_SECONDS", 0.0)
     config = make_config(tmp_path / "home")
     async with running_gateway(config) as gw, aiohttp.ClientSession() as http:
         base = f"http://127.0.0.1:{gw.runner.adapters['web'].port}"

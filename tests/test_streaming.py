@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.daemon import running_gateway
-from gateway.formatting import telegram_html, web_html
+import gateway.formatting.telegram_html as telegram_html
+import gateway.formatting.web_html as web_html
+from gateway.daemon.assembly import running_gateway
 from gateway.platforms.preview import WRITING
-
-from .fakes.openai_server import CallTools, ChatRequest, Cut, Response, Say
-from .helpers import eventually
-from .model_support import model_config, model_settings, user_says, web_base
-from .previews_support import ANSWERS, page_sees, raw_markup, telegram_sees, words_of
-from .test_web import open_tab
+from tests.fakes.openai_server import CallTools, ChatRequest, Cut, Response, Say
+from tests.helpers import eventually
+from tests.model_support import model_config, model_settings, user_says, web_base
+from tests.previews_support import ANSWERS, page_sees, raw_markup, telegram_sees, words_of
+from tests.test_web import open_tab
 
 
 def words(tag: str, count: int = 24) -> str:
@@ -124,7 +124,7 @@ async def test_with_streaming_off_answers_come_whole(tmp_path: Path, model, http
 async def test_streamed_tool_calls_of_local_servers_run_as_whole_ones_would(
         tmp_path: Path, model, http) -> None:
     """No id, arguments as an object, two calls in one message (llama.cpp, Ollama)."""
-    from .fakes.openai_server import Message
+    from tests.fakes.openai_server import Message
 
     def brain(req: ChatRequest) -> Response:
         if req.last["role"] == "tool":
@@ -151,7 +151,7 @@ async def test_streamed_tool_calls_of_local_servers_run_as_whole_ones_would(
 # ---------------------------------------------------------------------- Telegram
 
 def _telegram(tmp_path: Path, telegram, model, **overrides: object):
-    from .test_telegram import telegram_config
+    from tests.test_telegram import telegram_config
 
     return telegram_config(tmp_path / "home", telegram, **model_settings(model),
                            platforms__telegram__stream_edit_interval_seconds=0.2,
@@ -159,7 +159,7 @@ def _telegram(tmp_path: Path, telegram, model, **overrides: object):
 
 
 def _topic_message(telegram, text: str, thread_id: int) -> None:
-    from .test_telegram import FORUM
+    from tests.test_telegram import FORUM
 
     telegram.user_message(text=text, thread_id=thread_id, chat_id=FORUM,
                           chat_type="supergroup", is_forum=True, is_topic_message=True)
@@ -167,8 +167,8 @@ def _topic_message(telegram, text: str, thread_id: int) -> None:
 
 async def test_two_topics_streaming_at_once_each_end_with_one_final_message(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     model.chunk_delay = 0.05
     model.brain = lambda req: Say(words("t42") if user_says(req, "in 42") else words("t17"))
@@ -191,8 +191,8 @@ async def test_two_topics_streaming_at_once_each_end_with_one_final_message(
 
 async def test_a_rate_limited_preview_edit_loses_nothing_and_doubles_nothing(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, all_taken_and_settled
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, all_taken_and_settled
 
     model.chunk_delay = 0.05
     model.brain = lambda req: Say(words("flood", 40))
@@ -212,8 +212,8 @@ async def test_a_rate_limited_preview_edit_loses_nothing_and_doubles_nothing(
 
 async def test_a_rate_limited_final_edit_is_waited_out_not_sent_again(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     model.chunk_delay = 0.15
     model.brain = lambda req: Say(words("last", 8))
@@ -232,9 +232,8 @@ async def test_a_rate_limited_final_edit_is_waited_out_not_sent_again(
 async def test_a_long_reply_ends_as_split_parts_the_first_in_the_preview(
         tmp_path: Path, model) -> None:
     from gateway.formatting.telegram_html import message_parts, render
-
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     long = "\n\n".join(words(f"p{n}", 40) for n in range(20))  # about 5,000 characters
     model.chunk_delay = 0.002
@@ -254,8 +253,8 @@ async def test_a_long_reply_ends_as_split_parts_the_first_in_the_preview(
 
 async def test_a_preview_deleted_meanwhile_gives_the_final_text_its_own_message(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     model.chunk_delay = 0.1
     model.brain = lambda req: Say(words("orphan", 20))
@@ -275,8 +274,8 @@ async def test_a_preview_that_can_be_neither_edited_nor_deleted_gets_no_second_c
     """Telegram keeps the preview but will neither edit nor delete it any more: posting
     the reply as a message of its own would show it twice, so the preview stays as the
     reply's one copy (the failure is logged) and nothing is posted after it."""
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, all_taken_and_settled
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, all_taken_and_settled
 
     model.chunk_delay = 0.1
     model.brain = lambda req: Say(words("stuck", 20))
@@ -298,8 +297,8 @@ async def test_a_preview_that_can_be_neither_edited_nor_deleted_gets_no_second_c
 
 async def test_tool_status_shows_in_the_preview_until_the_answer_replaces_it(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     def brain(req: ChatRequest) -> Response:
         if req.last["role"] == "tool":
@@ -321,8 +320,8 @@ async def test_tool_status_shows_in_the_preview_until_the_answer_replaces_it(
 
 async def test_a_telegram_preview_is_formatted_as_it_grows_and_never_shows_raw_markdown(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     answer = ANSWERS[1]
     final = telegram_html.render(answer)
@@ -350,8 +349,8 @@ async def test_a_preview_telegram_cannot_parse_goes_as_plain_text_and_so_do_the_
         tmp_path: Path, model) -> None:
     """A refused preview is sent again as plain text, and the reply's later previews
     go plain at once (no refused request each time); the final text is HTML again."""
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     answer = " ".join(f"**w{i}**" for i in range(60))
     refused = 'Bad Request: can\'t parse entities: Unsupported start tag "x" at byte offset 0'
@@ -382,8 +381,8 @@ async def test_a_preview_that_would_look_the_same_is_not_sent_again(
         tmp_path: Path, model) -> None:
     """While a link's long target is typed the preview looks the same (the link shows
     once its target is whole): no edit is spent on it, each edit shows something new."""
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     target = " ".join(f"part{n}" for n in range(40))  # streamed word by word
     answer = f"See [the log](<https://ci.example/{target}>) for more."
@@ -410,8 +409,8 @@ async def test_a_preview_whose_table_renders_longer_than_its_markdown_still_fits
         tmp_path: Path, model) -> None:
     """A table's columns are padded: its preview can show more than its Markdown holds,
     and is cut to what one message takes, not refused as too long."""
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM
 
     rows = "\n".join("|x|yyyyyyyyyy|" if n % 2 else "|xxxxxxxxxx|y|" for n in range(400))
     answer = "|a|b|\n|-|-|\n" + rows
@@ -434,8 +433,8 @@ async def test_a_preview_whose_table_renders_longer_than_its_markdown_still_fits
 
 async def test_a_discord_thread_streams_into_one_message_through_a_rate_limit(
         tmp_path: Path, model, discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .test_discord import CHANNEL, THREAD_A, THREAD_B
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.test_discord import CHANNEL, THREAD_A, THREAD_B
 
     model.chunk_delay = 0.05
     model.brain = lambda req: Say(words("a") if user_says(req, "in A") else words("b"))
@@ -466,8 +465,8 @@ async def test_a_discord_thread_streams_into_one_message_through_a_rate_limit(
 
 async def test_a_discord_preview_shows_the_code_being_written_as_a_closed_block(
         tmp_path: Path, model, discord_endpoints) -> None:
-    from .fakes.discord_server import FakeDiscord
-    from .test_discord import CHANNEL, THREAD_A
+    from tests.fakes.discord_server import FakeDiscord
+    from tests.test_discord import CHANNEL, THREAD_A
 
     code = "\n".join(f"step_{n} = run({n})" for n in range(30))
     answer = f"Running it:\n\n```python\n{code}\n```\n\nAll done."
@@ -521,7 +520,7 @@ async def test_waiting_on_a_job_shows_as_the_turns_status(tmp_path: Path, model,
 
 async def test_an_endpoint_that_ignores_stream_is_read_as_a_whole_answer(
         tmp_path: Path, model, http) -> None:
-    from .fakes.openai_server import Raw
+    from tests.fakes.openai_server import Raw
 
     model.script(Raw('{"choices": [{"index": 0, "finish_reason": "stop", '
                      '"message": {"role": "assistant", "content": "all at once"}}]}'))
@@ -533,7 +532,7 @@ async def test_an_endpoint_that_ignores_stream_is_read_as_a_whole_answer(
 
 async def test_an_endpoint_that_refuses_stream_options_is_asked_without_them(
         tmp_path: Path, model, http) -> None:
-    from .fakes.openai_server import Fail
+    from tests.fakes.openai_server import Fail
 
     model.script(Fail(400, "Unrecognized request argument supplied: stream_options"))
     model.brain = lambda req: Say("streamed anyway")
@@ -564,8 +563,8 @@ async def test_an_endpoint_that_refuses_stream_is_asked_for_whole_answers_from_t
 
 async def test_stop_while_the_final_edit_waits_out_a_429_leaves_no_preview(
         tmp_path: Path, model) -> None:
-    from .fakes.telegram_server import FakeTelegram
-    from .test_telegram import FORUM, all_taken_and_settled
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import FORUM, all_taken_and_settled
 
     model.chunk_delay = 0.15
     model.brain = lambda req: Say(words("half", 8))
@@ -603,7 +602,7 @@ _PIECE = ('{"id": "c", "object": "chat.completion.chunk", "created": 1, "model":
 ])
 async def test_how_a_stream_ends_decides_whether_it_is_asked_again(
         tmp_path: Path, model, http, stream: str, asked: int) -> None:
-    from .fakes.openai_server import Raw
+    from tests.fakes.openai_server import Raw
 
     model.script(Raw(stream, content_type="text/event-stream"))
     model.brain = lambda req: Say("asked again")

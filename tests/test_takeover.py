@@ -15,19 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cluster import Instance
-from gateway.events import MessageEvent
-from gateway.inbound import Inbound
-from gateway.lives import claimer_name
-from gateway.notifications import ReturnAddress
-from gateway.outbox import Outbox
-from gateway.route import Route
-from gateway.store import SessionStore
+from gateway.cluster.instances import Instance
+from gateway.cluster.lives import claimer_name
+from gateway.delivery.outbox import Outbox
+from gateway.inbound.journal import Inbound
+from gateway.sessions.store import SessionStore
+from gateway.words.events import MessageEvent
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tests.conftest import make_config
+from tests.test_cluster import LEASE, crash
 from tools.job_takeover import report_lost
 from tools.jobs import JobManager
-
-from .conftest import make_config
-from .test_cluster import LEASE, crash
 
 TOPIC = Route("memory", "group", "-100", thread_id="42", user_id="1")
 KEY = "agent:main:memory:group:-100:42"

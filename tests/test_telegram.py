@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 
-from gateway.config import Config
-from gateway.daemon import Gateway, running_gateway
-from gateway.platforms.telegram import TelegramAdapter
-
-from .conftest import make_config
-from .fakes.telegram_server import FakeTelegram, SentRecord
-from .helpers import eventually, eventually_async, running_command, settled, write_lock_held
-from .test_cli import _env, run_cli
+from gateway.config.settings import Config
+from gateway.daemon.assembly import Gateway, running_gateway
+from gateway.platforms.telegram.adapter import TelegramAdapter
+from tests.conftest import make_config
+from tests.fakes.telegram_server import FakeTelegram, SentRecord
+from tests.helpers import eventually, eventually_async, running_command, settled, write_lock_held
+from tests.test_cli import _env, run_cli
 
 FORUM, OTHER_FORUM, GROUP = -1001, -1002, -1003
 ALICE = 1
@@ -104,7 +103,7 @@ async def test_notices_reach_their_own_chat_and_topic(gateway, fake) -> None:
 
 async def test_flood_control_and_bad_gateways_lose_nothing_and_keep_order(
         gateway, fake, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.platforms import telegram
+    import gateway.platforms.telegram.adapter as telegram
     from gateway.retry import RetryPolicy
 
     # a send's own backoff after a 502, a tenth as long (Telegram's retry_after is waited out
@@ -142,8 +141,7 @@ async def test_a_long_output_arrives_in_parts_with_code_blocks_intact(gateway, f
 def quick_router_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     """A welcome the CLI queued is found by the daemon's slow poll (SQLite wakes no other
     process): every 0.5 s here, not 5. Set before the gateway starts its router."""
-    from gateway import router
-
+    import gateway.delivery.router as router
     monkeypatch.setattr(router, "IDLE_POLL_SECONDS", 0.5)
 
 
@@ -210,7 +208,7 @@ async def test_a_malformed_update_is_skipped_and_the_next_one_served(gateway, fa
 
 async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
         fake: FakeTelegram, tmp_path: Path) -> None:
-    from .real_daemon import daemon_settled, start_daemon
+    from tests.real_daemon import daemon_settled, start_daemon
 
     env = daemon_env(tmp_path / "home", fake)
     first, _ = await start_daemon(env)
@@ -240,7 +238,7 @@ async def test_kill_9_while_a_topic_job_runs_reports_once_in_that_topic(
 
 async def test_409_conflicts_are_retried_and_polling_goes_on(
         gateway, fake, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.platforms import telegram
+    import gateway.platforms.telegram.adapter as telegram
     from gateway.retry import RetryPolicy
 
     # the poller's own backoff, a tenth as long: three conflicts cost 0.8 s, not 8
@@ -381,9 +379,8 @@ async def test_a_graceful_restart_is_announced_where_work_is_going_on(
         fake: FakeTelegram, tmp_path: Path) -> None:
     import signal
 
-    from gateway.restart_notices import BACK_ONLINE, RESTARTING
-
-    from .real_daemon import daemon_settled, start_daemon
+    from gateway.daemon.restart_notices import BACK_ONLINE, RESTARTING
+    from tests.real_daemon import daemon_settled, start_daemon
 
     env = daemon_env(tmp_path / "home", fake)
     topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=42,

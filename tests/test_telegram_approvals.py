@@ -12,15 +12,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.approval_records import CHOICES, button_data
-from gateway.daemon import Gateway, running_gateway
-
-from .approval_support import dangerous, runner_brain, runs
-from .fakes.openai_server import FakeOpenAI
-from .fakes.telegram_server import CallbackAnswer, FakeTelegram, SentRecord
-from .helpers import eventually_async
-from .model_support import model_settings
-from .test_telegram import ALICE, FORUM, telegram_config
+from gateway.contract.approval import CHOICES, button_data
+from gateway.daemon.assembly import Gateway, running_gateway
+from tests.approval_support import dangerous, runner_brain, runs
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import CallbackAnswer, FakeTelegram, SentRecord
+from tests.helpers import eventually_async
+from tests.model_support import model_settings
+from tests.test_telegram import ALICE, FORUM, telegram_config
 
 T = TypeVar("T")
 TOPIC = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, is_topic_message=True,

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gateway.daemon import running_gateway
-
-from .fakes.telegram_server import FakeTelegram
-from .test_telegram import ALICE, telegram_config
+from gateway.daemon.assembly import running_gateway
+from tests.fakes.telegram_server import FakeTelegram
+from tests.test_telegram import ALICE, telegram_config
 
 
 async def test_private_chats_and_groups_each_get_their_menu_and_start_welcomes(

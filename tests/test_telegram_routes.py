@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from telegram import Message
 
-from gateway.platforms.telegram_routes import route_of, send_arguments
-from gateway.session_key import build_session_key
+from gateway.platforms.telegram.routes import route_of, send_arguments
+from gateway.words.session_key import build_session_key
 
 
 def message(chat: dict, **extra) -> Message:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.config import parse_config
+from gateway.config.settings import parse_config
 from tools.watch import GlobalBreaker, JobWatch, WatchLimits, compile_patterns
 
 

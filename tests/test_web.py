@@ -10,10 +10,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.daemon import running_gateway
-
-from .conftest import make_config
-from .helpers import eventually_async
+from gateway.daemon.assembly import running_gateway
+from tests.conftest import make_config
+from tests.helpers import eventually_async
 
 
 class Tab:

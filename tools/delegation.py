@@ -14,27 +14,32 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import structlog
 
-from gateway.database import Op
-from gateway.events import Outcome
-from gateway.inbound import acted_ops
-from gateway.lives import (
+from gateway.cluster.lives import (
+    ALONE,
     Acting,
+    Life,
     instance_life,
     life_alive,
-    may_always_act,
     still_acting,
     still_live_here,
 )
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import Outbox
-from gateway.processes import identity_alive, process_identity
-from gateway.session_entry import SessionEntry
-from gateway.state_database import StateDatabase
-from gateway.store import SessionStore
+from gateway.delivery.notifications import NewNotification
+from gateway.delivery.outbox import Outbox
+from gateway.errors import RefusedInput
+from gateway.inbound.journal import acted_ops
+from gateway.machine.processes import identity_alive, process_identity
+from gateway.sessions.store import SessionStore
+from gateway.store.row_states import check_move
+from gateway.store.sqlite import Op
+from gateway.store.state import StateDatabase
+from gateway.words.events import Outcome
+from gateway.words.return_address import ReturnAddress
+from gateway.words.session_entry import SessionEntry
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +48,31 @@ SubAgent = Callable[[str], Awaitable[str]]
 
 _COLUMNS = ("id, task, state, session_key, session_id, tab_id, return_address, result, "
             "created_at, started_at, finished_at, owner")
-_RUNNING = ("dispatched", "running")
+
+
+class DelegationState(StrEnum):
+    """A delegation: handed to a sub-agent, running, then finished, interrupted (the
+    gateway stopped, or its session ended) or lost (its instance died)."""
+
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+    LOST = "lost"
+
+
+#: the moves a delegation's state may make, and no others (tests/test_states.py reads
+#: every UPDATE of the table against it)
+DELEGATION_MOVES: dict[DelegationState, frozenset[DelegationState]] = {
+    DelegationState.DISPATCHED: frozenset({DelegationState.RUNNING, DelegationState.FINISHED,
+                                           DelegationState.INTERRUPTED, DelegationState.LOST}),
+    DelegationState.RUNNING: frozenset({DelegationState.FINISHED, DelegationState.INTERRUPTED,
+                                        DelegationState.LOST}),
+    DelegationState.FINISHED: frozenset(),
+    DelegationState.INTERRUPTED: frozenset(),
+    DelegationState.LOST: frozenset(),
+}
+_RUNNING = (DelegationState.DISPATCHED, DelegationState.RUNNING)
 
 
 @dataclass(slots=True)
@@ -90,13 +119,13 @@ async def recent_delegations(db: StateDatabase, limit: int | None = None
     return [DelegationRecord.from_row(r) for r in rows]
 
 
-class DelegationRefused(Exception):
+class DelegationRefused(RefusedInput):
     """The conversation has as many delegations running as it may."""
 
 
 class DelegationManager:
     def __init__(self, db: StateDatabase, outbox: Outbox, store: SessionStore, subagent: SubAgent,
-                 *, max_running_per_session: int = 3) -> None:
+                 *, max_running_per_session: int = 3, life: Life = ALONE) -> None:
         self.db = db
         self.outbox = outbox
         self.store = store
@@ -106,8 +135,8 @@ class DelegationManager:
         self._records: dict[str, DelegationRecord] = {}
         self._closing = False
         #: this manager in this process: an in-process restart (tests) is a new owner
-        self.owner = f"{process_identity()}-{uuid.uuid4().hex[:6]}"
-        self.acting: Acting = may_always_act  # (gateway/lives.py)
+        self.owner = life.name or f"{process_identity()}-{uuid.uuid4().hex[:6]}"
+        self.acting: Acting = life.acting  # (gateway/cluster/lives.py)
 
     async def delegate(self, task: str, address: ReturnAddress) -> DelegationRecord:
         """Start ``task`` in the background, reporting to ``address``; refuse past the limit."""
@@ -148,8 +177,10 @@ class DelegationManager:
     async def _run(self, record: DelegationRecord) -> None:
         try:
             record.state, record.started_at = "running", time.time()
-            await self.db.write([("UPDATE delegations SET state = 'running', started_at = ? "
-                                  "WHERE id = ?", (record.started_at, record.id))])
+            await self.db.write([(f"UPDATE delegations SET state = '{DelegationState.RUNNING}', "
+                                  f"started_at = ? WHERE id = ? "
+                                  f"AND state = '{DelegationState.DISPATCHED}'",
+                                  (record.started_at, record.id))])
             summary = await self.subagent(record.task)
             await self._finish(record, "finished", f"Delegation {record.id} finished.\n{summary}",
                                notify=True)
@@ -167,9 +198,11 @@ class DelegationManager:
 
     async def _finish(self, record: DelegationRecord, state: str, result: str | None, *,
                       notify: bool, outcome: Outcome = "ok") -> None:
+        check_move(DELEGATION_MOVES, _RUNNING, DelegationState(state))
         record.state, record.result, record.finished_at = state, result, time.time()
         ops: list[Op] = [("UPDATE delegations SET state = ?, result = ?, finished_at = ? "
-                          "WHERE id = ? AND state IN ('dispatched', 'running')",
+                          f"WHERE id = ? AND state IN ('{DelegationState.DISPATCHED}', "
+                          f"'{DelegationState.RUNNING}')",
                           (state, result, record.finished_at, record.id))]
         if notify and result is not None:
             await self.outbox.produce([_result_notice(record, result, "result", outcome)],
@@ -195,7 +228,8 @@ class DelegationManager:
         tell each owner once. Only those: this process's own, and any of a process
         that still runs, are left alone."""
         rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM delegations WHERE state IN ('dispatched', 'running')")
+            f"SELECT {_COLUMNS} FROM delegations WHERE state IN ('{DelegationState.DISPATCHED}', "
+            f"'{DelegationState.RUNNING}')")
         lost = 0
         for row in rows:
             record = DelegationRecord.from_row(row)
@@ -206,8 +240,10 @@ class DelegationManager:
             text = (f"Delegation {record.id} was lost: the gateway stopped while it ran, so "
                     f"its result never came back.\nTask: {record.task}")
             await self.outbox.produce([_result_notice(record, text, "lost", "failed")], with_ops=[(
-                "UPDATE delegations SET state = 'lost', finished_at = ? WHERE id = ? "
-                "AND state IN ('dispatched', 'running')", (time.time(), record.id))])
+                f"UPDATE delegations SET state = '{DelegationState.LOST}', finished_at = ? WHERE "
+                "id = ? "
+                f"AND state IN ('{DelegationState.DISPATCHED}', "
+                f"'{DelegationState.RUNNING}')", (time.time(), record.id))])
         return lost
 
     async def drain(self, timeout: float) -> None:
@@ -234,7 +270,7 @@ class DelegationManager:
 
 async def _runs_elsewhere(db: StateDatabase, owner: str | None) -> bool:
     """The owner is a manager in another daemon process, or on a shared store another
-    instance's life (gateway/lives.py), that still runs."""
+    instance's life (gateway/cluster/lives.py), that still runs."""
     if owner is not None and instance_life(owner) is not None:
         return await life_alive(db, owner)
     process = (owner or "").rsplit("-", 1)[0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from . import job_process
+import tools.job_process as job_process
 
 POLL_SECONDS = 0.05
 SIGKILL_SETTLE_SECONDS = 5.0

@@ -6,13 +6,12 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .plain_text import plain_lines
-from .watch import WatchLimits, WatchNotice
+from tools.plain_text import plain_lines
+from tools.watch import WatchLimits, WatchNotice
 
 if TYPE_CHECKING:
-    from gateway.events import Outcome
-
-    from .job_record import JobRecord
+    from gateway.words.events import Outcome
+    from tools.job_record import JobRecord
 
 MAX_OUTPUT_CHARS = 3000
 MAX_COMMAND_CHARS = 200

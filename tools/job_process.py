@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.private_files import private_dir
-from gateway.processes import is_same_process, parse_stat, process_start_time, read_stat
+from gateway.machine.private_files import private_dir
+from gateway.machine.processes import is_same_process, parse_stat, process_start_time, read_stat
 
 # $1 the command, $2 the job folder, $3 the working directory, $4 the shell, $5 the
 # limit on open files to give the command (the daemon's own is raised), $6 the umask to

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from gateway.database import Op
-from gateway.notifications import ReturnAddress
-
-from .job_process import JobFiles
+from gateway.store.sqlite import Op
+from gateway.words.return_address import ReturnAddress
+from tools.job_process import JobFiles
 
 JOB_COLUMNS = (
     "id, command, cwd, state, pid, proc_start, started_at, ended_at, exit_code, killed, "
@@ -18,9 +18,25 @@ JOB_COLUMNS = (
     "session_id, return_address, log_path, exit_path, watch_offset, left_running, origin"
 )
 
-#: running; exited (with or without a code: see ``exit_code``); lost (gone while the
-#: daemon was down, without an exit record); failed (never started)
-STATES = ("running", "exited", "lost", "failed")
+class JobState(StrEnum):
+    """Running; exited (with or without a code: see ``exit_code``); lost (gone while
+    the daemon was down, without an exit record); failed (never started)."""
+
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"
+    FAILED = "failed"
+
+
+#: the moves a job's state may make, and no others (tests/test_states.py reads every
+#: UPDATE of the table against it)
+JOB_MOVES: dict[JobState, frozenset[JobState]] = {
+    JobState.RUNNING: frozenset({JobState.EXITED, JobState.LOST, JobState.FAILED}),
+    JobState.EXITED: frozenset(),
+    JobState.LOST: frozenset(),
+    JobState.FAILED: frozenset(),
+}
+STATES = tuple(JobState)
 
 
 @dataclass(slots=True)

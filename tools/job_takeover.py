@@ -17,21 +17,21 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway.cluster_store import writer_now
-from gateway.notifications import NewNotification
-from gateway.outbox import Outbox
-
-from .job_notices import EndDetails, completion_text
-from .job_record import JOB_COLUMNS, JobRecord
+from gateway.cluster.rows import writer_now
+from gateway.delivery.notifications import NewNotification
+from gateway.delivery.outbox import Outbox
+from tools.job_notices import EndDetails, completion_text
+from tools.job_record import JOB_COLUMNS, JobRecord, JobState
 
 if TYPE_CHECKING:
-    from .jobs import JobManager
+    from tools.jobs import JobManager
 
 log = structlog.get_logger(__name__)
 
 #: only while the job's instance is still dead (not stopped cleanly, not back)
 _MARK_LOST = (
-    "UPDATE jobs SET state = 'lost', ended_at = ? WHERE id = ? AND state = 'running' "
+    f"UPDATE jobs SET state = '{JobState.LOST}', ended_at = ? WHERE id = ? AND state = "
+    f"'{JobState.RUNNING}' "
     "AND instance = ? AND EXISTS (SELECT 1 FROM instances i WHERE i.name = jobs.instance "
     "AND i.stopped_at IS NULL AND i.lease_expires_at < ?)")
 
@@ -42,7 +42,7 @@ async def report_lost(jobs: JobManager, instances: list[str]) -> int:
         return 0
     marks = ",".join("?" * len(instances))
     rows = await jobs.db.fetchall(
-        f"SELECT {JOB_COLUMNS}, instance FROM jobs WHERE state = 'running' "
+        f"SELECT {JOB_COLUMNS}, instance FROM jobs WHERE state = '{JobState.RUNNING}' "
         f"AND instance IN ({marks}) ORDER BY started_at", tuple(instances))
     lost = 0
     for *row, instance in rows:
@@ -58,7 +58,7 @@ async def report_lost(jobs: JobManager, instances: list[str]) -> int:
 
 
 async def _report(jobs: JobManager, record: JobRecord, instance: str) -> bool:
-    from .jobs import completion_key
+    from tools.jobs import completion_key
 
     notify = record.notify_on_complete and jobs.notify_mode != "off"
     note = await jobs.ending_note(record, notify)

@@ -19,16 +19,15 @@ from typing import Any
 
 import structlog
 
-from gateway.database import Op
-from gateway.notifications import NewNotification
-from gateway.outbox import Outbox
+from gateway.delivery.notifications import NewNotification
+from gateway.delivery.outbox import Outbox
 from gateway.retry import RetryPolicy
-
-from .job_notices import watch_text
-from .job_output import LogReader, OutputWatcher
-from .job_record import JobRecord
-from .plain_text import plain
-from .watch import JobWatch, WatchLimits, WatchNotice
+from gateway.store.sqlite import Op
+from tools.job_notices import watch_text
+from tools.job_output import LogReader, OutputWatcher
+from tools.job_record import JobRecord
+from tools.plain_text import plain
+from tools.watch import JobWatch, WatchLimits, WatchNotice
 
 log = structlog.get_logger(__name__)
 

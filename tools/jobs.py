@@ -25,26 +25,27 @@ from typing import Any, Protocol
 
 import structlog
 
-from gateway.config import Config
-from gateway.inbound import acted_ops
-from gateway.lives import Acting, may_always_act, still_acting, still_live_here
-from gateway.notifications import NewNotification, ReturnAddress
-from gateway.outbox import Outbox
-from gateway.private_files import private_dir
-from gateway.processes import ORIGINAL_OPEN_FILES, process_start_time
+import tools.job_process as job_process
+from gateway.cluster.lives import ALONE, Acting, Life, still_acting, still_live_here
+from gateway.config.settings import Config
+from gateway.delivery.notifications import NewNotification
+from gateway.delivery.outbox import Outbox
+from gateway.errors import RefusedInput
+from gateway.inbound.journal import acted_ops
+from gateway.machine.private_files import private_dir
+from gateway.machine.processes import ORIGINAL_OPEN_FILES, process_start_time
 from gateway.retry import RetryPolicy
-from gateway.route import Route
-from gateway.state_database import Op, StateDatabase
-
-from . import job_process
-from .job_kill import kill_group, kill_wait_seconds
-from .job_notices import EndDetails, completion_text, job_outcome
-from .job_output import OutputWatcher
-from .job_process import JobFiles
-from .job_record import JOB_COLUMNS, JobRecord
-from .job_watching import WatchReporter
-from .plain_text import plain_lines
-from .watch import GlobalBreaker, JobWatch, Pattern, WatchLimits, compile_patterns
+from gateway.store.state import Op, StateDatabase
+from gateway.words.return_address import ReturnAddress
+from gateway.words.route import Route
+from tools.job_kill import kill_group, kill_wait_seconds
+from tools.job_notices import EndDetails, completion_text, job_outcome
+from tools.job_output import OutputWatcher
+from tools.job_process import JobFiles
+from tools.job_record import JOB_COLUMNS, JobRecord, JobState
+from tools.job_watching import WatchReporter
+from tools.plain_text import plain_lines
+from tools.watch import GlobalBreaker, JobWatch, Pattern, WatchLimits, compile_patterns
 
 log = structlog.get_logger(__name__)
 
@@ -99,12 +100,13 @@ class _Live:
     detached: bool = False
 
 
-class JobError(Exception):
+class JobError(RefusedInput):
     """A job request that cannot be carried out; the message says why."""
 
 
 class JobManager:
-    def __init__(self, db: StateDatabase, outbox: Outbox, config: Config) -> None:
+    def __init__(self, db: StateDatabase, outbox: Outbox, config: Config, *,
+                 life: Life = ALONE) -> None:
         self.db = db
         self.outbox = outbox
         self.settings = config.jobs
@@ -120,11 +122,11 @@ class JobManager:
         #: told of every job's end (set before :meth:`recover`, so re-attached jobs are too)
         self.observer: JobObserver | None = None
         #: on a shared store, this instance's name: its jobs run on this host, and only
-        #: its own are re-attached here (gateway/takeover.py reports a dead one's)
-        self.instance: str | None = None
-        #: on a shared store, this life's name (gateway/lives.py), checked as jobs register
-        self.owner: str | None = None
-        self.acting: Acting = may_always_act  # (gateway/lives.py)
+        #: its own are re-attached here (gateway/daemon/takeover.py reports a dead one's)
+        self.instance: str | None = life.instance
+        #: on a shared store, this life's name (gateway/cluster/lives.py), checked as jobs register
+        self.owner: str | None = life.name
+        self.acting: Acting = life.acting  # (gateway/cluster/lives.py)
         self._live: dict[str, _Live] = {}
 
     # starting --------------------------------------------------------------
@@ -303,7 +305,7 @@ class JobManager:
                                          footer=note.footer)))
             ops: list[Op] = [(
                 "UPDATE jobs SET state = ?, exit_code = ?, ended_at = ?, left_running = ? "
-                "WHERE id = ? AND state = 'running'",
+                f"WHERE id = ? AND state = '{JobState.RUNNING}'",
                 (record.state, record.exit_code, record.ended_at, record.left_running,
                  record.id)), *note.ops]
             await self._commit_end(record, notices, ops)
@@ -356,7 +358,7 @@ class JobManager:
         cut short is finished.
         """
         rows = await self.db.fetchall(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'running' "
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = '{JobState.RUNNING}' "
             "AND (instance IS NULL OR instance = ?) ORDER BY started_at", (self.instance,))
         for row in rows:
             record = JobRecord.from_row(row)
@@ -448,7 +450,8 @@ class JobManager:
         where, params = ("WHERE session_key = ?", [session_key]) if session_key else ("", [])
         rows = await self.db.fetchall(
             f"SELECT {JOB_COLUMNS} FROM jobs {where} "
-            f"ORDER BY (state = 'running') DESC, started_at DESC LIMIT ?", (*params, limit))
+            f"ORDER BY (state = '{JobState.RUNNING}') DESC, started_at DESC LIMIT ?",
+            (*params, limit))
         return [self._live[r[0]].record if r[0] in self._live else JobRecord.from_row(r)
                 for r in rows]
 
@@ -495,7 +498,8 @@ def _end_state(code: int | None, record: JobRecord, *, spawned: bool) -> str:
 
 
 def _failed_op(job_id: str) -> Op:
-    return ("UPDATE jobs SET state = 'failed', ended_at = ? WHERE id = ? AND state = 'running'",
+    return (f"UPDATE jobs SET state = '{JobState.FAILED}', ended_at = ? WHERE id = ? AND state = "
+            f"'{JobState.RUNNING}'",
             (time.time(), job_id))
 
 

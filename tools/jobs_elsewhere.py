@@ -17,15 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gateway.cluster_store import list_instances, store_now
-from gateway.migrations import JOBS_CHANNEL
-
-from .job_kill import kill_wait_seconds
-from .job_record import JOB_COLUMNS, JobRecord
-from .jobs import JobError
+from gateway.cluster.rows import list_instances, store_now
+from gateway.store.migrations import JOBS_CHANNEL
+from tools.job_kill import kill_wait_seconds
+from tools.job_record import JOB_COLUMNS, JobRecord, JobState
+from tools.jobs import JobError
 
 if TYPE_CHECKING:
-    from .jobs import JobManager
+    from tools.jobs import JobManager
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +58,7 @@ class JobsElsewhere:
                            "it cannot be stopped from here. Its end is reported when that "
                            "instance is back, or it is reported lost.")
         await self.jobs.db.write([("UPDATE jobs SET killed = 1 WHERE id = ? "
-                                   "AND state = 'running'", (job.id,))])
+                                   f"AND state = '{JobState.RUNNING}'", (job.id,))])
         grace = self.jobs.settings.kill_grace_seconds
         ended = await self.until_ended(job, kill_wait_seconds(grace))
         if ended.state == "running":
@@ -100,7 +99,8 @@ class JobsElsewhere:
 
     async def _asked_meanwhile(self) -> None:
         rows = await self.jobs.db.fetchall(
-            "SELECT id FROM jobs WHERE state = 'running' AND killed = 1 AND instance = ?",
+            f"SELECT id FROM jobs WHERE state = '{JobState.RUNNING}' AND killed = 1 AND instance = "
+            "?",
             (self.jobs.instance,))
         for (job_id,) in rows:
             if self.jobs.here(job_id):

@@ -11,12 +11,11 @@ import asyncio
 import builtins
 import time
 
-from gateway.context import current_session
-
-from .job_notices import describe_exit
-from .job_record import JobRecord
-from .jobs import JobError, JobManager
-from .jobs_elsewhere import JobsElsewhere
+from gateway.words.context import current_session
+from tools.job_notices import describe_exit
+from tools.job_record import JobRecord
+from tools.jobs import JobError, JobManager
+from tools.jobs_elsewhere import JobsElsewhere
 
 
 class Processes:

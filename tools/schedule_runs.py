@@ -10,9 +10,10 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from gateway.database import Op
-
-from .schedules import ScheduleRecord
+from gateway.errors import HomingError
+from gateway.store.sqlite import Op
+from tools.job_record import JobState
+from tools.schedules import RunState, ScheduleRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,20 +22,22 @@ class Claim:
     reason: str  # due, missed, manual
 
 
-class RunTaken(Exception):
+class RunTaken(HomingError):
     """The claimed run was started, cancelled or removed meanwhile."""
 
 
 #: run ``o`` is under way: started, with its job still running or its prompt not yet
 #: given (a job whose end was committed without its run's cannot hold the schedule up)
-UNDER_WAY = ("(o.state = 'started' AND (o.job_id IS NULL OR EXISTS (SELECT 1 FROM jobs j "
-              "WHERE j.id = o.job_id AND j.state = 'running')))")
+UNDER_WAY = (f"(o.state = '{RunState.STARTED}' AND (o.job_id IS NULL OR EXISTS (SELECT 1 FROM jobs "
+             "j "
+              f"WHERE j.id = o.job_id AND j.state = '{JobState.RUNNING}')))")
 
 
 def busy(conn: sqlite3.Connection, schedule_id: str) -> bool:
     """A run of the schedule is under way or waiting to start."""
     return conn.execute(
-        f"SELECT 1 FROM schedule_runs o WHERE o.schedule_id = ? AND (o.state = 'claimed' OR "
+        "SELECT 1 FROM schedule_runs o WHERE o.schedule_id = ? AND (o.state = "
+        f"'{RunState.CLAIMED}' OR "
         f"{UNDER_WAY}) LIMIT 1", (schedule_id,)).fetchone() is not None
 
 
@@ -42,8 +45,8 @@ def mark_started(conn: sqlite3.Connection, schedule_id: str, scheduled_for: floa
                  job_id: str | None, now: float) -> None:
     """Claimed → started, or RunTaken: what starts a run is this one change."""
     changed = conn.execute(
-        "UPDATE schedule_runs SET state = 'started', job_id = ?, started_at = ? "
-        "WHERE schedule_id = ? AND scheduled_for = ? AND state = 'claimed'",
+        f"UPDATE schedule_runs SET state = '{RunState.STARTED}', job_id = ?, started_at = ? "
+        f"WHERE schedule_id = ? AND scheduled_for = ? AND state = '{RunState.CLAIMED}'",
         (job_id, now, schedule_id, scheduled_for)).rowcount
     if changed != 1:
         raise RunTaken(f"{schedule_id} at {scheduled_for}")
@@ -66,8 +69,9 @@ def finish_ops(s: ScheduleRecord, scheduled_for: float, result: str, now: float)
 
 
 def finish_run_op(schedule_id: str, scheduled_for: float, result: str, now: float) -> Op:
-    return ("UPDATE schedule_runs SET state = 'finished', finished_at = ?, result = ? "
-            "WHERE schedule_id = ? AND scheduled_for = ? AND state IN ('claimed', 'started')",
+    return (f"UPDATE schedule_runs SET state = '{RunState.FINISHED}', finished_at = ?, result = ? "
+            f"WHERE schedule_id = ? AND scheduled_for = ? AND state IN ('{RunState.CLAIMED}', "
+            f"'{RunState.STARTED}')",
             (now, result, schedule_id, scheduled_for))
 
 

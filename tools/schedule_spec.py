@@ -21,7 +21,8 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
-from gateway.timezones import check_zone
+from gateway.config.timezones import check_zone
+from gateway.errors import RefusedInput
 
 Kind = Literal["every", "cron", "at"]
 
@@ -31,7 +32,7 @@ _CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-class ScheduleError(ValueError):
+class ScheduleError(RefusedInput, ValueError):
     """A schedule that cannot be made; the message names the problem."""
 
 

@@ -27,24 +27,26 @@ from collections.abc import Callable
 
 import structlog
 
-from gateway.config import SchedulesConfig
-from gateway.inbound import acted_ops
-from gateway.lives import LifeOver
-from gateway.notifications import NewNotification, Notification, ReturnAddress
-from gateway.outbox import Outbox
-from gateway.state_database import StateDatabase
-from gateway.store import SessionStore
-
-from . import schedule_runs as runs
-from . import schedule_spec, schedules
-from .job_notices import describe_exit
-from .job_process import check_command
-from .job_record import JobRecord
-from .jobs import EndNote, JobError, JobManager
-from .schedule_runs import RunTaken
-from .schedule_spec import Due, ScheduleError, zone_name
-from .schedules import (
+import tools.schedule_runs as runs
+import tools.schedule_spec as schedule_spec
+import tools.schedules as schedules
+from gateway.cluster.lives import LifeOver
+from gateway.config.settings import SchedulesConfig
+from gateway.delivery.notifications import NewNotification, Notification
+from gateway.delivery.outbox import Outbox
+from gateway.inbound.journal import acted_ops
+from gateway.sessions.store import SessionStore
+from gateway.store.state import StateDatabase
+from gateway.words.return_address import ReturnAddress
+from tools.job_notices import describe_exit
+from tools.job_process import check_command
+from tools.job_record import JobRecord
+from tools.jobs import EndNote, JobError, JobManager
+from tools.schedule_runs import RunTaken
+from tools.schedule_spec import Due, ScheduleError, zone_name
+from tools.schedules import (
     SCHEDULE_COLUMNS,
+    RunState,
     ScheduleNotFound,
     ScheduleRecord,
     run_header,
@@ -288,7 +290,7 @@ class Scheduler:
         """Start the oldest claimed run of every schedule that has none under way."""
         rows = await self.db.fetchall(
             f"SELECT r.schedule_id, r.scheduled_for, r.reason FROM schedule_runs r "
-            f"WHERE r.state = 'claimed' AND NOT EXISTS (SELECT 1 FROM schedule_runs o "
+            f"WHERE r.state = '{RunState.CLAIMED}' AND NOT EXISTS (SELECT 1 FROM schedule_runs o "
             f"WHERE o.schedule_id = r.schedule_id AND {runs.UNDER_WAY}) ORDER BY r.scheduled_for")
         started: set[str] = set()
         for schedule_id, scheduled_for, reason in rows:
@@ -426,7 +428,8 @@ class Scheduler:
             self.db.write_behind([
                 ("UPDATE schedules SET paused = 1, pause_reason = ? "
                  "WHERE session_key = ? AND paused = 0", (why, n.session_key)),
-                ("UPDATE schedule_runs SET state = 'cancelled' WHERE state = 'claimed' AND "
+                (f"UPDATE schedule_runs SET state = '{RunState.CANCELLED}' WHERE state = "
+                 f"'{RunState.CLAIMED}' AND "
                  "schedule_id IN (SELECT id FROM schedules WHERE session_key = ?)",
                  (n.session_key,))])
             log.warning("schedules_paused", session_key=n.session_key, reason=why)

@@ -13,17 +13,41 @@ import json
 import sqlite3
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from gateway.route import Route
-from gateway.state_database import StateDatabase
-
-from .schedule_spec import ScheduleError, Spec, format_time
+from gateway.delivery.notifications import NotificationState
+from gateway.store.state import StateDatabase
+from gateway.words.route import Route
+from tools.schedule_spec import ScheduleError, Spec, format_time
 
 SCHEDULE_COLUMNS = (
     "id, session_key, route, kind, spec, timezone, anchor, command, prompt, created_at, "
     "next_run_at, paused, pause_reason, last_run_for, last_result, skipped"
 )
+
+
+class RunState(StrEnum):
+    """A schedule's run: claimed by one instance, started (its job or prompt), then
+    finished, skipped or cancelled."""
+
+    CLAIMED = "claimed"
+    STARTED = "started"
+    FINISHED = "finished"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+#: the moves a run's state may make, and no others (tests/test_states.py reads every
+#: UPDATE of the table against it)
+RUN_MOVES: dict[RunState, frozenset[RunState]] = {
+    RunState.CLAIMED: frozenset({RunState.STARTED, RunState.FINISHED, RunState.SKIPPED,
+                                 RunState.CANCELLED}),
+    RunState.STARTED: frozenset({RunState.FINISHED}),
+    RunState.FINISHED: frozenset(),
+    RunState.SKIPPED: frozenset(),
+    RunState.CANCELLED: frozenset(),
+}
 
 
 @dataclass(slots=True)
@@ -133,8 +157,9 @@ async def remove(db: StateDatabase, schedule_id: str) -> ScheduleRecord:
         record = select_schedule(conn, schedule_id)
         conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
         conn.execute(*cancel_claimed_op(schedule_id))
-        conn.execute("UPDATE notifications SET state = 'parked', reason = 'schedule_removed' "
-                     "WHERE idempotency_key LIKE ? AND state = 'pending'",
+        conn.execute(f"UPDATE notifications SET state = '{NotificationState.PARKED}', reason = "
+                     "'schedule_removed' "
+                     f"WHERE idempotency_key LIKE ? AND state = '{NotificationState.PENDING}'",
                      (f"{schedule_id}:run:%",))
         return record
 
@@ -142,8 +167,8 @@ async def remove(db: StateDatabase, schedule_id: str) -> ScheduleRecord:
 
 
 def cancel_claimed_op(schedule_id: str) -> tuple[str, tuple[str]]:
-    return ("UPDATE schedule_runs SET state = 'cancelled' WHERE schedule_id = ? "
-            "AND state = 'claimed'", (schedule_id,))
+    return (f"UPDATE schedule_runs SET state = '{RunState.CANCELLED}' WHERE schedule_id = ? "
+            f"AND state = '{RunState.CLAIMED}'", (schedule_id,))
 
 
 def select_schedule(conn: sqlite3.Connection, schedule_id: str) -> ScheduleRecord:

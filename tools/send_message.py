@@ -8,29 +8,33 @@ turn (from the task-local context), anything else must be the name of one of
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
-from gateway.config import HomeChannel
-from gateway.context import current_session
-from gateway.events import SendResult
-from gateway.route import Route
-
-if TYPE_CHECKING:
-    from gateway.runner import GatewayRunner
+from gateway.config.settings import HomeChannel
+from gateway.errors import RefusedInput
+from gateway.words.context import current_session
+from gateway.words.events import SendResult
+from gateway.words.route import Route
 
 log = structlog.get_logger(__name__)
 
 HERE = "here"
 
 
-class UnknownTarget(ValueError):
+class UnknownTarget(RefusedInput, ValueError):
     """The model named a place it may not post to."""
 
 
+class Poster(Protocol):
+    """What send_message asks of the gateway: a message posted to a route."""
+
+    async def post(self, route: Route, text: str) -> SendResult: ...
+
+
 class MessageSender:
-    def __init__(self, runner: GatewayRunner, home_channels: list[HomeChannel]) -> None:
+    def __init__(self, runner: Poster, home_channels: list[HomeChannel]) -> None:
         self.runner = runner
         self.homes = {h.name: _route(h) for h in home_channels}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.context import current_session
+from gateway.words.context import current_session
 
 
 def session_info() -> dict[str, Any]:

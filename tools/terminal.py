@@ -12,14 +12,13 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.inbound import mark_acted
-from gateway.notifications import ReturnAddress
-
-from . import job_process
-from .job_output import decode_line
-from .job_record import JobRecord
-from .jobs import JobError, JobManager
-from .plain_text import plain
+import tools.job_process as job_process
+from gateway.inbound.journal import mark_acted
+from gateway.words.return_address import ReturnAddress
+from tools.job_output import decode_line
+from tools.job_record import JobRecord
+from tools.jobs import JobError, JobManager
+from tools.plain_text import plain
 
 FOREGROUND_KEEP_LINES = 200
 _LINE_LIMIT = 1024 * 1024

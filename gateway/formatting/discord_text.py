@@ -8,8 +8,8 @@ import re
 
 import discord
 
-from ..splitter import split_message
-from .markdown import monospace_table, parse, table_rows
+from gateway.formatting.markdown import monospace_table, parse, table_rows
+from gateway.formatting.splitter import split_message
 
 MESSAGE_LIMIT = 2000
 #: every send and edit: nobody is pinged by what the agent or a job's output says

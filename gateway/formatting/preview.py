@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from markdown_it.token import Token
 
-from .markdown import parse
+from gateway.formatting.markdown import parse
 
 __all__ = ["GrowingPreview", "preview_markdown", "status_markdown"]
 

@@ -18,8 +18,8 @@ from typing import Protocol, TypeVar
 
 from markdown_it.token import Token
 
-from ..splitter import split_message, utf16_len
-from .markdown import monospace_table, parse, table_rows
+from gateway.formatting.markdown import monospace_table, parse, table_rows
+from gateway.formatting.splitter import split_message, utf16_len
 
 _INLINE_TAGS = {"strong_open": "<b>", "strong_close": "</b>", "em_open": "<i>",
                 "em_close": "</i>", "s_open": "<s>", "s_close": "</s>"}

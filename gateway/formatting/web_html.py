@@ -10,7 +10,7 @@ from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 
-from .markdown import new_parser
+from gateway.formatting.markdown import new_parser
 
 # an image in the agent's text would be fetched by every tab that shows it (a URL can
 # carry data out): shown as the Markdown it is written in

@@ -8,7 +8,7 @@ A chat told to wait (HTTP 429 with ``retry_after``) waits; when several chats
 are told to wait at once the limit hit was the global one, and every chat waits.
 How much a chat may still take now (:meth:`FlowControl.room`) is what the router
 asks before it sends a conversation's waiting notices one by one: when they do not
-fit, they go together in one message (gateway/merged_notices.py).
+fit, they go together in one message (gateway/delivery/merged_notices.py).
 """
 
 from __future__ import annotations

@@ -30,11 +30,12 @@ from typing import Protocol
 
 import structlog
 
-from ..events import MessageKind, SendResult
-from ..formatting.preview import preview_markdown, status_markdown
-from ..retry import RetryPolicy
-from ..route import Route
-from ..splitter import split_message
+from gateway.errors import PlatformError
+from gateway.formatting.preview import preview_markdown, status_markdown
+from gateway.formatting.splitter import split_message
+from gateway.retry import RetryPolicy
+from gateway.words.events import MessageKind, SendResult
+from gateway.words.route import Route
 
 log = structlog.get_logger(__name__)
 
@@ -72,15 +73,15 @@ class Draft:
     suffix: str
 
 
-class PreviewGone(Exception):
+class PreviewGone(PlatformError):
     """The preview message no longer exists (deleted by someone, or never made)."""
 
 
-class PreviewRefused(Exception):
+class PreviewRefused(PlatformError):
     """The platform refuses this edit for good (asking again would not help)."""
 
 
-class PreviewRateLimited(Exception):
+class PreviewRateLimited(PlatformError):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"retry after {seconds:g} s")
         self.seconds = seconds

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from .media import image_size
+from tests.fakes.media import image_size
 
 __all__ = ["DEFAULT_UPLOAD_LIMIT", "DiscordFiles", "SentFile", "read_message_payload"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from .discord_rest import json_response, now_iso
+from tests.fakes.discord_rest import json_response, now_iso
 
 __all__ = ["INTENT_MESSAGE_CONTENT", "DiscordGateway", "Session"]
 

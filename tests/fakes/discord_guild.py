@@ -24,8 +24,18 @@ from typing import Any
 
 from aiohttp import web
 
-from .discord_gateway import INTENT_GUILD_MEMBERS, INTENT_GUILD_PRESENCES, INTENT_MESSAGE_CONTENT
-from .discord_rest import SEND_MESSAGES, SEND_MESSAGES_IN_THREADS, ApiError, json_response, now_iso
+from tests.fakes.discord_gateway import (
+    INTENT_GUILD_MEMBERS,
+    INTENT_GUILD_PRESENCES,
+    INTENT_MESSAGE_CONTENT,
+)
+from tests.fakes.discord_rest import (
+    SEND_MESSAGES,
+    SEND_MESSAGES_IN_THREADS,
+    ApiError,
+    json_response,
+    now_iso,
+)
 
 __all__ = ["ADMINISTRATOR", "ALL_PERMISSIONS", "DiscordGuild", "READ_MESSAGE_HISTORY",
            "SEND_MESSAGES", "SEND_MESSAGES_IN_THREADS", "VIEW_CHANNEL"]

@@ -36,9 +36,9 @@ from typing import Any
 
 from aiohttp import web
 
-from .discord_components import component_type_of
-from .discord_files import SentFile
-from .discord_rest import (
+from tests.fakes.discord_components import component_type_of
+from tests.fakes.discord_files import SentFile
+from tests.fakes.discord_rest import (
     ApiError,
     check_components,
     check_content,

@@ -20,8 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .discord_components import component_errors
-from .discord_files import PayloadTooLarge, SentFile, read_message_payload
+from tests.fakes.discord_components import component_errors
+from tests.fakes.discord_files import PayloadTooLarge, SentFile, read_message_payload
 
 __all__ = ["MAX_MESSAGE_LENGTH", "ApiError", "DiscordRest", "EditRecord", "Failure",
            "SentRecord", "check_components", "check_content", "json_response", "now_iso",

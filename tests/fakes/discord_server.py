@@ -74,8 +74,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .discord_files import DEFAULT_UPLOAD_LIMIT, DiscordFiles, SentFile
-from .discord_gateway import (  # noqa: F401 (the intents: re-exported, as before the split)
+from tests.fakes.discord_files import DEFAULT_UPLOAD_LIMIT, DiscordFiles, SentFile
+from tests.fakes.discord_gateway import (  # noqa: F401 (the intents: re-exported, as before the split)
     INTENT_GUILD_MEMBERS,
     INTENT_GUILD_PRESENCES,
     INTENT_MESSAGE_CONTENT,
@@ -83,9 +83,9 @@ from .discord_gateway import (  # noqa: F401 (the intents: re-exported, as befor
     DiscordGateway,
     Session,
 )
-from .discord_guild import DiscordGuild
-from .discord_interactions import DiscordInteractions, InteractionResponseRecord
-from .discord_rest import (  # noqa: F401 (NONCE_WINDOW_SECONDS: re-exported)
+from tests.fakes.discord_guild import DiscordGuild
+from tests.fakes.discord_interactions import DiscordInteractions, InteractionResponseRecord
+from tests.fakes.discord_rest import (  # noqa: F401 (NONCE_WINDOW_SECONDS: re-exported)
     MAX_MESSAGE_LENGTH,
     NONCE_WINDOW_SECONDS,
     DiscordRest,
@@ -94,7 +94,7 @@ from .discord_rest import (  # noqa: F401 (NONCE_WINDOW_SECONDS: re-exported)
     SentRecord,
     now_iso,
 )
-from .local_server import LocalServer
+from tests.fakes.local_server import LocalServer
 
 __all__ = ["FakeDiscord", "SentRecord", "SentFile", "EditRecord", "InteractionResponseRecord",
            "DISCORD_EPOCH_MS", "TOKEN",

@@ -43,9 +43,9 @@ from typing import Any
 
 from aiohttp import web
 
-from .local_server import LocalServer
-from .openai_streaming import drop, stream_chunks, stream_deltas
-from .openai_validation import ROLES, BadRequest, validate  # noqa: F401 (ROLES: re-exported)
+from tests.fakes.local_server import LocalServer
+from tests.fakes.openai_streaming import drop, stream_chunks, stream_deltas
+from tests.fakes.openai_validation import ROLES, BadRequest, validate  # noqa: F401 (ROLES: re-exported)
 
 __all__ = ["Brain", "CallTools", "ChatRequest", "Cut", "Fail", "FakeOpenAI", "Hang",
            "Message", "Raw", "Response", "Say"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .telegram_api import ApiError, as_bool, as_int
+from tests.fakes.telegram_api import ApiError, as_bool, as_int
 
 __all__ = ["CHAT_NOT_FOUND", "WEBHOOK_ACTIVE", "BotAccount"]
 

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .telegram_api import ApiError, as_bool, as_json
+from tests.fakes.telegram_api import ApiError, as_bool, as_json
 
 if TYPE_CHECKING:
-    from .telegram_messages import Posted
+    from tests.fakes.telegram_messages import Posted
 
 __all__ = ["BUTTON_DATA_INVALID", "QUERY_INVALID", "BotButtons", "CallbackAnswer",
            "inline_markup"]

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .telegram_api import ApiError
+from tests.fakes.telegram_api import ApiError
 
 __all__ = ["Rendered", "auto_entities", "parse_html", "render", "utf16_len"]
 

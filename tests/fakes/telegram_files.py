@@ -22,11 +22,18 @@ from typing import Any, TypedDict, Unpack
 
 from aiohttp import web
 
-from .media import image_size
-from .telegram_api import ApiError, Failure, as_int, as_json, consume_failure, error_response
-from .telegram_buttons import inline_markup
-from .telegram_entities import auto_entities, render, utf16_len
-from .telegram_messages import Posted, check_thread
+from tests.fakes.media import image_size
+from tests.fakes.telegram_api import (
+    ApiError,
+    Failure,
+    as_int,
+    as_json,
+    consume_failure,
+    error_response,
+)
+from tests.fakes.telegram_buttons import inline_markup
+from tests.fakes.telegram_entities import auto_entities, render, utf16_len
+from tests.fakes.telegram_messages import Posted, check_thread
 
 __all__ = ["MAX_CAPTION_LENGTH", "MAX_DOWNLOAD_SIZE", "MAX_PHOTO_SIZE", "MAX_UPLOAD_SIZE",
            "BotFiles", "FileRecord", "MessageOptions", "StoredFile"]

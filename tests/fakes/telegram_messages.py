@@ -18,9 +18,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .telegram_api import ApiError, Failure, as_int, as_json, consume_failure, message_key
-from .telegram_buttons import inline_markup
-from .telegram_entities import Rendered, render, utf16_len
+from tests.fakes.telegram_api import (
+    ApiError,
+    Failure,
+    as_int,
+    as_json,
+    consume_failure,
+    message_key,
+)
+from tests.fakes.telegram_buttons import inline_markup
+from tests.fakes.telegram_entities import Rendered, render, utf16_len
 
 __all__ = ["MAX_MESSAGE_LENGTH", "BotMessages", "EditRecord", "Posted", "SentRecord",
            "guess_chat", "check_thread", "utf16_len"]

@@ -36,7 +36,7 @@ limit counts the text a user sees.
 The bot's messages (sending, editing, deleting, what a user sees) live in
 ``telegram_messages``, HTML parsing in ``telegram_entities``, files (users' photos,
 documents, voice, audio and video; getFile and downloads; sendPhoto and sendDocument)
-in ``telegram_files``, inline keyboards, taps and answerCallbackQuery in
+in ``gateway/platforms/telegram/files.py``, inline keyboards, taps and answerCallbackQuery in
 ``telegram_buttons``, the bot's account (getMe's privacy mode, the webhook, getChat and
 getChatMember) in ``telegram_account``, the Bot API's parameters and errors in
 ``telegram_api``; this
@@ -53,9 +53,9 @@ from typing import Any
 
 from aiohttp import web
 
-from .local_server import LocalServer
-from .telegram_account import BotAccount
-from .telegram_api import (
+from tests.fakes.local_server import LocalServer
+from tests.fakes.telegram_account import BotAccount
+from tests.fakes.telegram_api import (
     ApiError,
     Failure,
     as_int,
@@ -65,10 +65,10 @@ from .telegram_api import (
     read_params,
     scripted_failure,
 )
-from .telegram_buttons import BotButtons, CallbackAnswer
-from .telegram_entities import auto_entities
-from .telegram_files import MAX_UPLOAD_SIZE, BotFiles, FileRecord, StoredFile
-from .telegram_messages import (  # noqa: F401 (the constants: re-exported, as before the split)
+from tests.fakes.telegram_buttons import BotButtons, CallbackAnswer
+from tests.fakes.telegram_entities import auto_entities
+from tests.fakes.telegram_files import MAX_UPLOAD_SIZE, BotFiles, FileRecord, StoredFile
+from tests.fakes.telegram_messages import (  # noqa: F401 (the constants: re-exported, as before the split)
     DELETE_NOT_FOUND,
     EDIT_NOT_FOUND,
     MAX_MESSAGE_LENGTH,

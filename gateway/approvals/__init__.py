@@ -1,0 +1,1 @@
+"""Approvals: an action of the model that waits in the store until a human decides."""

@@ -1,0 +1,1 @@
+"""The operator's side: the ``homing`` command line, setup and doctor."""

@@ -1,0 +1,245 @@
+"""The cluster's rows in the state store: instances and leases, the statements that take,
+renew and release them, the reads (``homing status``, a survivor's reconciliation), and
+the store's clock. gateway/cluster/instances.py holds the behaviour around them: when to renew,
+self-fencing, watching a lease.
+
+Every statement is one text for SQLite 3.40 and PostgreSQL 15 (``?`` placeholders, an
+upsert with ``ON CONFLICT … DO UPDATE … WHERE``, ``RETURNING``), and each guard is in
+the statement itself, so it holds without the PostgreSQL backend's cluster-wide write
+lock too (tests/test_cluster.py races the acquiring statement on bare connections).
+
+Time is the store's. On SQLite it is this host's clock (one file, one host); on
+PostgreSQL the database server's, ``clock_timestamp()``, so instances on hosts whose
+clocks disagree still agree on when a lease ran out. It is read inside the write
+transaction (:func:`writer_now`, after the write lock is taken, so times follow the
+order of the transactions) and passed as a parameter.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from gateway.store.sqlite import Database
+from gateway.store.state import StateDatabase
+
+if TYPE_CHECKING:
+    from gateway.store.postgres import PgConnection
+
+    Store: TypeAlias = StateDatabase
+    Conn: TypeAlias = sqlite3.Connection | PgConnection
+
+_PG_NOW = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+_INSTANCE_COLUMNS = ("name, epoch, host, pid, started_at, renewed_at, lease_expires_at, "
+                     "stopped_at")
+_LEASE_COLUMNS = "name, holder, holder_epoch, epoch, acquired_at, expires_at"
+
+#: a new life of a name: the next epoch, whatever state the last one left
+_REGISTER = (
+    "INSERT INTO instances (name, epoch, host, pid, started_at, renewed_at, lease_expires_at, "
+    "stopped_at) VALUES (?, 1, ?, ?, ?, ?, ?, NULL) "
+    "ON CONFLICT (name) DO UPDATE SET epoch = instances.epoch + 1, host = excluded.host, "
+    "pid = excluded.pid, started_at = excluded.started_at, renewed_at = excluded.renewed_at, "
+    "lease_expires_at = excluded.lease_expires_at, stopped_at = NULL "
+    "RETURNING epoch")
+#: only while this life's row is current: not superseded, stopped or run out
+_RENEW = (
+    "UPDATE instances SET renewed_at = ?, lease_expires_at = ? "
+    "WHERE name = ? AND epoch = ? AND stopped_at IS NULL AND lease_expires_at >= ?")
+_RENEW_LEASE = (
+    "UPDATE leases SET expires_at = ? "
+    "WHERE name = ? AND holder = ? AND holder_epoch = ? AND epoch = ?")
+#: the one statement that takes a lease: only for a live instance (its row, this epoch,
+#: not run out), only when the lease is free, run out or already this life's. A new
+#: holder is a new lease epoch; the lease ends when the instance's own lease does.
+ACQUIRE = (
+    "INSERT INTO leases (name, holder, holder_epoch, epoch, acquired_at, expires_at) "
+    "SELECT ?, name, epoch, 1, ?, lease_expires_at FROM instances "
+    "WHERE name = ? AND epoch = ? AND stopped_at IS NULL AND lease_expires_at >= ? "
+    "ON CONFLICT (name) DO UPDATE SET "
+    "epoch = CASE WHEN leases.holder = excluded.holder "
+    "AND leases.holder_epoch = excluded.holder_epoch THEN leases.epoch "
+    "ELSE leases.epoch + 1 END, "
+    "acquired_at = CASE WHEN leases.holder = excluded.holder "
+    "AND leases.holder_epoch = excluded.holder_epoch THEN leases.acquired_at "
+    "ELSE excluded.acquired_at END, "
+    "holder = excluded.holder, holder_epoch = excluded.holder_epoch, "
+    "expires_at = excluded.expires_at "
+    "WHERE leases.holder IS NULL OR leases.expires_at < excluded.acquired_at "
+    "OR (leases.holder = excluded.holder AND leases.holder_epoch = excluded.holder_epoch) "
+    "RETURNING epoch")
+_RELEASE = (
+    "UPDATE leases SET holder = NULL, holder_epoch = NULL, expires_at = ? "
+    "WHERE name = ? AND holder = ? AND holder_epoch = ? AND epoch = ?")
+_RELEASE_ALL = (
+    "UPDATE leases SET holder = NULL, holder_epoch = NULL, expires_at = ? "
+    "WHERE holder = ? AND holder_epoch = ?")
+_MARK_STOPPED = (
+    "UPDATE instances SET stopped_at = ?, lease_expires_at = ? "
+    "WHERE name = ? AND epoch = ? AND stopped_at IS NULL")
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """An ``instances`` row: one life of a named instance."""
+
+    name: str
+    epoch: int
+    host: str | None
+    pid: int | None
+    started_at: float
+    renewed_at: float
+    lease_expires_at: float
+    stopped_at: float | None
+
+    def state(self, now: float) -> str:
+        """``live``, ``stopped`` (cleanly) or ``expired`` (dead, or cut off)."""
+        if self.stopped_at is not None:
+            return "stopped"
+        return "live" if self.lease_expires_at >= now else "expired"
+
+    def to_dict(self, now: float) -> dict[str, Any]:
+        return asdict(self) | {"state": self.state(now)}
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A ``leases`` row: who holds a single connection, and until when."""
+
+    name: str
+    holder: str | None
+    holder_epoch: int | None
+    epoch: int
+    acquired_at: float | None
+    expires_at: float
+
+    def held(self, now: float) -> bool:
+        return self.holder is not None and self.expires_at >= now
+
+    def to_dict(self, now: float) -> dict[str, Any]:
+        return asdict(self) | {"held": self.held(now)}
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    #: why this life is over (None: renewed)
+    ended: str | None
+    #: held leases whose renewal found another holder: (name, the epoch we held)
+    lost: tuple[tuple[str, int], ...] = ()
+
+
+# writing: functions of the connection, run by db.write in the writer thread ---------------
+
+def register(conn: Conn, name: str, host: str, pid: int, lease_seconds: float
+             ) -> tuple[int, InstanceRecord | None, float]:
+    """Start a new life of ``name``: (its epoch, the previous life's row, the store's now)."""
+    now = writer_now(conn)
+    previous = _instance(conn, name)
+    row = conn.execute(_REGISTER, (name, host, pid, now, now, now + lease_seconds)).fetchone()
+    assert row is not None  # an upsert without a condition always writes
+    return int(row[0]), previous, now
+
+
+def renew(conn: Conn, name: str, epoch: int, lease_seconds: float,
+          held: list[tuple[str, int]]) -> Renewal:
+    """Extend this life's lease and the leases ``held`` (name, epoch) with it."""
+    now = writer_now(conn)
+    expires = now + lease_seconds
+    if conn.execute(_RENEW, (now, expires, name, epoch, now)).rowcount != 1:
+        return Renewal(ended=_why_ended(conn, name, epoch))
+    lost = tuple((lease, lease_epoch) for lease, lease_epoch in held
+                 if conn.execute(_RENEW_LEASE, (expires, lease, name, epoch,
+                                                lease_epoch)).rowcount != 1)
+    return Renewal(ended=None, lost=lost)
+
+
+def acquire(conn: Conn, lease: str, name: str, epoch: int) -> tuple[bool, int, float]:
+    """Take ``lease`` for this life: (held, the lease's epoch, store seconds until the
+    other holder's lease runs out when not held)."""
+    now = writer_now(conn)
+    row = conn.execute(ACQUIRE, (lease, now, name, epoch, now)).fetchone()
+    if row is not None:
+        return True, int(row[0]), 0.0
+    row = conn.execute("SELECT epoch, expires_at FROM leases WHERE name = ?",
+                       (lease,)).fetchone()
+    return (False, 0, 0.0) if row is None else (False, int(row[0]), float(row[1]) - now)
+
+
+def release(conn: Conn, lease: str, name: str, epoch: int, lease_epoch: int) -> None:
+    """Free ``lease`` if this tenure still holds it."""
+    conn.execute(_RELEASE, (writer_now(conn), lease, name, epoch, lease_epoch))
+
+
+def mark_stopped(conn: Conn, name: str, epoch: int) -> None:
+    """A clean stop: what this life still holds is free, and it is not dead."""
+    now = writer_now(conn)
+    conn.execute(_RELEASE_ALL, (now, name, epoch))
+    conn.execute(_MARK_STOPPED, (now, now, name, epoch))
+
+
+def writer_now(conn: Conn) -> float:
+    """The store's clock inside a write transaction."""
+    if isinstance(conn, sqlite3.Connection):
+        return time.time()
+    row = conn.execute(_PG_NOW).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def _instance(conn: Conn, name: str) -> InstanceRecord | None:
+    row = conn.execute(f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE name = ?",
+                       (name,)).fetchone()
+    return InstanceRecord(*row) if row is not None else None
+
+
+def _why_ended(conn: Conn, name: str, epoch: int) -> str:
+    current = _instance(conn, name)
+    if current is None:
+        return "its row in instances was removed"
+    if current.epoch != epoch:
+        return (f"another process started as {name} (epoch {current.epoch}, host "
+                f"{current.host}, pid {current.pid}): give each instance its own "
+                f"instance.name")
+    if current.stopped_at is not None:
+        return "it was marked stopped"
+    return ("its lease ran out before it could renew it (the store was unreachable or "
+            "slow): a survivor may have taken over its work")
+
+
+# reading -----------------------------------------------------------------------------------
+
+async def lease_record(db: Store, lease: str) -> LeaseRecord | None:
+    row = await db.fetchone(f"SELECT {_LEASE_COLUMNS} FROM leases WHERE name = ?", (lease,))
+    return LeaseRecord(*row) if row is not None else None
+
+
+async def list_instances(db: Store) -> list[InstanceRecord]:
+    rows = await db.fetchall(f"SELECT {_INSTANCE_COLUMNS} FROM instances ORDER BY name")
+    return [InstanceRecord(*row) for row in rows]
+
+
+async def list_leases(db: Store) -> list[LeaseRecord]:
+    rows = await db.fetchall(f"SELECT {_LEASE_COLUMNS} FROM leases ORDER BY name")
+    return [LeaseRecord(*row) for row in rows]
+
+
+async def dead_instances(db: Store, now: float | None = None) -> list[InstanceRecord]:
+    """Instances whose lease ran out without a clean stop: a survivor reconciles their
+    work (claims, jobs, journal entries) under the rules of a crash. ``now`` is the
+    store's time (:func:`store_now`, the default)."""
+    if now is None:
+        now = await store_now(db)
+    rows = await db.fetchall(
+        f"SELECT {_INSTANCE_COLUMNS} FROM instances "
+        "WHERE stopped_at IS NULL AND lease_expires_at < ? ORDER BY name", (now,))
+    return [InstanceRecord(*row) for row in rows]
+
+
+async def store_now(db: Store) -> float:
+    """The store's clock, which leases are counted in."""
+    if isinstance(db, Database):
+        return time.time()
+    row = await db.fetchone(_PG_NOW)
+    return float(row[0])

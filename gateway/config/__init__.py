@@ -1,0 +1,3 @@
+"""Configuration: the YAML file, its ``${VAR}`` secrets, and the strict models it is
+loaded into.
+"""

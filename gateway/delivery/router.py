@@ -1,0 +1,719 @@
+"""The router: takes pending notifications from the outbox to their owners.
+
+Woken the moment a notification is committed (and on a slow timer, for rows
+another process added or that wait for a retry). For each claimed row it asks
+the ownership rule where the row belongs, then puts the delivery into the
+owner's lane — so a busy owner keeps its mail in order — and finally records
+the outcome: delivered, retried later, or parked with a reason.
+
+A conversation's notices go out in the order they were made. One that waits for
+a retry holds the ones behind it: the claim leaves later rows of its conversation
+in the outbox (gateway/delivery/outbox.py), and the ones already queued behind it in the
+lane are given back untried (:class:`_Hold`), so its retry goes first.
+
+When the platform says a conversation cannot take its waiting notices one by one now
+(a flood limit), those that are posted as they are go out together, in one message
+(gateway/delivery/merged_notices.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from gateway.cluster.lives import claimer_name
+from gateway.delivery.merged_notices import (
+    Delivery,
+    Member,
+    Outgoing,
+    Sendable,
+    in_messages,
+    merged_info,
+    merged_text,
+    notice_text,
+    owner_of,
+)
+from gateway.delivery.notifications import Notification
+from gateway.delivery.outbox import DeliveryOutcome as _Outcome
+from gateway.delivery.outbox import Outbox
+from gateway.delivery.ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
+from gateway.retry import RetryPolicy
+from gateway.sessions.store import SessionStore
+from gateway.store.migrations import OUTBOX_CHANNEL
+from gateway.store.sqlite import Op
+from gateway.words.events import MessageKind, NoticeInfo, SendResult
+from gateway.words.route import Route
+from gateway.words.session_key import SessionKeyError, parse_session_key, platform_prefix
+
+if TYPE_CHECKING:
+    from gateway.contract.adapter import Adapter, LiveReply
+    from gateway.words.session_entry import SessionEntry
+
+log = structlog.get_logger(__name__)
+
+
+class _Lanes(Protocol):
+    """What the router reads of the conversations' lanes: what each holds."""
+
+    @property
+    def by_key(self) -> Mapping[str, object]: ...
+
+    def waiting(self, session_key: str) -> int: ...
+
+    def is_busy(self, session_key: str) -> bool: ...
+
+    def queued_last(self, session_key: str, done: asyncio.Future[Any]) -> bool: ...
+
+
+class _PostsAsIs(Protocol):
+    def posts_as_is(self, notification: Notification) -> bool: ...
+
+
+class _Timings(Protocol):
+    @property
+    def delivery_latency(self) -> Any: ...
+
+
+class _TurnSent(Protocol):
+    @property
+    def sent(self) -> Sequence[SendResult]: ...
+
+
+class RouterHost(Protocol):
+    """What the router asks of the message path (the runner): the adapters and the
+    conversations' lanes, a notification's turn in its lane, and a send."""
+
+    platform_listeners: list[Callable[[str], None]]
+
+    @property
+    def adapters(self) -> Mapping[str, Adapter]: ...
+
+    @property
+    def agent(self) -> _PostsAsIs: ...
+
+    @property
+    def lanes(self) -> _Lanes: ...
+
+    @property
+    def metrics(self) -> _Timings: ...
+
+    def open_tabs(self, platform: str, chat_id: str) -> set[str]: ...
+
+    def run_in_lane(self, session_key: str,
+                    work: Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]: ...
+
+    async def notification_turn(
+            self, session: SessionEntry, route: Route, notification: Notification,
+            sent_ops: Callable[[SendResult], Sequence[Op]] | None = None) -> _TurnSent: ...
+
+    async def send(self, session: SessionEntry, route: Route, text: str, *,
+                   kind: MessageKind = "reply",
+                   recorded_with: Callable[[SendResult], Sequence[Op]] | None = None,
+                   dedupe_key: str | None = None, live: LiveReply | None = None,
+                   notice: NoticeInfo | None = None) -> SendResult: ...
+
+CLAIM_BATCH = 500
+#: how long an idle router waits for a wake-up before it looks anyway (rows another
+#: process added). Read at every wait, so tests can set it to an hour: a notice that
+#: is delivered at all then was woken for, not found by the poll (invariant 8)
+IDLE_POLL_SECONDS = 5.0
+DISCONNECTED_RETRY_SECONDS = 5.0
+MAX_TURN_FAILURES = 5
+#: a notice whose delivery failed waits this long before the next try (its attempts count)
+REDELIVERY = RetryPolicy((1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0))
+#: a notice this life was no longer allowed to send is due again this soon, for a
+#: survivor; no attempt counted (before, each withheld send backed off further, and a
+#: survivor could wait 300 s for a notice nobody had tried)
+WITHHELD_RETRY_SECONDS = 1.0
+
+
+@dataclass(slots=True)
+class _Hold:
+    """A conversation's notice that failed and goes back for a retry: the notices queued
+    behind it in the lane go back too, untried, rather than overtake it."""
+
+    notification_id: int
+    #: the claims begun before its retry was written number up to this (None: not
+    #: written yet). A claim begun later saw the retry in the outbox, which keeps back
+    #: every later row of the conversation: a later row such a claim took means the
+    #: notice no longer waits (delivered, taken by a tool, parked, or due again)
+    written_by_claim: int | None = None
+
+
+class Router:
+    def __init__(self, outbox: Outbox, store: SessionStore, runner: RouterHost,
+                 *, name: str | None = None) -> None:
+        self.outbox = outbox
+        self.store = store
+        self.runner = runner
+        self.name = name or claimer_name()
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        #: claimed notifications whose outcome is not recorded yet
+        self._open = 0
+        #: outcomes waiting for the next write, and the one task that writes them
+        self._outcomes: list[tuple[Notification, _Outcome]] = []
+        self._recorder: asyncio.Task[None] | None = None
+        self._recorded = asyncio.Event()
+        #: "a platform is back" wake-ups under way (kept: a task nobody holds can vanish)
+        self._releases: set[asyncio.Task[None]] = set()
+        #: claims begun so far, and by conversation the notice that waits for a retry
+        self._claims = 0
+        self._holds: dict[str, _Hold] = {}
+        #: by conversation, the delivery still open for notices to join
+        self._gathering: dict[str, Delivery] = {}
+        self._stopping = False
+        #: the loop waits for a wake-up; with no delivery under way, the router is idle
+        self._waiting = False
+        self._idle = asyncio.Event()
+
+    # lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.outbox.subscribe(self.wake)
+        # notices committed by other processes or instances (PostgreSQL's NOTIFY)
+        self.outbox.db.listen(OUTBOX_CHANNEL, lambda _payload: self.wake())
+        self.runner.platform_listeners.append(self._platform_back)
+        self._loop_task = asyncio.create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        """Claim nothing more; deliveries under way finish (see :meth:`settle`).
+
+        The loop is asked to stop rather than cancelled: a cancel landing
+        mid-claim would leave the claimed rows with nobody to deliver them.
+        """
+        self._stopping = True
+        self.outbox.unsubscribe(self.wake)
+        if self._platform_back in self.runner.platform_listeners:
+            self.runner.platform_listeners.remove(self._platform_back)
+        self.wake()
+        if self._loop_task is not None:
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None
+        await asyncio.gather(*self._releases, return_exceptions=True)
+
+    def wake(self) -> None:
+        self._idle.clear()
+        self._wake.set()
+
+    def _platform_back(self, platform: str) -> None:
+        """Notices held back while a platform was down are due again at once."""
+        task = asyncio.get_running_loop().create_task(self._release_waiting(platform))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _release_waiting(self, platform: str) -> None:
+        await self.outbox.make_due(platform_prefix(platform))
+        self.wake()
+
+    async def settle(self) -> None:
+        """Wait until every claimed notification has an outcome (tests, shutdown)."""
+        while self._open:
+            self._recorded.clear()
+            await self._recorded.wait()
+
+    @property
+    def unsettled(self) -> int:
+        """Claimed notifications whose outcome is not recorded yet."""
+        return self._open
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to do until woken: the loop waits, no wake-up is pending, and every
+        notification it claimed has an outcome (one released for a retry later counts
+        as settled until the retry is due)."""
+        return self._waiting and not self._wake.is_set() and not self._open
+
+    async def wait_idle(self) -> None:
+        """Wait until a running router is :attr:`idle`.
+
+        "Delivered exactly once" can be counted only then: whatever a restart put
+        back to pending, or a claim still had in hand, has been sent by that time —
+        waiting a while instead would only hope so.
+        """
+        while not self.idle:
+            self._idle.clear()
+            await self._idle.wait()
+
+    def _note_idle(self) -> None:
+        if self.idle:
+            self._idle.set()
+
+    # the loop --------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                self._claims += 1
+                claim = self._claims
+                batch = await self.outbox.claim(self.name, CLAIM_BATCH)
+                await self._forget_gone_holds(claim)
+                if batch:
+                    await self._dispatch_or_release(batch, claim)
+                    if len(batch) == CLAIM_BATCH:
+                        continue
+                timeout = await self._idle_timeout()
+            except Exception:
+                log.exception("router_cycle_failed", router=self.name)
+                timeout = DISCONNECTED_RETRY_SECONDS
+            if self._stopping:
+                return
+            self._waiting = True
+            self._note_idle()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            finally:
+                self._waiting = False
+                self._idle.clear()
+
+    async def _idle_timeout(self) -> float:
+        due = await self.outbox.next_due_at()
+        if due is None:
+            return IDLE_POLL_SECONDS
+        return min(IDLE_POLL_SECONDS, max(0.0, due - time.time()))
+
+    async def _decide(self, batch: list[Notification]) -> list[Decision]:
+        return await find_owners(batch, self.store, self.runner.open_tabs, self.runner.adapters)
+
+    async def _dispatch_or_release(self, batch: list[Notification], claim: int) -> None:
+        """Decide every row of a batch, then queue deliveries in outbox order.
+
+        If deciding fails, the rows go back to pending rather than staying
+        claimed with nobody to deliver them. No task per row: each delivery runs
+        in its owner's lane, and its outcome joins the batch's one write.
+        """
+        try:
+            decisions = await self._decide(batch)
+        except Exception as exc:
+            log.exception("router_decide_failed", rows=len(batch))
+            for n in batch:
+                await self.outbox.release(n.id, self.name, f"routing failed: {exc!r}",
+                                          DISCONNECTED_RETRY_SECONDS)
+            return
+        self._open += len(batch)
+        budgets = _Budgets(self.runner, Counter(
+            _chat_of(d.route) for n, d in zip(batch, decisions, strict=True)
+            if not isinstance(d, Park) and self._posts_as_is(n, d)))
+        for n, decision in zip(batch, decisions, strict=True):
+            if isinstance(decision, Park):
+                self._record(n, _parked(decision))
+                continue
+            member = Member(n, decision, claim)
+            if self._posts_as_is(n, decision) and self._gather(member, budgets):
+                continue
+            # turns and labelled notices alike go through the conversation's
+            # lane, so its notices keep their order
+            self._queue(Delivery([member]), budgets)
+
+    def _posts_as_is(self, n: Notification, decision: Decision) -> bool:
+        """A notice whose delivery only posts its text (no turn of the model, no file)."""
+        if n.file_path is not None or isinstance(decision, Park):
+            return False
+        return isinstance(decision, DeliverNotice) or self.runner.agent.posts_as_is(n)
+
+    def _gather(self, member: Member, budgets: _Budgets) -> bool:
+        """Put ``member`` into a delivery of several notices in one message: the one its
+        conversation has open, or a new one when the platform cannot take the waiting
+        notices of the conversation's chat one by one now. False: it goes alone."""
+        n = member.notification
+        key = n.session_key
+        open_ = self._gathering.get(key)
+        budgets.place(member.decision)
+        if (open_ is not None and open_.done is not None
+                and self.runner.lanes.queued_last(key, open_.done) and open_.takes(member)):
+            open_.members.append(member)
+            return True
+        # (one of a merged message sent before goes merged again)
+        if n.merged_into is None and not budgets.short(member.decision):
+            return False
+        adapter = self.runner.adapters[member.decision.route.platform]
+        self._queue(Delivery([member], gathering=True, limit=adapter.message_limit,
+                             merged_into=n.merged_into), budgets)
+        return True
+
+    def _queue(self, delivery: Delivery, budgets: _Budgets) -> None:
+        key = delivery.session_key
+        budgets.spend(delivery.members[0].decision)
+        delivery.done = self.runner.run_in_lane(key, partial(self._deliver_in_lane, delivery))
+        delivery.done.add_done_callback(partial(self._lane_done, delivery))
+        if delivery.gathering:
+            self._gathering[key] = delivery
+
+    def _lane_done(self, delivery: Delivery, pending: asyncio.Future[object]) -> None:
+        members = [m.notification for m in delivery.members]
+        if pending.cancelled():
+            outcomes = [_STOPPING] * len(members)
+        elif (exc := pending.exception()) is not None:
+            log.error("notification_delivery_crashed", notification_ids=[n.id for n in members],
+                      session_key=delivery.session_key, exc_info=exc)
+            # one retry time for them all: notices merged before stay one message
+            crashed = _Outcome("retry", reason=f"delivery crashed: {exc!r}",
+                               retry_in=max(_backoff(n) for n in members))
+            outcomes = [crashed] * len(members)
+        else:
+            result = pending.result()
+            # not outcomes: the lane was shut down before this delivery ran
+            outcomes = result if isinstance(result, list) else [_STOPPING] * len(members)
+        for n, outcome in zip(members, outcomes, strict=True):
+            self._record(n, outcome)
+
+    def _record(self, n: Notification, outcome: _Outcome) -> None:
+        self._outcomes.append((n, outcome))
+        if self._recorder is None or self._recorder.done():
+            self._recorder = asyncio.get_running_loop().create_task(self._record_outcomes())
+
+    async def _record_outcomes(self) -> None:
+        """Write the outcomes gathered meanwhile, together, until none are left."""
+        while self._outcomes:
+            batch, self._outcomes = self._outcomes, []
+            try:
+                await self.outbox.record_outcomes(self.name, batch)
+            except Exception:
+                # the rows stay claimed; the next start settles them as after a crash
+                # (a recorded send counts as delivered, anything else is sent again).
+                # A retry that was not written holds nothing back: the outbox would not
+                # keep the later rows behind it, and they would be given back forever
+                log.exception("notification_outcomes_not_recorded", rows=len(batch))
+                for n, _ in batch:
+                    if self._holding(n):
+                        del self._holds[n.session_key]
+            else:
+                self._after_recorded(batch)
+            finally:
+                self._open -= len(batch)
+                if not self._open:
+                    self._recorded.set()
+                self._note_idle()
+
+    def _after_recorded(self, batch: list[tuple[Notification, _Outcome]]) -> None:
+        now = time.time()
+        held = False
+        for n, outcome in batch:
+            if outcome.state == "delivered":
+                self.runner.metrics.delivery_latency.observe(max(0.0, now - n.created_at))
+                log.info("notification_delivered", notification_id=n.id, kind=n.kind,
+                         session_key=n.session_key, job_id=n.job_id,
+                         message_id=outcome.message_id)
+            elif outcome.state == "consumed":
+                log.info("notification_consumed_before_delivery", notification_id=n.id,
+                         job_id=n.job_id)
+            elif outcome.state == "retry":
+                log.warning("notification_retry", notification_id=n.id, kind=n.kind,
+                            session_key=n.session_key, job_id=n.job_id,
+                            error=outcome.reason, retry_in=outcome.retry_in)
+                if self._holding(n):
+                    self._holds[n.session_key].written_by_claim = self._claims
+                self._schedule_wake(outcome.retry_in)
+            elif outcome.state == "withheld":
+                log.info("notification_withheld", notification_id=n.id,
+                         session_key=n.session_key, reason=outcome.reason,
+                         due_in=outcome.retry_in)
+                self._schedule_wake(outcome.retry_in)  # for whoever may send it then
+            elif outcome.state == "held":
+                held = True
+                log.info("notification_held_back", notification_id=n.id,
+                         session_key=n.session_key, behind=outcome.reason)
+        if held:  # the claim decides whether they wait still (their notice may be gone)
+            self.wake()
+
+    async def _forget_gone_holds(self, claim: int) -> None:
+        """Forget the refused notices that no longer wait for their retry: taken by
+        ``process wait``, claimed by another instance, or by this claim (its retry is
+        under way; refused again, it is held again). Asked after a claim begun once the
+        retry was written; a conversation with nothing more would keep it forever."""
+        written = {hold.notification_id: key for key, hold in self._holds.items()
+                   if hold.written_by_claim is not None and hold.written_by_claim < claim}
+        if not written:
+            return
+        waiting = await self.outbox.still_pending(list(written))
+        for notification_id, key in written.items():
+            hold = self._holds.get(key)
+            if (notification_id not in waiting and hold is not None
+                    and hold.notification_id == notification_id):
+                del self._holds[key]
+
+    def _holding(self, n: Notification) -> bool:
+        hold = self._holds.get(n.session_key)
+        return hold is not None and hold.notification_id == n.id
+
+    # delivering ------------------------------------------------------------
+
+    async def _deliver_in_lane(self, delivery: Delivery) -> list[_Outcome]:
+        """Runs in the owner's lane: check ownership again, then give the owner its turn
+        (or post the notices gathered by now in one message); one outcome per member.
+
+        A notice a tool took while it waited here is left out. One queued behind a
+        notice of its conversation that failed meanwhile goes back untried.
+        """
+        delivery.gathering = False  # what comes now goes into the next one
+        key = delivery.session_key
+        if self._gathering.get(key) is delivery:
+            del self._gathering[key]
+        taken = {m.notification.id: self.outbox.delivering(m.notification.id)
+                 for m in delivery.members}
+        going = [m for m in delivery.members if taken[m.notification.id]]
+        outcomes = {m.notification.id: _Outcome("consumed") for m in delivery.members
+                    if not taken[m.notification.id]}
+        if going:
+            first = going[0].notification
+            try:
+                if (behind := self._waits_behind(going)) is not None:
+                    held = _Outcome("held", reason=f"waits behind notification {behind}")
+                    outcomes.update((m.notification.id, held) for m in going)
+                elif len(going) == 1:
+                    outcomes[first.id] = await self._deliver(first, going[0].decision)
+                else:
+                    outcomes.update(await self._deliver_together(going, delivery.merged_into))
+            except BaseException:  # crashed or cancelled: it goes back, ahead of the rest
+                self._holds[key] = _Hold(first.id)
+                raise
+            finally:
+                for m in going:
+                    self.outbox.delivered(m.notification.id)
+            retried = [m.notification.id for m in going
+                       if outcomes[m.notification.id].state == "retry"]
+            if retried:  # (the first of them: one parked meanwhile holds nothing)
+                self._holds[key] = _Hold(retried[0])
+        return [outcomes[m.notification.id] for m in delivery.members]
+
+    def _waits_behind(self, going: Sequence[Member]) -> int | None:
+        """The id of the notice of their conversation that waits for a retry and that
+        these must not overtake; None when they may go."""
+        first = going[0]
+        hold = self._holds.get(first.notification.session_key)
+        ids = {m.notification.id for m in going}
+        if hold is None or (first.notification.id < hold.notification_id
+                            and hold.notification_id not in ids):
+            return None
+        seen = hold.written_by_claim is not None and first.claim > hold.written_by_claim
+        if hold.notification_id in ids or seen:  # its retry is under way, or it is gone
+            del self._holds[first.notification.session_key]
+            return None
+        return hold.notification_id
+
+    def _still_live(self, decision: Decision) -> bool:
+        """An owner that is still the live session needs no second look."""
+        return (isinstance(decision, DeliverTurn)
+                and self.store.is_live_session(decision.session.id))
+
+    async def _deliver(self, n: Notification, decision: Decision) -> _Outcome:
+        if not self._still_live(decision):
+            (decision,) = await self._decide([n])
+        if isinstance(decision, Park):
+            return _parked(decision)
+        return await self._deliver_to(n, decision)
+
+    async def _deliver_to(self, n: Notification, decision: Sendable) -> _Outcome:
+        if isinstance(decision, DeliverNotice):
+            return await self._deliver_notice(n, decision)
+        if not self._connected(decision.route.platform):
+            return _DISCONNECTED
+        try:
+            turn = await self.runner.notification_turn(
+                decision.session, decision.route, n, sent_ops=self._sent_ops(n))
+        except Exception as exc:
+            log.exception("notification_turn_failed", notification_id=n.id)
+            if n.attempts + 1 >= MAX_TURN_FAILURES:
+                return _Outcome("parked", reason="turn_failed", detail=repr(exc))
+            return _Outcome("retry", reason=f"turn failed: {exc!r}", retry_in=_backoff(n))
+        return _from_sends(n, turn.sent)
+
+    async def _deliver_notice(self, n: Notification, decision: DeliverNotice) -> _Outcome:
+        if not self._connected(decision.route.platform):
+            return _DISCONNECTED
+        result = await self.runner.send(decision.session, decision.route,
+                                        notice_text(n, decision), kind="notification",
+                                        recorded_with=self._sent_ops(n),
+                                        dedupe_key=f"{n.idempotency_key}:0", notice=n.info)
+        return _from_sends(n, [result])
+
+    async def _deliver_together(self, going: Sequence[Member],
+                                merged_into: int | None) -> dict[int, _Outcome]:
+        """Several notices of one conversation in one message, each whole and in order;
+        the send and its record mark every one of them delivered, in one write.
+
+        One whose owner changed while they waited (its session ended meanwhile) goes
+        with the others of its owner now, in a message of its own: a message has one
+        session and one route. Once one of these messages is refused, those after it
+        go back untried, behind it."""
+        # as for one notice: an owner reset while these waited is asked about again
+        again = [m.notification for m in going if not self._still_live(m.decision)]
+        fresh = dict(zip((n.id for n in again), await self._decide(again) if again else [],
+                         strict=True))
+        outcomes: dict[int, _Outcome] = {}
+        sending: list[Outgoing] = []
+        for m in going:
+            decision = fresh.get(m.notification.id, m.decision)
+            if isinstance(decision, Park):
+                outcomes[m.notification.id] = _parked(decision)
+            else:
+                sending.append((m.notification, decision))
+        runs = [group for run in _by_owner(sending) for group in self._in_messages(run)]
+        for index, run in enumerate(runs):
+            if len(run) == 1:
+                (n, decision), = run
+                sent = {n.id: await self._deliver_to(n, decision)}
+            else:  # (a set marked before and still whole keeps its mark)
+                whole = merged_into is not None and len(runs) == 1
+                sent = await self._send_merged(run, merged_into if whole else None)
+            outcomes |= sent
+            refused = next((i for i, o in sent.items() if o.state == "retry"), None)
+            if refused is not None:
+                held = _Outcome("held", reason=f"waits behind notification {refused}")
+                outcomes |= {n.id: held for later in runs[index + 1:] for n, _ in later}
+                break
+        return outcomes
+
+    def _in_messages(self, run: list[Outgoing]) -> list[list[Outgoing]]:
+        adapter = self.runner.adapters.get(run[0][1].route.platform)
+        return in_messages(run, adapter.message_count) if adapter is not None else [run]
+
+    async def _send_merged(self, run: Sequence[Outgoing],
+                           merged_into: int | None) -> dict[int, _Outcome]:
+        """One message carrying ``run``'s notices (one owner's), recorded by its send."""
+        (first, where), ids = run[0], [n.id for n, _ in run]
+        if not self._connected(where.route.platform):
+            return {i: _DISCONNECTED for i in ids}
+        if merged_into is None:  # marked first: after a crash they go together again
+            merged_into = await self.outbox.merge(ids, self.name)
+
+        def sent(result: SendResult) -> list[Op]:
+            return [self.outbox.sent_op(i, self.name, result.message_id) for i in ids]
+
+        notices = [n for n, _ in run]
+        # the message's own name: sent again after a crash it is the same post to a
+        # platform that deduplicates, though a notice of it was taken meanwhile
+        result = await self.runner.send(
+            where.session, where.route, merged_text([notice_text(n, d) for n, d in run]),
+            kind="notification", recorded_with=sent, notice=merged_info(notices),
+            dedupe_key=f"{first.session_key}:merged:{merged_into}")
+        log.info("notices_sent_together", session_key=first.session_key,
+                 notification_ids=ids, merged_into=merged_into, ok=result.ok)
+        # one outcome for the set: one retry time, so it stays one message
+        outcome = _from_sends(max(notices, key=lambda n: n.attempts), [result])
+        return dict.fromkeys(ids, outcome)
+
+    def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:
+        def ops(result: SendResult) -> list[Op]:
+            return [self.outbox.sent_op(n.id, self.name, result.message_id)]
+        return ops
+
+    def _connected(self, platform: str) -> bool:
+        adapter = self.runner.adapters.get(platform)
+        return adapter is not None and adapter.connected
+
+    def _schedule_wake(self, delay: float) -> None:
+        asyncio.get_running_loop().call_later(max(delay, 0.0), self.wake)
+
+
+class _Budgets:
+    """What each chat can still take while a batch's deliveries are queued.
+
+    A platform's budget is the chat's, not one conversation's: Telegram's 20 messages
+    a minute are a group's, all its forum topics together. So a chat is short when the
+    notices all its conversations still want one by one exceed what it takes now, less
+    the work its lanes already hold and each delivery queued since.
+    """
+
+    def __init__(self, runner: RouterHost, wanted: Counter[tuple[str, str]]) -> None:
+        self._runner = runner
+        #: by chat, the batch's notices posted as they are and not placed yet
+        self._wanted = wanted
+        #: by chat, once asked: the sends it takes now (None: no limit)
+        self._room: dict[tuple[str, str], int | None] = {}
+
+    def place(self, decision: Sendable) -> None:
+        """A notice counted in ``wanted`` is being placed (alone or in a message)."""
+        self._wanted[_chat_of(decision.route)] -= 1
+
+    def short(self, decision: Sendable) -> bool:
+        """Whether the chat cannot take one by one the notices it still wants, the one
+        just placed included."""
+        chat = _chat_of(decision.route)
+        if chat not in self._room:
+            self._room[chat] = self._room_now(decision.route)
+        room = self._room[chat]
+        return room is not None and room < self._wanted[chat] + 1
+
+    def spend(self, decision: Sendable) -> None:
+        """A delivery was queued for the chat: one send less of its room."""
+        chat = _chat_of(decision.route)
+        room = self._room.get(chat)
+        if room is not None:
+            self._room[chat] = room - 1
+
+    def _room_now(self, route: Route) -> int | None:
+        adapter = self._runner.adapters.get(route.platform)
+        room = adapter.send_room(route) if adapter is not None else None
+        if room is None:
+            return None
+        lanes = self._runner.lanes
+        queued = 0  # (the work under way in a lane takes its part too)
+        for key in list(lanes.by_key):
+            try:
+                parts = parse_session_key(key)
+            except SessionKeyError:
+                continue
+            if (parts.platform, parts.chat_id) == (route.platform, route.chat_id):
+                queued += lanes.waiting(key) + lanes.is_busy(key)
+        return room - queued
+
+
+def _chat_of(route: Route) -> tuple[str, str]:
+    """What a platform's send budget belongs to."""
+    return route.platform, route.chat_id
+
+
+_DISCONNECTED = _Outcome("retry", reason="platform disconnected",
+                         retry_in=DISCONNECTED_RETRY_SECONDS)
+
+
+_STOPPING = _Outcome("retry", reason="gateway stopping", retry_in=0.0)
+
+
+def _by_owner(sending: list[Outgoing]
+              ) -> list[list[Outgoing]]:
+    """``sending`` in runs of one owner each, in their order."""
+    runs: list[list[Outgoing]] = []
+    for item in sending:
+        if runs and owner_of(runs[-1][0][1]) == owner_of(item[1]):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+def _parked(decision: Park) -> _Outcome:
+    return _Outcome("parked", reason=decision.reason, detail=decision.detail)
+
+
+def _from_sends(n: Notification, results: Sequence[SendResult]) -> _Outcome:
+    """A delivery succeeded when its last send did: that is the one that carries the
+    notice (or the agent's answer to it). Earlier parts that failed are not retried —
+    a retry would repeat the parts that went out."""
+    if not results or results[-1].ok:
+        last = next((r.message_id for r in reversed(results) if r.message_id), None)
+        return _Outcome("delivered", message_id=last)
+    result = results[-1]
+    if result.untried:
+        return _Outcome("withheld", reason=result.error, retry_in=WITHHELD_RETRY_SECONDS)
+    if result.permanent:
+        return _Outcome("parked", reason="route_gone" if result.route_gone else "rejected",
+                        detail=result.error)
+    retry_in = result.retry_after if result.retry_after is not None else _backoff(n)
+    return _Outcome("retry", reason=result.error, retry_in=retry_in)
+
+
+def _backoff(n: Notification) -> float:
+    return REDELIVERY.delay(n.attempts)

@@ -1,0 +1,3 @@
+"""The message path: authorize, resolve the session, run a turn in the conversation's
+lane, answer commands.
+"""

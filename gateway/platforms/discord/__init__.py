@@ -1,0 +1,1 @@
+"""Discord, through discord.py: the adapter and what it shows and sends."""

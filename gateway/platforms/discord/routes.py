@@ -1,0 +1,86 @@
+"""What the Discord adapter derives without a connection: a message's route, the bot's
+id from its token, a send's nonce, what an answer says of a channel's rate limit, and
+where discord.py is pointed."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Mapping
+
+import discord
+import yarl
+
+from gateway.config.settings import DiscordConfig
+from gateway.words.route import Route
+
+_THREAD_TYPES = {discord.ChannelType.public_thread, discord.ChannelType.private_thread,
+                 discord.ChannelType.news_thread}
+
+
+def bot_id(token: str) -> str:
+    """A bot token's first part is its user id in base64 (what Discord's gateway and
+    REST answer as the bot's id), known before logging in."""
+    head = token.split(".", 1)[0]
+    try:
+        return base64.b64decode(head + "=" * (-len(head) % 4), validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return hashlib.blake2b(head.encode(), digest_size=8).hexdigest()
+
+
+def nonce_of(dedupe_key: str, part: int) -> str:
+    """Discord's nonce holds 25 characters: a digest of the key and the part."""
+    return hashlib.blake2b(f"{dedupe_key}#{part}".encode(), digest_size=12).hexdigest()
+
+
+#: a message post's path: ``…/channels/{channel id}/messages``
+_POST_PATH = re.compile(r"/channels/(\d+)/messages$")
+
+
+def rate_limit_report(method: str, url: yarl.URL, status: int,
+                      headers: Mapping[str, str]) -> tuple[str, int, float] | None:
+    """What Discord's answer to a message post says of its channel's rate limit:
+    ``(channel id, posts left, seconds until the limit resets)``; None for any other
+    request, or an answer without the headers."""
+    found = _POST_PATH.search(url.path) if method.upper() == "POST" else None
+    if found is None:
+        return None
+    try:
+        reset = headers.get("X-RateLimit-Reset-After") or headers.get("Retry-After")
+        if status == 429:
+            return found.group(1), 0, float(reset or 1.0)
+        remaining = headers.get("X-RateLimit-Remaining")
+        if remaining is None or reset is None:
+            return None
+        return found.group(1), int(remaining), float(reset)
+    except ValueError:  # a header that is not a number says nothing
+        return None
+
+
+def route_of(message: discord.Message, kind: discord.ChannelType | None,
+             parent: int | None) -> Route:
+    """A guild channel is a group, a thread its own conversation, a DM a dm."""
+    channel = message.channel
+    author = message.author
+    user_id, user_name = str(author.id), author.name
+    if message.guild is None:
+        return Route("discord", "dm", str(channel.id), user_id=user_id, user_name=user_name,
+                     message_id=str(message.id))
+    if kind in _THREAD_TYPES:
+        return Route("discord", "thread", str(channel.id), thread_id=str(channel.id),
+                     user_id=user_id, user_name=user_name,
+                     chat_name=getattr(channel, "name", None),
+                     parent_chat_id=str(parent) if parent else None,
+                     message_id=str(message.id))
+    return Route("discord", "group", str(channel.id), user_id=user_id, user_name=user_name,
+                 chat_name=getattr(channel, "name", None), message_id=str(message.id))
+
+
+def point_library_at(config: DiscordConfig) -> None:
+    """discord.py reads its endpoints from class attributes: set them from the config.
+
+    These are process-wide by the library's design; one Discord bot per daemon.
+    """
+    discord.http.Route.BASE = config.api_base.rstrip("/")
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)

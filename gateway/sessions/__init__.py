@@ -1,0 +1,1 @@
+"""Sessions: where each conversation lives and which lifetime of it is current."""

@@ -1,0 +1,3 @@
+"""The state database: SQLite or PostgreSQL behind one interface, its migrations, and
+group commit.
+"""

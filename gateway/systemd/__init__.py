@@ -1,0 +1,3 @@
+"""Talking to systemd: the notify protocol while running, and the unit ``homing
+service`` installs.
+"""

@@ -1,0 +1,1 @@
+"""What the daemon tells its operator while it runs: log lines and Prometheus metrics."""
