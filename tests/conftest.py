@@ -111,7 +111,7 @@ async def web(config: Config) -> AsyncIterator[tuple[GatewayRunner, str]]:
     """The whole gateway with its web chat on a free port: (runner, base URL)."""
     async with running_gateway(config) as gateway:
         runner = gateway.runner
-        adapter = runner.adapters["web"]
+        adapter = runner.adapters["web"].inner  # the platform's own, behind the fence
         assert isinstance(adapter, WebAdapter)
         yield runner, f"http://127.0.0.1:{adapter.port}"
 

@@ -30,7 +30,7 @@ def model_config(home: Path, fake: FakeOpenAI, **overrides: object) -> Config:
 
 
 def web_base(gw: Gateway) -> str:
-    adapter = gw.runner.adapters["web"]
+    adapter = gw.runner.adapters["web"].inner  # the platform's own, behind the fence
     assert isinstance(adapter, WebAdapter)
     return f"http://127.0.0.1:{adapter.port}"
 

@@ -203,7 +203,7 @@ async def telegram(tmp_path: Path, fake: FakeTelegram) -> AsyncIterator[Gateway]
         platforms__telegram__base_file_url=fake.base_file_url,
         platforms__telegram__allowed_users=[str(ALICE)])
     async with running_gateway(config) as gateway:
-        adapter = gateway.runner.adapters["telegram"]
+        adapter = gateway.runner.adapters["telegram"].inner  # the platform's own, behind the fence
         assert isinstance(adapter, TelegramAdapter)
         await adapter.wait_connected()
         yield gateway

@@ -45,7 +45,7 @@ def discord_config(home: Path, fake: FakeDiscord, **overrides: object) -> Config
 @pytest.fixture
 async def gateway(tmp_path: Path, fake: FakeDiscord) -> AsyncIterator[Gateway]:
     async with running_gateway(discord_config(tmp_path / "home", fake)) as gw:
-        adapter = gw.runner.adapters["discord"]
+        adapter = gw.runner.adapters["discord"].inner  # the platform's own, behind the fence
         assert isinstance(adapter, DiscordAdapter)
         await adapter.wait_connected(timeout=30)
         yield gw
@@ -78,7 +78,7 @@ async def test_a_notice_due_while_disconnected_is_delivered_after_the_resume_onc
     resumes = fake.resume_count
     fake.set_gateway_down(True)
     await fake.drop_connection(reconnect_op=True, close_code=4000)
-    adapter = gateway.runner.adapters["discord"]
+    adapter = gateway.runner.adapters["discord"].inner  # the platform's own, behind the fence
     await eventually(lambda: not adapter.connected, what="the adapter noticing")
 
     async def due_and_waiting() -> list:

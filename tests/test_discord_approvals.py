@@ -48,7 +48,7 @@ def approvals_config(home: Path, fake: FakeDiscord, model: FakeOpenAI) -> Config
 @asynccontextmanager
 async def discord_gateway(config: Config) -> AsyncIterator[Gateway]:
     async with running_gateway(config) as gw:
-        adapter = gw.runner.adapters["discord"]
+        adapter = gw.runner.adapters["discord"].inner  # the platform's own, behind the fence
         assert isinstance(adapter, DiscordAdapter)
         await adapter.wait_connected(timeout=30)
         yield gw

@@ -25,10 +25,11 @@ from gateway.cluster.instances import Instance
 from gateway.cluster.lives import LifeOver, claimer_name, may_always_act
 from gateway.cluster.rows import dead_instances
 from gateway.contract.approval import ApprovalRecord
+from gateway.contract.fenced import HeldLive
 from gateway.daemon.assembly import Gateway, running_gateway
 from gateway.inbound.journal import Inbound
 from gateway.messages.auth import offer_pairing
-from gateway.messages.signs_of_life import HeldLive, signs_of_life
+from gateway.messages.signs_of_life import signs_of_life
 from gateway.words.context import SessionContext, session_context
 from gateway.words.events import MessageEvent, MessageKind, SendResult
 from gateway.words.return_address import ReturnAddress
@@ -145,7 +146,8 @@ async def test_a_stalled_instance_shows_nothing_either_typing_previews_prompts_o
     session = await gw.store.get_or_create(key, dm)
 
     async def a_turn_through_the_stall() -> None:
-        async with signs_of_life(watched, dm, runner.acting):
+        # as the runner holds it: every send fenced there (gateway/contract/fenced.py)
+        async with signs_of_life(runner.adapters["watched"], dm):
             await asyncio.sleep(0.05)
 
     async def its_preview() -> None:

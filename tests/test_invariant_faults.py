@@ -147,7 +147,7 @@ async def test_a_web_tab_proves_a_notice_whose_session_the_store_lacks_only_whil
     lacks a session only when it lost rows (a state database restored from a backup
     older than the work); the tab the work came from is then the only proof left."""
     async with running_gateway(make_config(tmp_path / "home")) as gw:
-        web = gw.runner.adapters["web"]
+        web = gw.runner.adapters["web"].inner  # the platform's own, behind the fence
         assert isinstance(web, WebAdapter)
         base = f"http://127.0.0.1:{web.port}"
         leaving = await open_tab(http, base)

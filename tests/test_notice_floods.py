@@ -248,7 +248,7 @@ async def test_waiting_notices_show_in_status_the_cli_and_metrics(
             """``shown`` is how long RW2 has waited when it was asked, not a constant."""
             return before - oldest_made - rounding <= shown <= after - oldest_made + rounding
 
-        web = gw.runner.adapters["web"]
+        web = gw.runner.adapters["web"].inner  # the platform's own, behind the fence
         assert isinstance(web, WebAdapter)
         before = time.time()
         async with http.get(f"http://127.0.0.1:{web.port}/metrics") as response:

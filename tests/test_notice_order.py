@@ -75,7 +75,7 @@ async def web_notice(tab: Tab) -> str:
 
 async def other_conversations_go_on(gw: Gateway, http: aiohttp.ClientSession) -> Tab:
     """A web tab starts a job: its notice is not held by the refused one."""
-    web = gw.runner.adapters["web"]
+    web = gw.runner.adapters["web"].inner  # the platform's own, behind the fence
     assert isinstance(web, WebAdapter)
     tab = await open_tab(http, f"http://127.0.0.1:{web.port}")
     await tab.say("/bg echo web-side")

@@ -35,7 +35,7 @@ def _config(home: Path, server: FakeDiscord, url: str, name: str) -> Config:
 
 
 def _adapter(gw: Gateway) -> DiscordAdapter:
-    adapter = gw.runner.adapters["discord"]
+    adapter = gw.runner.adapters["discord"].inner  # the platform's own, behind the fence
     assert isinstance(adapter, DiscordAdapter)
     return adapter
 

@@ -56,7 +56,7 @@ async def gateway(tmp_path: Path, fake: FakeDiscord,
 
 async def test_part_two_rides_out_four_server_errors_and_arrives_once_in_order(
         gateway: Gateway, fake: FakeDiscord) -> None:
-    adapter = gateway.runner.adapters["discord"]
+    adapter = gateway.runner.adapters["discord"].inner  # the platform's own, behind the fence
     assert isinstance(adapter, discord_adapter.DiscordAdapter)
     route = Route("discord", "group", str(CHANNEL))
     # 503: discord.py does not retry it itself, so every failure reaches the adapter
@@ -71,7 +71,7 @@ async def test_part_two_rides_out_four_server_errors_and_arrives_once_in_order(
 
 async def test_a_first_part_gives_up_after_its_four_tries(
         gateway: Gateway, fake: FakeDiscord) -> None:
-    adapter = gateway.runner.adapters["discord"]
+    adapter = gateway.runner.adapters["discord"].inner  # the platform's own, behind the fence
     assert isinstance(adapter, discord_adapter.DiscordAdapter)
     fake.fail_next_post(channel_id=CHANNEL, status=503, message="upstream unavailable",
                         count=4)

@@ -41,7 +41,7 @@ def telegram_config(home: Path, fake: FakeTelegram, **overrides: object) -> Conf
 @pytest.fixture
 async def gateway(tmp_path: Path, fake: FakeTelegram) -> AsyncIterator[Gateway]:
     async with running_gateway(telegram_config(tmp_path / "home", fake)) as gw:
-        adapter = gw.runner.adapters["telegram"]
+        adapter = gw.runner.adapters["telegram"].inner  # the platform's own, behind the fence
         assert isinstance(adapter, TelegramAdapter)
         await adapter.wait_connected()
         yield gw
@@ -259,9 +259,9 @@ async def test_telegram_down_at_start_does_not_hold_up_the_gateway(tmp_path: Pat
     config = telegram_config(tmp_path / "home", server)
     await server.stop()  # nothing listens at the configured address now
     async with running_gateway(config) as gw:
-        telegram = gw.runner.adapters["telegram"]
+        telegram = gw.runner.adapters["telegram"].inner  # the platform's own, behind the fence
         assert not telegram.connected
-        web = gw.runner.adapters["web"]
+        web = gw.runner.adapters["web"].inner  # the platform's own, behind the fence
         async with aiohttp.ClientSession() as http, http.ws_connect(
                 f"http://127.0.0.1:{web.port}/ws") as ws:
             await ws.receive_json(timeout=20)
@@ -324,7 +324,7 @@ async def test_a_stop_while_an_update_is_being_journaled_confirms_it_once_writte
     is written, then confirmed to Telegram, so the next start is not handed it again."""
     config = telegram_config(tmp_path / "home", fake)
     async with running_gateway(config) as gw:
-        adapter = gw.runner.adapters["telegram"]
+        adapter = gw.runner.adapters["telegram"].inner  # the platform's own, behind the fence
         await adapter.wait_connected()
         async with write_lock_held(str(config.state_location)):  # the journal write waits
             fake.user_message(chat_id=ALICE, text="journaled as the stop began")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from gateway.approvals.rules import ApprovalPolicy, Need
-from gateway.cluster.lives import ALONE, Acting, Life, life_alive, withheld
+from gateway.cluster.lives import ALONE, Life, life_alive
 from gateway.contract.approval import (
     APPROVAL_MOVES,
     COLUMNS,
@@ -59,9 +59,6 @@ class ApprovalsHost(Protocol):
 
     @property
     def adapters(self) -> Mapping[str, Adapter]: ...
-
-    @property
-    def acting(self) -> Acting: ...
 
     @property
     def accepting(self) -> bool: ...
@@ -195,9 +192,8 @@ class Approvals:
         shown = self._shown[record.id]
         result: SendResult | None = None
         try:
-            if adapter is not None:  # held like every send while this life is overdue
-                result = (await withheld(self.runner.acting, route)
-                          or await adapter.ask_approval(route, record))
+            if adapter is not None:  # (fenced like every send: gateway/contract/fenced.py)
+                result = await adapter.ask_approval(route, record)
             if result is not None and result.ok and result.message_id is not None:
                 await self.db.write([("UPDATE approvals SET message_id = ? WHERE id = ?",
                                       (result.message_id, record.id))])
@@ -355,7 +351,7 @@ class Approvals:
     async def _display(self, settled: ApprovalRecord) -> None:
         route = settled.address.route
         adapter = self.runner.adapters.get(route.platform)
-        if adapter is None or not await self.runner.acting():  # a stalled life shows nothing
+        if adapter is None:
             return
         try:
             await adapter.settle_approval(route, settled)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from gateway.cluster.lives import Acting, withheld
 from gateway.inbound.files import FileRefused, conversation_dir, sendable
 from gateway.words.events import SendResult
 from gateway.words.route import Route
@@ -39,9 +38,6 @@ class FileHost(Protocol):
     @property
     def adapters(self) -> Mapping[str, Adapter]: ...
 
-    @property
-    def acting(self) -> Acting: ...
-
     async def send(self, session: SessionEntry, route: Route, text: str, *,
                    kind: MessageKind = "reply") -> SendResult: ...
 
@@ -57,8 +53,6 @@ async def send_file(runner: FileHost, session: SessionEntry, route: Route, path:
     adapter = runner.adapters.get(route.platform)
     if adapter is None:
         return SendResult.failed(f"platform {route.platform!r} is not running")
-    if (refused := await withheld(runner.acting, route)) is not None:
-        return refused  # a survivor answers for this life now
     result = await adapter.send_file(route, target, caption, session_id=session.id)
     if result.ok:
         runner.store.record_message(session.id, "reply",

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gateway.cluster.lives import ALONE, Acting, Life, life_prefix, withheld
+from gateway.cluster.lives import ALONE, Acting, Life, life_prefix
 from gateway.config.settings import Config
+from gateway.contract.fenced import FencedAdapter
 from gateway.delivery.affinity import wait_until_not_delivered_elsewhere
 from gateway.delivery.notifications import Notification
 from gateway.inbound.checks import message_problem
@@ -98,7 +99,7 @@ class GatewayRunner:
         self.jobs_running = jobs_running
         #: pending approvals of the model's actions (the daemon wires them in)
         self.approvals: Approvals | None = None
-        self.adapters: dict[str, Adapter] = {}
+        self.adapters: dict[str, FencedAdapter] = {}
         self.lanes = Lanes()
         self._accepting = True
         #: called with the ended session when a session ends for good (not
@@ -112,7 +113,8 @@ class GatewayRunner:
     # wiring ------------------------------------------------------------------
 
     def add_adapter(self, adapter: Adapter) -> None:
-        self.adapters[adapter.platform] = adapter
+        # every send to it is fenced there, and only there (gateway/contract/fenced.py)
+        self.adapters[adapter.platform] = FencedAdapter(adapter, self.acting)
 
     def session_key_for(self, route: Route) -> str:
         opts = self.config.sessions
@@ -342,16 +344,16 @@ class GatewayRunner:
         if command is not None and await run_gateway_command(turn, *command):
             return
         adapter = self.adapters.get(turn.route.platform)
-        async with signs_of_life(adapter, turn.route, self.acting):
+        async with signs_of_life(adapter, turn.route):
             if not await take_files(turn, adapter, self.config):
                 return
-            async with live_reply(adapter, turn, self.acting):
+            async with live_reply(adapter, turn):
                 await self.agent.run_turn(turn)
 
     async def tool_status(self, route: Route, text: str) -> None:
         """Tell the conversation what the turn is doing (where its platform shows it)."""
         adapter = self.adapters.get(route.platform)
-        if adapter is not None and await self.acting():
+        if adapter is not None:
             try:
                 await adapter.status(route, text)
             except Exception as exc:
@@ -368,7 +370,7 @@ class GatewayRunner:
         """Why a message was not taken, to its chat (in its lane, in order); nothing of
         it is stored, so the transcript has neither."""
         adapter = self.adapters.get(event.route.platform)
-        if adapter is None or await withheld(self.acting, event.route) is not None:
+        if adapter is None:
             return
         result = await adapter.send(event.route, reason, kind="system")
         if not result.ok:
@@ -377,7 +379,7 @@ class GatewayRunner:
 
     async def _apologise_without_session(self, event: MessageEvent) -> None:
         adapter = self.adapters.get(event.route.platform)
-        if adapter is None or await withheld(self.acting, event.route) is not None:
+        if adapter is None:
             return
         # once a minute per chat: while the store is broken a platform that redelivers
         # (Telegram's offset does not move) would otherwise get one apology a second
@@ -446,8 +448,6 @@ class GatewayRunner:
         if adapter is None:
             log.error("send_no_adapter", platform=route.platform, session_id=session_id)
             return SendResult.failed(f"platform {route.platform!r} is not running")
-        if (refused := await withheld(self.acting, route)) is not None:
-            return refused  # a survivor answers for this life now
         if live is not None:
             result = await live.finish(text, kind=kind, session_id=session_id,
                                        dedupe_key=dedupe_key)

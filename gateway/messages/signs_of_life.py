@@ -1,8 +1,9 @@
 """Signs of life while a turn runs: "typing" in its conversation — its topic, its
 thread — renewed until the turn ends, and the reply shown as it is written.
-Best effort: never the turn's failure. Like every send they wait while this
-instance's renewal is overdue (``acting``), and stop once its life is over: a
-survivor answers the message then, and a stalled life must not keep talking."""
+Best effort: never the turn's failure. Like every send they go through the fenced
+adapter (gateway/contract/fenced.py): they wait while this instance's renewal is
+overdue, and show nothing once its life is over: a survivor answers the message
+then, and a stalled life must not keep talking."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway.cluster.lives import Acting
-from gateway.words.events import MessageKind, SendResult
 from gateway.words.route import Route
 
 if TYPE_CHECKING:
-    from gateway.contract.adapter import Adapter, LiveReply
+    from gateway.contract.adapter import Adapter
     from gateway.messages.turn import Turn
 
 log = structlog.get_logger(__name__)
@@ -28,14 +27,13 @@ TYPING_RENEW_SECONDS = 4.0
 
 
 @contextlib.asynccontextmanager
-async def signs_of_life(adapter: Adapter | None, route: Route, acting: Acting
-                        ) -> AsyncIterator[None]:
+async def signs_of_life(adapter: Adapter | None, route: Route) -> AsyncIterator[None]:
     if adapter is None:
         yield
         return
 
     async def keep_typing() -> None:
-        while await acting():
+        while True:  # (held while this life is overdue, and shown nothing once it is over)
             try:
                 await adapter.typing(route, True)
             except Exception as exc:
@@ -49,13 +47,11 @@ async def signs_of_life(adapter: Adapter | None, route: Route, acting: Acting
         keeper.cancel()
         await asyncio.gather(keeper, return_exceptions=True)
         with contextlib.suppress(Exception):
-            if await acting():
-                await adapter.typing(route, False)
+            await adapter.typing(route, False)
 
 
 @contextlib.asynccontextmanager
-async def live_reply(adapter: Adapter | None, turn: Turn, acting: Acting
-                     ) -> AsyncIterator[None]:
+async def live_reply(adapter: Adapter | None, turn: Turn) -> AsyncIterator[None]:
     """``turn.live`` for the turn's duration, where its platform shows replies growing;
     closed at the end, /stop included, so no half-written preview is left behind."""
     shown = (adapter.live_reply(turn.route, turn.session.id)
@@ -63,7 +59,7 @@ async def live_reply(adapter: Adapter | None, turn: Turn, acting: Acting
     if shown is None:
         yield
         return
-    turn.live = live = HeldLive(shown, acting)
+    turn.live = live = shown
     try:
         yield
     finally:
@@ -75,30 +71,3 @@ async def live_reply(adapter: Adapter | None, turn: Turn, acting: Acting
         except Exception as exc:
             log.warning("live_reply_close_failed", platform=turn.route.platform,
                         error=str(exc))
-
-
-class HeldLive:
-    """A live reply whose preview waits like every send while this life's renewal is
-    overdue, and is left as it stands once the life is over. (``finish`` is the final
-    message: the runner's ``post`` holds it before it gets here.)"""
-
-    def __init__(self, live: LiveReply, acting: Acting) -> None:
-        self._live = live
-        self._acting = acting
-
-    async def show(self, text: str) -> None:
-        if await self._acting():
-            await self._live.show(text)
-
-    async def status(self, text: str) -> None:
-        if await self._acting():
-            await self._live.status(text)
-
-    async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
-                     dedupe_key: str | None = None) -> SendResult:
-        return await self._live.finish(text, kind=kind, session_id=session_id,
-                                       dedupe_key=dedupe_key)
-
-    async def close(self) -> None:
-        if await self._acting():
-            await self._live.close()
