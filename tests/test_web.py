@@ -313,3 +313,22 @@ async def test_closing_a_tab_ends_nothing(web, http) -> None:
 async def _with_notice(fetch) -> list:
     lines = await fetch()
     return lines if any(line.role == "notification" for line in lines) else []
+
+
+async def test_a_fenced_life_closes_its_tabs_with_1001_at_once(tmp_path: Path,
+                                                                http: aiohttp.ClientSession
+                                                                ) -> None:
+    """What a daemon does when its life among the instances ends: the pages are told to
+    go elsewhere now (1001), through the adapter the runner holds behind its fence."""
+    from gateway.daemon.assembly import _close_listeners
+    from gateway.platforms.web.adapter import WebAdapter
+
+    async with running_gateway(make_config(tmp_path / "home")) as gw:
+        web = gw.runner.adapters["web"].inner  # the platform's own, behind the fence
+        assert isinstance(web, WebAdapter)
+        tab = await open_tab(http, f"http://127.0.0.1:{web.port}")
+        # (the page answers the close as it reads it, while the server closes)
+        closing, _ = await asyncio.wait_for(asyncio.gather(
+            tab.ws.receive(), _close_listeners(gw)), 20)
+        assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        assert tab.ws.close_code == 1001

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import signal
 import time
@@ -41,8 +42,10 @@ from tools.send_message import MessageSender
 from tools.terminal import Terminal
 
 if TYPE_CHECKING:
+    from agent.model import ModelAgent
     from agent.model_client import ModelClient
     from gateway.cluster.instances import Instance
+    from gateway.messages.turn import Agent
 
 log = structlog.get_logger(__name__)
 
@@ -82,21 +85,33 @@ class Gateway:
     instance: Instance | None = None
 
 
-def build_adapters(config: Config, scheduler: Scheduler | None = None) -> list[Adapter]:
+def build_adapters(config: Config, scheduler: Scheduler | None = None,
+                   instance: Instance | None = None) -> list[Adapter]:
     """The configured platforms' adapters; a platform's library is imported only when it
     is enabled (python-telegram-bot and discord.py are 8 MB each in a web-only daemon).
-    The web chat's REST API shows and changes ``scheduler``'s schedules."""
+    The web chat's REST API shows and changes ``scheduler``'s schedules. On a shared
+    store (``instance``), a connection that must be single — one getUpdates poller per
+    Telegram token, one gateway session per Discord bot — is used by the instance
+    holding its lease, while every instance sends; and web frames go to the tabs open
+    on every instance."""
+    leases: Callable[[str], Lease] | None = None
+    shared: tuple[StateDatabase, str] | None = None
+    if instance is not None:
+        from gateway.cluster.instances import Lease  # (psycopg: only on PostgreSQL)
+
+        leases = functools.partial(Lease, instance)
+        shared = (instance.db, f"{instance.name}:{instance.epoch}")
     adapters: list[Adapter] = []
     if config.platforms.web.enabled:
-        adapters.append(WebAdapter(config.platforms.web, scheduler))
+        adapters.append(WebAdapter(config.platforms.web, scheduler, shared=shared))
     if config.platforms.telegram.enabled:
         from gateway.platforms.telegram.adapter import TelegramAdapter
 
-        adapters.append(TelegramAdapter(config.platforms.telegram))
+        adapters.append(TelegramAdapter(config.platforms.telegram, leases=leases))
     if config.platforms.discord.enabled:
         from gateway.platforms.discord.adapter import DiscordAdapter
 
-        adapters.append(DiscordAdapter(config.platforms.discord))
+        adapters.append(DiscordAdapter(config.platforms.discord, leases=leases))
     return adapters
 
 
@@ -140,31 +155,44 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             scheduler = Scheduler(store.db, outbox, store, jobs, config.schedules, clock=clock,
                                   prompts=model is not None)
             command_agent = CommandAgent(terminal, delegations, scheduler)
-            adapters = [*build_adapters(config, scheduler), *(extra_adapters or [])]
-            runner = GatewayRunner(config, store, command_agent, pairing=Pairing(store.db),
-                                   jobs_running=lambda: jobs.running, life=here)
-            approvals = runner.approvals = Approvals(store.db, runner, config.approvals,
-                                                     clock=clock, life=here)
-            runner.session_end_listeners.append(approvals.end_session)
-            if model is not None:
+            adapters = [*build_adapters(config, scheduler, instance), *(extra_adapters or [])]
+            model_agents: list[ModelAgent] = []
+
+            def answering(runner: GatewayRunner) -> Agent:
+                """The model agent: its tools post through the runner, and what it decides
+                to run waits for a human on the runner's approvals where approvals.mode
+                says."""
                 from agent.approval_gate import ApprovalGate
                 from agent.history import History
                 from agent.model import ModelAgent
 
-                # what the model decides to run waits for a human where approvals.mode says
-                gate = ApprovalGate(approvals, terminal, delegations=delegations,
+                assert model is not None and runner.approvals is not None
+                gate = ApprovalGate(runner.approvals, terminal, delegations=delegations,
                                     scheduler=scheduler)
+                # (the sub-agent's tools were made before the gate could be: delegations
+                # need them, the command agent the delegations, the runner the agent)
                 subagent_tools.gate = gate
                 toolbox = ToolBox(terminal, delegations=delegations,
                                   sender=MessageSender(runner, config.agent.home_channels),
                                   scheduler=scheduler, gate=gate)
-                runner.agent = model_agent = ModelAgent(config.agent, model, History(store.db),
-                                                        toolbox, command_agent)
-                life.add("agent", shutdown=model_agent.close)
+                made = ModelAgent(config.agent, model, History(store.db), toolbox,
+                                  command_agent)
+                model_agents.append(made)
+                return made
+
+            runner = GatewayRunner(
+                config, store, command_agent, pairing=Pairing(store.db),
+                jobs_running=lambda: jobs.running, life=here,
+                approvals=lambda runner: Approvals(store.db, runner, config.approvals,
+                                                   clock=clock, life=here),
+                agent_for=answering if model is not None else None)
+            approvals = runner.approvals
+            assert approvals is not None
+            runner.session_end_listeners.append(approvals.end_session)
+            for made in model_agents:
+                life.add("agent", shutdown=made.close)
             runner.session_end_listeners.append(delegations.interrupt_session)
             router = Router(outbox, store, runner, name=here.name)
-            if instance is not None:
-                _share_pollers(adapters, instance)
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it
             await outbox.reconcile_claimed()
@@ -243,20 +271,6 @@ def _drain_seconds(config: Config, instance: Instance | None) -> float:
 
 async def _drain(runner: GatewayRunner, delegations: DelegationManager, seconds: float) -> None:
     await asyncio.gather(runner.drain(seconds), delegations.drain(seconds))
-
-
-def _share_pollers(adapters: list[Adapter], instance: Instance) -> None:
-    """A connection that must be single (one getUpdates poller per Telegram token) is
-    used by the instance holding its lease; sending is done by every instance. Web
-    frames go to the tabs open on every instance."""
-    from gateway.cluster.instances import Lease
-
-    for adapter in adapters:
-        if isinstance(adapter, WebAdapter):  # tabs of a conversation on any instance
-            adapter.share_frames(instance.db, f"{instance.name}:{instance.epoch}")
-        name = getattr(adapter, "poll_lease_name", None)
-        if isinstance(name, str):
-            adapter.poll_lease = Lease(instance, name)  # type: ignore[attr-defined]
 
 
 def _model_client(config: Config) -> ModelClient:
@@ -393,7 +407,7 @@ async def _close_listeners(gw: Gateway) -> None:
     port closed at once, so the pages reconnect to another instance now, not once the
     rest has stopped (which may wait on a store that is out of reach)."""
     for adapter in gw.runner.adapters.values():
-        if isinstance(adapter, WebAdapter):
+        if isinstance(adapter.inner, WebAdapter):
             await adapter.disconnect()
 
 

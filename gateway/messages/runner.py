@@ -81,7 +81,13 @@ _Taking = asyncio.Future[JournalEntry | Taken | _Refused]
 class GatewayRunner:
     def __init__(self, config: Config, store: SessionStore, agent: Agent,
                  pairing: Pairing | None = None, *,
-                 jobs_running: Callable[[], int] = lambda: 0, life: Life = ALONE) -> None:
+                 jobs_running: Callable[[], int] = lambda: 0, life: Life = ALONE,
+                 approvals: Callable[[GatewayRunner], Approvals] | None = None,
+                 agent_for: Callable[[GatewayRunner], Agent] | None = None) -> None:
+        """``approvals`` and ``agent_for`` make the parts that need the runner itself,
+        once it exists: the approvals (they post through its adapters) and the agent
+        that answers in place of ``agent`` (the model agent, whose tools post through
+        the runner and wait on its approvals)."""
         self.config = config
         self.store = store
         self.agent = agent
@@ -97,8 +103,6 @@ class GatewayRunner:
         self.metrics = Metrics()
         #: how many background jobs run (for /metrics)
         self.jobs_running = jobs_running
-        #: pending approvals of the model's actions (the daemon wires them in)
-        self.approvals: Approvals | None = None
         self.adapters: dict[str, FencedAdapter] = {}
         self.lanes = Lanes()
         self._accepting = True
@@ -109,6 +113,10 @@ class GatewayRunner:
         self.platform_listeners: list[Callable[[str], None]] = []
         #: on a shared store, whether this instance's life may still act (gateway/cluster/lives.py)
         self.acting: Acting = life.acting
+        #: pending approvals of the model's actions
+        self.approvals: Approvals | None = approvals(self) if approvals is not None else None
+        if agent_for is not None:
+            self.agent = agent_for(self)
 
     # wiring ------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +63,9 @@ class DiscordAdapter(Adapter):
     platform = "discord"
     message_limit = MESSAGE_LIMIT
 
-    def __init__(self, config: DiscordConfig) -> None:
+    def __init__(self, config: DiscordConfig, *,
+                 leases: Callable[[str], Lease] | None = None) -> None:
+        """``leases``: on a shared store, the lease of a name, among the instances."""
         if not config.token:
             raise ValueError("platforms.discord.token is required when Discord is enabled")
         self.config = config
@@ -84,8 +86,8 @@ class DiscordAdapter(Adapter):
         #: after the history, so the missed ones keep their order (None: not holding)
         self._held: list[discord.Message] | None = None
         #: on a shared store: the gateway session is opened by the instance holding
-        #: this lease (daemon._share_pollers); every instance sends over REST
-        self.poll_lease: Lease | None = None
+        #: this lease; every instance sends over REST
+        self.poll_lease = leases(self.poll_lease_name) if leases is not None else None
         self._session: asyncio.Task[None] | None = None
         self._logged_in = False
 

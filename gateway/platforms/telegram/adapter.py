@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,9 @@ class TelegramAdapter(Adapter):
     message_limit = MESSAGE_LIMIT
     supports_pairing = True
 
-    def __init__(self, config: TelegramConfig) -> None:
+    def __init__(self, config: TelegramConfig, *,
+                 leases: Callable[[str], Lease] | None = None) -> None:
+        """``leases``: on a shared store, the lease of a name, among the instances."""
         if not config.token:
             raise ValueError("platforms.telegram.token is required when Telegram is enabled")
         self.config = config
@@ -97,7 +99,7 @@ class TelegramAdapter(Adapter):
         #: the next update id wanted: everything before it is journaled
         self._offset: int | None = None
         #: on a shared store: the lease that makes this instance the token's one poller
-        self.poll_lease: Lease | None = None
+        self.poll_lease = leases(self.poll_lease_name) if leases is not None else None
         self._approval_buttons = ApprovalButtons(self)
 
     # lifecycle ---------------------------------------------------------------

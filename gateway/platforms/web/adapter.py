@@ -63,7 +63,11 @@ class WebAdapter(Adapter):
     message_limit = 1_000_000  # browsers have no practical limit
     authenticates_users = True
 
-    def __init__(self, config: WebConfig, scheduler: Scheduler | None = None) -> None:
+    def __init__(self, config: WebConfig, scheduler: Scheduler | None = None, *,
+                 shared: tuple[StateDatabase, str] | None = None) -> None:
+        """``shared``: on a shared store, the store and this life's name there: frames
+        reach a conversation's tabs on the other instances, and theirs the tabs here
+        (gateway/platforms/web/fanout.py)."""
         self.config = config
         #: the schedules the REST API shows and changes (none: it answers 503)
         self.scheduler = scheduler
@@ -72,7 +76,8 @@ class WebAdapter(Adapter):
         self._site_runner: web.AppRunner | None = None
         self._tabs: dict[str, dict[str, _Tab]] = {}
         self._frames_sent = 0
-        self.fanout: FrameFanout | None = None
+        self.fanout = (FrameFanout(*shared, self._from_elsewhere) if shared is not None
+                       else None)
         self._elsewhere = StreamsElsewhere()
         #: stopping: no new tab, and each conversation's tabs closed once its turn is done
         self._stopping = False
@@ -238,11 +243,6 @@ class WebAdapter(Adapter):
                 if tab != skip_tab and (t.echo or not echo_only) and (t.live or not live_only)]
         if tabs:
             await asyncio.gather(*(self._send_frame(ws, frame) for ws in tabs))
-
-    def share_frames(self, db: StateDatabase, origin: str) -> None:
-        """On a shared store: frames reach this conversation's tabs on other instances,
-        and theirs reach the tabs here (gateway/platforms/web/fanout.py)."""
-        self.fanout = FrameFanout(db, origin, self._from_elsewhere)
 
     async def _from_elsewhere(self, conversation: str, frame: dict[str, Any],
                               echo_only: bool, live_only: bool) -> None:
