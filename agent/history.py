@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.store.sqlite import Op
+from gateway.store.group_commit import Op
 from gateway.store.state import StateDatabase
 
 #: one chat-completions message, as the endpoint takes it

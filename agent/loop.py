@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from agent.history import Message
-from agent.model_client import ModelClient, ModelReply, OnText
+from agent.model_client import ModelClient, OnText
+from agent.model_reply import ModelReply
 from agent.toolbox import ToolBox, ToolContext
 
 log = structlog.get_logger(__name__)

@@ -28,9 +28,6 @@ from gateway.config.settings import AgentConfig, secret
 from gateway.errors import PlatformError
 from gateway.retry import RetryPolicy
 
-__all__ = ["ModelClient", "ModelReply", "ModelUnavailable", "OnText", "ToolCall",
-           "retry_after"]
-
 log = structlog.get_logger(__name__)
 
 #: statuses worth asking again besides 5xx: timeout, conflict, rate limit

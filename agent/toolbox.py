@@ -35,7 +35,7 @@ from tools.terminal import Terminal
 
 if TYPE_CHECKING:
     from agent.approval_gate import ApprovalGate
-    from agent.model_client import ToolCall
+    from agent.model_reply import ToolCall
 
 log = structlog.get_logger(__name__)
 

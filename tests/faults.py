@@ -19,7 +19,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from gateway.store.sqlite import Database, Op
+from gateway.store.group_commit import Op
+from gateway.store.sqlite import Database
 
 
 class SimulatedCrash(BaseException):

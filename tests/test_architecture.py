@@ -178,3 +178,19 @@ def test_the_map_in_the_docs_lists_the_layers_in_their_order() -> None:
     on_disk = {p.parent.name for p in (ROOT / "gateway").glob("*/__init__.py")}
     assert on_disk == {n.split(".")[1] for n in layered if n.count(".") == 1
                        and not n.endswith((".errors", ".retry"))}
+
+
+def test_no_module_passes_on_what_another_defines(graph: grimp.ImportGraph) -> None:
+    """No re-export shims: a name is imported from the module that defines it."""
+    import importlib
+    import inspect
+
+    shims = []
+    for module in sorted(m for m in graph.modules if not m.endswith(".__main__")):
+        loaded = importlib.import_module(module)
+        for name in getattr(loaded, "__all__", ()):
+            value = getattr(loaded, name)
+            if ((inspect.isclass(value) or inspect.isfunction(value))
+                    and value.__module__ != module):
+                shims.append(f"{module}.{name} is {value.__module__}'s")
+    assert not shims, "\n".join(shims)

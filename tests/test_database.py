@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import structlog
 
+from gateway.store.group_commit import MAX_BATCH, StoreClosed
 from gateway.store.migrations import MIGRATIONS
-from gateway.store.sqlite import MAX_BATCH, Database, StoreClosed
+from gateway.store.sqlite import Database
 from tests.helpers import eventually
 
 INSERT = ("INSERT INTO sessions (id, session_key, platform, route, created_at, last_active_at) "

@@ -34,8 +34,8 @@ from gateway.errors import RefusedInput
 from gateway.inbound.journal import acted_ops
 from gateway.machine.processes import identity_alive, process_identity
 from gateway.sessions.store import SessionStore
+from gateway.store.group_commit import Op
 from gateway.store.row_states import check_move
-from gateway.store.sqlite import Op
 from gateway.store.state import StateDatabase
 from gateway.words.events import Outcome
 from gateway.words.return_address import ReturnAddress

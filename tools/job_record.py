@@ -8,7 +8,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from gateway.store.sqlite import Op
+from gateway.store.group_commit import Op
 from gateway.words.return_address import ReturnAddress
 from tools.job_process import JobFiles
 

@@ -22,7 +22,7 @@ import structlog
 from gateway.delivery.notifications import NewNotification
 from gateway.delivery.outbox import Outbox
 from gateway.retry import RetryPolicy
-from gateway.store.sqlite import Op
+from gateway.store.group_commit import Op
 from tools.job_notices import watch_text
 from tools.job_output import LogReader, OutputWatcher
 from tools.job_record import JobRecord

@@ -35,7 +35,8 @@ from gateway.inbound.journal import acted_ops
 from gateway.machine.private_files import private_dir
 from gateway.machine.processes import ORIGINAL_OPEN_FILES, process_start_time
 from gateway.retry import RetryPolicy
-from gateway.store.state import Op, StateDatabase
+from gateway.store.group_commit import Op
+from gateway.store.state import StateDatabase
 from gateway.words.return_address import ReturnAddress
 from gateway.words.route import Route
 from tools.job_kill import kill_group, kill_wait_seconds

@@ -11,7 +11,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from gateway.errors import HomingError
-from gateway.store.sqlite import Op
+from gateway.store.group_commit import Op
 from tools.job_record import JobState
 from tools.schedules import RunState, ScheduleRecord
 

@@ -484,5 +484,3 @@ def _missed_text(s: ScheduleRecord, due: Due, claims: list[runs.Claim], settings
 def _plain_time(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
-
-__all__ = ["RunTaken", "Scheduler", "ScheduleError", "ScheduleNotFound"]

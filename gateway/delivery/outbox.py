@@ -25,7 +25,7 @@ from gateway.delivery.notifications import (
     NotificationState,
 )
 from gateway.machine.processes import process_identity
-from gateway.store.sqlite import Op
+from gateway.store.group_commit import Op
 from gateway.store.state import StateDatabase
 
 log = structlog.get_logger(__name__)

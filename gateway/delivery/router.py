@@ -46,8 +46,8 @@ from gateway.delivery.outbox import Outbox
 from gateway.delivery.ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from gateway.retry import RetryPolicy
 from gateway.sessions.store import SessionStore
+from gateway.store.group_commit import Op
 from gateway.store.migrations import OUTBOX_CHANNEL
-from gateway.store.sqlite import Op
 from gateway.words.events import MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 from gateway.words.session_key import SessionKeyError, parse_session_key, platform_prefix

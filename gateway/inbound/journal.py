@@ -32,8 +32,8 @@ import structlog
 
 from gateway.cluster.lives import ALONE, Life, claim_alive
 from gateway.cluster.rows import writer_now
+from gateway.store.group_commit import Op
 from gateway.store.migrations import INBOUND_CHANNEL
-from gateway.store.sqlite import Op
 from gateway.store.state import StateDatabase
 from gateway.words.events import MessageEvent
 from gateway.words.route import Route

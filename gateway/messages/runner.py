@@ -35,7 +35,7 @@ from gateway.messages.replay import Replay
 from gateway.messages.signs_of_life import live_reply, signs_of_life
 from gateway.messages.turn import Turn
 from gateway.sessions.store import SessionStore
-from gateway.store.sqlite import Op
+from gateway.store.group_commit import Op
 from gateway.telemetry.metrics import Metrics
 from gateway.words.context import SessionContext, session_context
 from gateway.words.events import (

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from gateway.store.sqlite import Op
+from gateway.store.group_commit import Op
 from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 from gateway.words.session_entry import SessionEntry

@@ -23,8 +23,8 @@ import structlog
 
 from gateway.errors import StoreError
 from gateway.sessions.cache import LiveSessionCache
+from gateway.store.group_commit import Op
 from gateway.store.migrations import SESSIONS_CHANNEL
-from gateway.store.sqlite import Op
 from gateway.store.state import open_state_database
 from gateway.words.events import NoticeInfo
 from gateway.words.route import Route

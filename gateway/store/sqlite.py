@@ -23,19 +23,13 @@ import aiosqlite
 from gateway.machine.private_files import private_dir, private_file
 from gateway.store.group_commit import (
     BUSY,
-    MAX_BATCH,
-    MAX_QUEUED,
     GroupCommit,
-    Op,
     Queued,
     StoreClosed,
     run_statements,
 )
 from gateway.store.group_commit import Work as _Work
 from gateway.store.migrations import TABLES, migrate
-
-__all__ = ["BUSY", "DEEP_CHECK_SECONDS", "MAX_BATCH", "MAX_QUEUED", "Database", "Op",
-           "StoreClosed", "Work"]
 
 #: work run inside a batch transaction on SQLite (see gateway/store/group_commit.py)
 Work = _Work[sqlite3.Connection]

@@ -17,7 +17,6 @@ from typing import Any, Protocol, TypeVar, overload
 from gateway.store.group_commit import Op, Work
 
 T = TypeVar("T")
-__all__ = ["Op", "StateDatabase", "Work", "is_postgres", "open_state_database"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

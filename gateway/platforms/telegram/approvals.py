@@ -24,7 +24,7 @@ from gateway.formatting.telegram_html import HtmlOrPlain, message_parts, plain_f
 from gateway.formatting.telegram_html import render as render_html
 from gateway.platforms.telegram.bot import TelegramBot
 from gateway.retry import RetryPolicy
-from gateway.store.sqlite import StoreClosed
+from gateway.store.group_commit import StoreClosed
 from gateway.words.events import SendResult
 from gateway.words.route import Route
 
