@@ -151,7 +151,7 @@ async def test_a_stalled_instance_shows_nothing_either_typing_previews_prompts_o
             await asyncio.sleep(0.05)
 
     async def its_preview() -> None:
-        live = HeldLive(watched, runner.acting)
+        live = HeldLive(watched, runner.acting, dm)
         await live.show("half a reply")
         await live.status("running make")
         await live.close()

@@ -228,8 +228,8 @@ class DelegationManager:
         tell each owner once. Only those: this process's own, and any of a process
         that still runs, are left alone."""
         rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM delegations WHERE state IN ('{DelegationState.DISPATCHED}', "
-            f"'{DelegationState.RUNNING}')")
+            f"SELECT {_COLUMNS} FROM delegations "
+            f"WHERE state IN ('{DelegationState.DISPATCHED}', '{DelegationState.RUNNING}')")
         lost = 0
         for row in rows:
             record = DelegationRecord.from_row(row)
@@ -240,9 +240,8 @@ class DelegationManager:
             text = (f"Delegation {record.id} was lost: the gateway stopped while it ran, so "
                     f"its result never came back.\nTask: {record.task}")
             await self.outbox.produce([_result_notice(record, text, "lost", "failed")], with_ops=[(
-                f"UPDATE delegations SET state = '{DelegationState.LOST}', finished_at = ? WHERE "
-                "id = ? "
-                f"AND state IN ('{DelegationState.DISPATCHED}', "
+                f"UPDATE delegations SET state = '{DelegationState.LOST}', finished_at = ? "
+                f"WHERE id = ? AND state IN ('{DelegationState.DISPATCHED}', "
                 f"'{DelegationState.RUNNING}')", (time.time(), record.id))])
         return lost
 

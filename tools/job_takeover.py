@@ -30,9 +30,9 @@ log = structlog.get_logger(__name__)
 
 #: only while the job's instance is still dead (not stopped cleanly, not back)
 _MARK_LOST = (
-    f"UPDATE jobs SET state = '{JobState.LOST}', ended_at = ? WHERE id = ? AND state = "
-    f"'{JobState.RUNNING}' "
-    "AND instance = ? AND EXISTS (SELECT 1 FROM instances i WHERE i.name = jobs.instance "
+    f"UPDATE jobs SET state = '{JobState.LOST}', ended_at = ? "
+    f"WHERE id = ? AND state = '{JobState.RUNNING}' AND instance = ? "
+    "AND EXISTS (SELECT 1 FROM instances i WHERE i.name = jobs.instance "
     "AND i.stopped_at IS NULL AND i.lease_expires_at < ?)")
 
 

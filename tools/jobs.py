@@ -499,8 +499,8 @@ def _end_state(code: int | None, record: JobRecord, *, spawned: bool) -> str:
 
 
 def _failed_op(job_id: str) -> Op:
-    return (f"UPDATE jobs SET state = '{JobState.FAILED}', ended_at = ? WHERE id = ? AND state = "
-            f"'{JobState.RUNNING}'",
+    return (f"UPDATE jobs SET state = '{JobState.FAILED}', ended_at = ? "
+            f"WHERE id = ? AND state = '{JobState.RUNNING}'",
             (time.time(), job_id))
 
 

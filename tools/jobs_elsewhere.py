@@ -99,8 +99,8 @@ class JobsElsewhere:
 
     async def _asked_meanwhile(self) -> None:
         rows = await self.jobs.db.fetchall(
-            f"SELECT id FROM jobs WHERE state = '{JobState.RUNNING}' AND killed = 1 AND instance = "
-            "?",
+            f"SELECT id FROM jobs WHERE state = '{JobState.RUNNING}' AND killed = 1 "
+            "AND instance = ?",
             (self.jobs.instance,))
         for (job_id,) in rows:
             if self.jobs.here(job_id):

@@ -28,17 +28,16 @@ class RunTaken(HomingError):
 
 #: run ``o`` is under way: started, with its job still running or its prompt not yet
 #: given (a job whose end was committed without its run's cannot hold the schedule up)
-UNDER_WAY = (f"(o.state = '{RunState.STARTED}' AND (o.job_id IS NULL OR EXISTS (SELECT 1 FROM jobs "
-             "j "
-              f"WHERE j.id = o.job_id AND j.state = '{JobState.RUNNING}')))")
+UNDER_WAY = (f"(o.state = '{RunState.STARTED}' AND (o.job_id IS NULL OR EXISTS ("
+             f"SELECT 1 FROM jobs j WHERE j.id = o.job_id AND j.state = '{JobState.RUNNING}')))")
 
 
 def busy(conn: sqlite3.Connection, schedule_id: str) -> bool:
     """A run of the schedule is under way or waiting to start."""
     return conn.execute(
-        "SELECT 1 FROM schedule_runs o WHERE o.schedule_id = ? AND (o.state = "
-        f"'{RunState.CLAIMED}' OR "
-        f"{UNDER_WAY}) LIMIT 1", (schedule_id,)).fetchone() is not None
+        "SELECT 1 FROM schedule_runs o WHERE o.schedule_id = ? "
+        f"AND (o.state = '{RunState.CLAIMED}' OR {UNDER_WAY}) LIMIT 1",
+        (schedule_id,)).fetchone() is not None
 
 
 def mark_started(conn: sqlite3.Connection, schedule_id: str, scheduled_for: float,

@@ -428,9 +428,9 @@ class Scheduler:
             self.db.write_behind([
                 ("UPDATE schedules SET paused = 1, pause_reason = ? "
                  "WHERE session_key = ? AND paused = 0", (why, n.session_key)),
-                (f"UPDATE schedule_runs SET state = '{RunState.CANCELLED}' WHERE state = "
-                 f"'{RunState.CLAIMED}' AND "
-                 "schedule_id IN (SELECT id FROM schedules WHERE session_key = ?)",
+                (f"UPDATE schedule_runs SET state = '{RunState.CANCELLED}' "
+                 f"WHERE state = '{RunState.CLAIMED}' "
+                 "AND schedule_id IN (SELECT id FROM schedules WHERE session_key = ?)",
                  (n.session_key,))])
             log.warning("schedules_paused", session_key=n.session_key, reason=why)
 

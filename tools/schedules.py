@@ -157,8 +157,8 @@ async def remove(db: StateDatabase, schedule_id: str) -> ScheduleRecord:
         record = select_schedule(conn, schedule_id)
         conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
         conn.execute(*cancel_claimed_op(schedule_id))
-        conn.execute(f"UPDATE notifications SET state = '{NotificationState.PARKED}', reason = "
-                     "'schedule_removed' "
+        conn.execute(f"UPDATE notifications SET state = '{NotificationState.PARKED}', "
+                     "reason = 'schedule_removed' "
                      f"WHERE idempotency_key LIKE ? AND state = '{NotificationState.PENDING}'",
                      (f"{schedule_id}:run:%",))
         return record

@@ -397,18 +397,16 @@ class Approvals:
 
     async def pending_in(self, session_key: str) -> list[ApprovalRecord]:
         rows = await self.db.fetchall(
-            f"SELECT {COLUMNS} FROM approvals WHERE state = '{ApprovalState.PENDING}' AND "
-            "session_key = ? "
-            f"ORDER BY created_at", (session_key,))
+            f"SELECT {COLUMNS} FROM approvals WHERE state = '{ApprovalState.PENDING}' "
+            "AND session_key = ? ORDER BY created_at", (session_key,))
         return [ApprovalRecord.from_row(r) for r in rows]
 
 
 async def recent_approvals(db: StateDatabase, limit: int = 50) -> list[ApprovalRecord]:
     """Pending approvals, then the latest decisions (``homing approvals``)."""
     rows = await db.fetchall(
-        f"SELECT {COLUMNS} FROM approvals ORDER BY state != '{ApprovalState.PENDING}', created_at "
-        "DESC "
-        f"LIMIT ?", (limit,))
+        f"SELECT {COLUMNS} FROM approvals "
+        f"ORDER BY state != '{ApprovalState.PENDING}', created_at DESC LIMIT ?", (limit,))
     return [ApprovalRecord.from_row(r) for r in rows]
 
 

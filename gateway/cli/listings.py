@@ -215,14 +215,13 @@ def status_command(config: Config, args: argparse.Namespace) -> int:
         async def counts(store: SessionStore) -> dict[str, Any]:
             db = store.db
             (live,) = await db.fetchone("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL")
-            (jobs,) = await db.fetchone("SELECT COUNT(*) FROM jobs WHERE state = "
-                                        f"'{JobState.RUNNING}'")
+            (jobs,) = await db.fetchone(
+                f"SELECT COUNT(*) FROM jobs WHERE state = '{JobState.RUNNING}'")
             states = dict(await db.fetchall(
                 "SELECT state, COUNT(*) FROM notifications GROUP BY state"))
             parked = dict(await db.fetchall(
-                "SELECT reason, COUNT(*) FROM notifications WHERE state = "
-                f"'{NotificationState.PARKED}' "
-                "GROUP BY reason"))
+                "SELECT reason, COUNT(*) FROM notifications "
+                f"WHERE state = '{NotificationState.PARKED}' GROUP BY reason"))
             # the instances sharing this store (gateway/cluster/instances.py) and what each holds
             now = await cluster.store_now(db)
             leases = await cluster.list_leases(db)

@@ -112,7 +112,7 @@ class HeldLive:
     overdue, and is left as it stands once the life is over; its final message is
     withheld then, like any other send."""
 
-    def __init__(self, live: LiveReply, acting: Acting, route: Route | None = None) -> None:
+    def __init__(self, live: LiveReply, acting: Acting, route: Route) -> None:
         self._live = live
         self._acting = acting
         self._route = route
@@ -127,8 +127,7 @@ class HeldLive:
 
     async def finish(self, text: str, *, kind: MessageKind, session_id: str | None,
                      dedupe_key: str | None = None) -> SendResult:
-        if self._route is not None and (
-                refused := await withheld(self._acting, self._route)) is not None:
+        if (refused := await withheld(self._acting, self._route)) is not None:
             return refused
         return await self._live.finish(text, kind=kind, session_id=session_id,
                                        dedupe_key=dedupe_key)

@@ -49,9 +49,9 @@ def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
                  now: float) -> list[Op]:
     """The write that records ``outcome``; a consumed row was recorded by its taker."""
     if outcome.state == "delivered":
-        return [(f"UPDATE notifications SET state = '{NotificationState.DELIVERED}', delivered_at "
-                 "= ?, "
-                 "sent_message_id = ?, attempts = attempts + 1, last_error = NULL "
+        return [(f"UPDATE notifications SET state = '{NotificationState.DELIVERED}', "
+                 "delivered_at = ?, sent_message_id = ?, attempts = attempts + 1, "
+                 "last_error = NULL "
                  f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
                  (now, outcome.message_id, notification_id, claimer))]
     if outcome.state == "parked":
@@ -60,25 +60,23 @@ def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
                  f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
                  (outcome.reason or "parked", outcome.detail, notification_id, claimer))]
     if outcome.state == "retry":
-        return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', claimed_by = "
-                 "NULL, "
-                 "claimed_at = NULL, attempts = attempts + 1, last_error = ?, not_before = ? "
+        return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
+                 "claimed_by = NULL, claimed_at = NULL, attempts = attempts + 1, "
+                 "last_error = ?, not_before = ? "
                  f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
                  (outcome.reason or "retry", now + outcome.retry_in, notification_id, claimer))]
     if outcome.state == "withheld":
         # no attempt counted: nothing was tried. Due again soon, for a survivor (the
         # life that gave it back is ending and claims nothing more)
-        return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', claimed_by = "
-                 "NULL, "
-                 "claimed_at = NULL, not_before = ?, last_error = ? "
+        return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
+                 "claimed_by = NULL, claimed_at = NULL, not_before = ?, last_error = ? "
                  f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
                  (now + outcome.retry_in, outcome.reason, notification_id, claimer))]
     if outcome.state == "held":
         # no attempt counted and no wait of its own: the claim leaves it while the earlier
         # notice waits, and takes it right after that one once it is due
-        return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', claimed_by = "
-                 "NULL, "
-                 "claimed_at = NULL, not_before = NULL, last_error = ? "
+        return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
+                 "claimed_by = NULL, claimed_at = NULL, not_before = NULL, last_error = ? "
                  f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
                  (outcome.reason, notification_id, claimer))]
     return []
@@ -195,17 +193,16 @@ class Outbox:
                 f"WHERE n.state = '{NotificationState.PENDING}' "
                 f"AND (n.not_before IS NULL OR n.not_before <= ?) AND NOT EXISTS ("
                 f"  SELECT 1 FROM notifications e WHERE e.session_key = n.session_key "
-                f"  AND e.id < n.id AND e.state = '{NotificationState.PENDING}' AND e.not_before "
-                "IS NOT NULL "
-                f"  AND e.not_before > ?){not_elsewhere} "
+                f"  AND e.id < n.id AND e.state = '{NotificationState.PENDING}' "
+                f"  AND e.not_before IS NOT NULL AND e.not_before > ?){not_elsewhere} "
                 f"ORDER BY n.id LIMIT ?{skip_taken}), "
                 f"rest AS MATERIALIZED (SELECT s.id FROM notifications s "
-                f"WHERE s.state = '{NotificationState.PENDING}' AND s.merged_into IN (SELECT "
-                "m.merged_into "
+                f"WHERE s.state = '{NotificationState.PENDING}' "
+                f"AND s.merged_into IN (SELECT m.merged_into "
                 f"FROM notifications m WHERE m.id IN (SELECT id FROM due) "
                 f"AND m.merged_into IS NOT NULL){skip_taken_s}) "
-                f"UPDATE notifications SET state = '{NotificationState.CLAIMED}', claimed_by = ?, "
-                "claimed_at = ? "
+                f"UPDATE notifications SET state = '{NotificationState.CLAIMED}', "
+                f"claimed_by = ?, claimed_at = ? "
                 f"WHERE (id IN (SELECT id FROM due) OR id IN (SELECT id FROM rest)) "
                 f"AND state = '{NotificationState.PENDING}' "
                 f"RETURNING {NOTIFICATION_COLUMNS}", (now, now, *mine, limit, claimer, now),
@@ -299,8 +296,9 @@ class Outbox:
         def take(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
             rows = conn.execute(
                 f"SELECT id, state, text FROM notifications WHERE job_id = ? "
-                f"AND (state = '{NotificationState.PENDING}' OR (state = "
-                f"'{NotificationState.CLAIMED}' AND substr(claimed_by, 1, ?) = ?)) {not_busy}"
+                f"AND (state = '{NotificationState.PENDING}' "
+                f"OR (state = '{NotificationState.CLAIMED}' AND substr(claimed_by, 1, ?) = ?)) "
+                f"{not_busy}"
                 f"ORDER BY id", (job_id, len(mine), mine, *busy)).fetchall()
             conn.executemany(
                 f"UPDATE notifications SET state = '{NotificationState.DELIVERED}', "
@@ -331,9 +329,9 @@ class Outbox:
     async def make_due(self, session_key_prefix: str) -> None:
         """Retry now what waits for a retry, for session keys starting with the prefix."""
         await self.db.write([(
-            "UPDATE notifications SET not_before = NULL WHERE state = "
-            f"'{NotificationState.PENDING}' "
-            "AND not_before IS NOT NULL AND substr(session_key, 1, ?) = ?",
+            "UPDATE notifications SET not_before = NULL "
+            f"WHERE state = '{NotificationState.PENDING}' AND not_before IS NOT NULL "
+            "AND substr(session_key, 1, ?) = ?",
             (len(session_key_prefix), session_key_prefix))])
 
     async def reconcile_claimed(self) -> tuple[int, int]:
@@ -347,22 +345,22 @@ class Outbox:
         """
         def settle(conn: sqlite3.Connection) -> tuple[int, int]:
             claimers = [r[0] for r in conn.execute(
-                "SELECT DISTINCT claimed_by FROM notifications WHERE state = "
-                f"'{NotificationState.CLAIMED}'")]
+                "SELECT DISTINCT claimed_by FROM notifications "
+                f"WHERE state = '{NotificationState.CLAIMED}'")]
             now = writer_now(conn)
             dead = [c for c in claimers if not claim_alive(conn, c, now)]
             marks = ",".join("?" * len(dead))
             if not dead:
                 return 0, 0
             sent = conn.execute(
-                f"UPDATE notifications SET state = '{NotificationState.DELIVERED}', delivered_at = "
-                "claimed_at "
+                f"UPDATE notifications SET state = '{NotificationState.DELIVERED}', "
+                "delivered_at = claimed_at "
                 f"WHERE state = '{NotificationState.CLAIMED}' AND sent_message_id IS NOT NULL "
                 f"AND claimed_by IN ({marks})", dead)
             requeued = conn.execute(
-                f"UPDATE notifications SET state = '{NotificationState.PENDING}', claimed_by = "
-                "NULL, "
-                f"claimed_at = NULL, last_error = 'claimed when its gateway stopped' "
+                f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
+                "claimed_by = NULL, claimed_at = NULL, "
+                "last_error = 'claimed when its gateway stopped' "
                 f"WHERE state = '{NotificationState.CLAIMED}' AND claimed_by IN ({marks})", dead)
             return sent.rowcount, requeued.rowcount
 
@@ -377,15 +375,15 @@ class Outbox:
         """Which of these notifications are pending (not taken, delivered or parked)."""
         marks = ",".join("?" * len(notification_ids))
         rows = await self.db.fetchall(
-            f"SELECT id FROM notifications WHERE state = '{NotificationState.PENDING}' AND id IN "
-            f"({marks})",
+            f"SELECT id FROM notifications WHERE state = '{NotificationState.PENDING}' "
+            f"AND id IN ({marks})",
             tuple(notification_ids))
         return {int(row[0]) for row in rows}
 
     async def next_due_at(self) -> float | None:
         row = await self.db.fetchone(
-            "SELECT MIN(not_before) FROM notifications WHERE state = "
-            f"'{NotificationState.PENDING}'")
+            "SELECT MIN(not_before) FROM notifications "
+            f"WHERE state = '{NotificationState.PENDING}'")
         return row[0] if row else None
 
     async def get(self, notification_id: int) -> Notification | None:

@@ -281,8 +281,8 @@ def acted_ops() -> list[Op]:
     entry_id = _handling.get()
     if entry_id is None:
         return []
-    return [(f"UPDATE inbound SET state = '{EntryState.ACTED}' WHERE id = ? AND state = "
-             f"'{EntryState.STARTED}'",
+    return [(f"UPDATE inbound SET state = '{EntryState.ACTED}' "
+             f"WHERE id = ? AND state = '{EntryState.STARTED}'",
              (entry_id,))]
 
 

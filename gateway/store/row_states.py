@@ -12,9 +12,6 @@ from gateway.errors import StoreError
 
 S = TypeVar("S", bound=StrEnum)
 
-#: for each state, the states a row in it may move to
-Moves = Mapping[S, frozenset[S]]
-
 
 class NotAMove(StoreError):
     """A write would move a row between states its table does not allow: a bug, caught
@@ -22,7 +19,8 @@ class NotAMove(StoreError):
 
 
 def check_move(moves: Mapping[S, frozenset[S]], sources: Iterable[S], target: S) -> None:
-    """Raise NotAMove unless a row in any of ``sources`` may move to ``target``."""
+    """Raise NotAMove unless a row in every one of ``sources`` may move to ``target``;
+    ``moves`` gives, for each state, the states a row in it may move to."""
     for source in sources:
         if target not in moves[source]:
             raise NotAMove(f"a {type(target).__name__} may not move from {source} to {target}")

@@ -69,8 +69,8 @@ class Metrics:
             "SELECT kind, state, COUNT(*) FROM notifications GROUP BY kind, state")
         _set_all(self.notifications, ((k, s, n) for k, s, n in rows))
         rows = await db.fetchall(
-            "SELECT reason, COUNT(*) FROM notifications WHERE state = "
-            f"'{NotificationState.PARKED}' GROUP BY reason")
+            f"SELECT reason, COUNT(*) FROM notifications "
+            f"WHERE state = '{NotificationState.PARKED}' GROUP BY reason")
         _set_all(self.parked, ((reason or "unknown", n) for reason, n in rows))
         count: dict[str, int] = {}
         oldest: dict[str, float] = {}
