@@ -15,6 +15,10 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 
+#: every platform's package (gateway/platforms/<name>/): side by side, none importing another
+PLATFORM_PACKAGES = sorted(f"gateway.platforms.{p.parent.name}"
+                           for p in (ROOT / "gateway" / "platforms").glob("*/__init__.py"))
+
 #: the layers, highest first: a module may import from its own layer and those below
 #: it, never from one above. Several names on one line are side by side and may not
 #: import each other (the three platforms).
@@ -22,7 +26,7 @@ LAYERS: list[list[str]] = [
     ["gateway.cli"],
     ["gateway.daemon"],
     ["gateway.systemd"],
-    ["gateway.platforms.telegram", "gateway.platforms.discord", "gateway.platforms.web"],
+    PLATFORM_PACKAGES,
     ["gateway.platforms"],
     ["agent"],
     ["tools"],
@@ -194,3 +198,25 @@ def test_no_module_passes_on_what_another_defines(graph: grimp.ImportGraph) -> N
                     and value.__module__ != module):
                 shims.append(f"{module}.{name} is {value.__module__}'s")
     assert not shims, "\n".join(shims)
+
+
+def test_a_platform_is_named_outside_its_package_only_by_the_registry() -> None:
+    """Adding a platform touches no file outside its own package but one line of the
+    registry (gateway/config/registry.py), and a third-party one not even that: no other
+    module of the gateway, its tools or its agent names a platform's package."""
+    from gateway.config.registry import BUILT_IN
+
+    named = re.compile(r"\bgateway[./]platforms[./](" + "|".join(
+        p.rsplit(".", 1)[1] for p in PLATFORM_PACKAGES) + r")\b")
+    outside = []
+    for path in sorted((ROOT / "gateway").rglob("*.py")) + sorted(
+            (ROOT / "tools").rglob("*.py")) + sorted((ROOT / "agent").rglob("*.py")):
+        parts = path.relative_to(ROOT).parts
+        if parts[:2] == ("gateway", "platforms") and len(parts) > 3:
+            continue  # inside a platform's package
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if named.search(line) and not any(f'"{ref}"' in line for ref in BUILT_IN):
+                outside.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not outside, "\n".join(outside)
+    assert sorted(ref.split(":")[0].rsplit(".", 1)[0] for ref in BUILT_IN) == \
+        PLATFORM_PACKAGES

@@ -51,8 +51,11 @@ async def test_the_quickstart_says_how_to_choose_a_port_and_reach_a_server(
     assert quickstart.count("```sh\n") == 2
     assert ("python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/homing run\n"
             in quickstart)
-    assert ("python3 -m venv .venv && .venv/bin/pip install '.[test]' && "
-            ".venv/bin/python -m pytest -q\n") in quickstart
+    test_command = ("python3 -m venv .venv && .venv/bin/pip install '.[test]' "
+                    "./tests/example_platform && .venv/bin/python -m pytest -q\n")
+    assert test_command in quickstart
+    ci = (Path(__file__).parent.parent / ".ci" / "run").read_text(encoding="utf-8")
+    assert test_command in ci  # CI runs the very command the README gives
     assert "homing run --port 9000" in quickstart and "`platforms.web.port`" in quickstart
     assert "ssh -L 8765:127.0.0.1:8765 server" in quickstart
     assert "`platforms.web.host`" in quickstart

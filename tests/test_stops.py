@@ -61,7 +61,11 @@ async def until_closed(tab: Tab, timeout: float = STEP) -> tuple[list[dict[str, 
     frames = []
     while True:
         msg = await tab.ws.receive(timeout=timeout)
-        if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+        if msg.type == WSMsgType.CLOSE:
+            # the code the server sent, as a browser's close event has it: aiohttp's own
+            # close_code turns 1006 when its close reply finds the server gone already
+            return frames, int(msg.data)
+        if msg.type in (WSMsgType.CLOSING, WSMsgType.CLOSED):
             code = tab.ws.close_code
             assert code is not None
             return frames, code

@@ -219,7 +219,7 @@ class Approvals:
             return False
         if platform == record.platform and user_id == record.requester:
             return True
-        return user_id in self.config.approvers.get(platform, [])  # type: ignore[call-overload]
+        return user_id in self.config.approvers.get(platform, [])
 
     async def press(self, approval_id: str, decision: Decision, *, platform: str,
                     user_id: str | None, user_name: str | None = None) -> Pressed:

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.cli.checks import Check, fail, ok, warn
 from gateway.config.env_file import env_file_path, read_env_file
 from gateway.config.file import UNSET
 from gateway.config.settings import DEFAULT_HOME, Config, ConfigError, find_config_file, load_config
+from gateway.platforms.checks import Check, fail, ok, warn
 
 
 def doctor_command(explicit_config: str | None, *, as_json: bool) -> int:
@@ -95,8 +95,7 @@ def _load_config(explicit: str | None, environ: Mapping[str, str]) -> _Loaded:
                                   _config_fix(exc, loaded)))
         return loaded
     loaded.config = config
-    if not any(getattr(config.platforms, name).enabled
-               for name in ("web", "telegram", "discord")):
+    if not config.platforms.enabled():
         loaded.checks.append(fail("config", "no platform is enabled",
                                   "enable platforms.web at least (or run `homing setup`)"))
         return loaded

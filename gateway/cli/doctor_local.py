@@ -1,17 +1,16 @@
-"""The checks ``homing doctor`` makes on this machine: the web chat's port and token,
-the state database (intact, ours, private), free disk, the systemd unit and linger,
-and the environment file the unit reads the secrets from.
+"""The checks ``homing doctor`` makes on this machine: the state database (intact,
+ours, private), free disk, the systemd unit and linger, and the environment file the
+unit reads the secrets from. (The web chat's port and token are checked by its own
+package, as every platform's probes are.)
 
 Plain blocking code, run outside any event loop; every subprocess has a timeout.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import shlex
 import shutil
-import socket
 import sqlite3
 import subprocess
 import urllib.error
@@ -22,81 +21,21 @@ from contextlib import closing
 from pathlib import Path
 
 import gateway.systemd.unit as service
-from gateway.cli.checks import Check, fail, ok, skip, warn
 from gateway.config.env_file import read_env_file, referenced_variables
-from gateway.config.settings import Config, WebConfig, secret
+from gateway.config.settings import Config
+from gateway.platforms.checks import Check, fail, ok, skip, warn
 from gateway.store.migrations import MIGRATIONS
 
 #: under this much free disk the database cannot be trusted to commit; under the
 #: second, it is time to look
 DISK_FAIL_BYTES = 100 * 1024 * 1024
 DISK_WARN_BYTES = 1024 * 1024 * 1024
-#: a web token shorter than this is guessable
-SHORT_TOKEN = 16
 SUBPROCESS_TIMEOUT = 5.0
-_HEALTH_TIMEOUT = 3.0
 
 
 def local_checks(config: Config, config_file: Path | None) -> list[Check]:
-    return [*web_checks(config.platforms.web), state_database_check(config),
+    return [state_database_check(config),
             state_modes_check(config), disk_check(config), *service_checks(config, config_file)]
-
-
-# ---------------------------------------------------------------------- web chat
-
-def web_checks(web: WebConfig) -> list[Check]:
-    if not web.enabled:
-        return [skip("web port", "the web chat is off")]
-    return [_port_check(web), _token_check(web)]
-
-
-def _port_check(web: WebConfig) -> Check:
-    name = "web port"
-    where = f"{web.host}:{web.port}"
-    if web.port == 0:
-        return ok(name, f"{web.host}:0 — a free port is picked at each start")
-    try:
-        # as the daemon binds it (asyncio sets SO_REUSEADDR too): free now means free then
-        socket.create_server((web.host, web.port)).close()
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            return fail(name, f"cannot listen on {where}: {exc.strerror or exc}",
-                        "set platforms.web.host to an address of this machine")
-        if _homing_answers(web):
-            return ok(name, f"{where} is in use by the running homing (its /healthz "
-                            f"answers)")
-        return fail(name, f"{where} is in use by another program",
-                    f"stop that program (ss -ltnp 'sport = :{web.port}' names it), or set "
-                    f"another platforms.web.port")
-    return ok(name, f"{where} is free")
-
-
-def _homing_answers(web: WebConfig) -> bool:
-    host = f"[{web.host}]" if ":" in web.host else web.host
-    request = urllib.request.Request(f"http://{host}:{web.port}/healthz")
-    token = secret(web.token)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    # the port is on this machine: never through a proxy
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=_HEALTH_TIMEOUT) as response:
-            return response.status == 200 and b'"ok"' in response.read(200)
-    except (OSError, urllib.error.URLError):  # refused, timed out, not HTTP
-        return False
-
-
-def _token_check(web: WebConfig) -> Check:
-    name = "web token"
-    token = secret(web.token)
-    if token is None:
-        return ok(name, f"none, and none needed: {web.host} takes only this machine's "
-                        f"connections")
-    if len(token) < SHORT_TOKEN:
-        return warn(name, f"{len(token)} characters: short enough to guess",
-                    "use a random one of 32 characters: "
-                    "python3 -c 'import secrets; print(secrets.token_urlsafe(24))'")
-    return ok(name, f"{len(token)} characters")
 
 
 # ---------------------------------------------------------------------- state

@@ -1,212 +1,42 @@
-"""The checks ``homing doctor`` makes against the platforms themselves, with the
-enabled bots' tokens (the probes in ``platforms/telegram`` and ``platforms/discord``).
-
-Telegram: the token (getMe); privacy mode where groups are used; each group listed
-in ``allowed_chats`` — the bot in it and allowed to post (see :func:`_group_check`
-for the rule); a webhook left set by another tool; another process polling the
-token. Discord: the token (users/@me); the message content intent (the
-application's flags); each Discord home channel visible, and the bot allowed to post
-and read its history there.
-"""
+"""The checks ``homing doctor`` makes against the platforms themselves: which platforms
+were found (built in, or registered by an installed package), then each enabled
+platform's own probes (the ``doctor`` its spec names), asked at the same time."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from gateway.cli.checks import Check, fail, ok, skip, warn
-from gateway.config.settings import Config, DiscordConfig, HomeChannel, TelegramConfig, secret
-from gateway.platforms.discord.probe import DiscordProbe
-from gateway.platforms.probe import ProbeError, TokenRefused
-
-if TYPE_CHECKING:  # python-telegram-bot is imported only when Telegram is enabled
-    from gateway.platforms.telegram.probe import BotProfile, TelegramProbe
-
-_PRIVACY_FIX = ("disable privacy mode with @BotFather /setprivacy, then remove and re-add the "
-                "bot to the group")
+from gateway.config.registry import load_object, platforms
+from gateway.config.settings import Config
+from gateway.platforms.checks import Check, DoctorContext, fail, ok, warn
 
 
 async def platform_checks(config: Config, daemon_pid: int | None) -> list[Check]:
-    """Telegram's and Discord's checks, asked at the same time."""
-    telegram, discord = config.platforms.telegram, config.platforms.discord
-    homes = [h for h in config.agent.home_channels if h.platform == "discord"]
-    results = await asyncio.gather(
-        telegram_checks(telegram, daemon_pid) if telegram.enabled else _nothing(),
-        discord_checks(discord, homes) if discord.enabled else _nothing())
-    return [check for checks in results for check in checks]
+    """The registry, then the enabled platforms' probes."""
+    registry = platforms()
+    found = [ok("platforms", "found " + ", ".join(
+        f"{spec.name} ({spec.origin})" for spec in registry.specs))]
+    found += [warn("platform package", f"{refused.source}: {refused.reason}",
+                   "reinstall or remove that package; the other platforms work")
+              for refused in registry.refused]
+    context = DoctorContext(config, daemon_pid)
+    asked = [_probe(spec.name, spec.doctor, config.platforms.section(spec.name), context)
+             for spec in registry.specs
+             if spec.doctor is not None and config.platforms.section(spec.name).enabled]
+    results = await asyncio.gather(*asked)
+    return found + [check for checks in results for check in checks]
 
 
-async def _nothing() -> list[Check]:
-    return []
-
-
-async def telegram_checks(settings: TelegramConfig, daemon_pid: int | None) -> list[Check]:
-    from gateway.platforms.telegram.probe import TelegramProbe
-
-    groups = [int(c) for c in settings.allowed_chats if c.lstrip("-").isdigit() and int(c) < 0]
+async def _probe(name: str, reference: str, settings: Any, context: DoctorContext
+                 ) -> list[Check]:
+    """One platform's probes; a platform whose probes are broken says so, as a failure
+    of its own, and the others' still run."""
     try:
-        async with TelegramProbe(secret(settings.token) or "", settings.base_url,
-                                 settings.base_file_url) as probe:
-            profile = probe.profile
-            checks = [ok("telegram token", f"@{profile.username} (id {profile.id}) at "
-                                           f"{probe.host}")]
-            webhook, webhook_set = await _webhook_check(probe, settings)
-            group_checks = [await _group_check(probe, chat_id) for chat_id in groups]
-            admin_in = {chat_id for chat_id, (_, admin) in zip(groups, group_checks,
-                                                                strict=True) if admin}
-            checks.append(_privacy_check(profile, groups, admin_in))
-            checks += [check for check, _ in group_checks]
-            checks.append(webhook)
-            checks.append(await _polling_check(probe, daemon_pid, webhook_set))
-            return checks
-    except ProbeError as exc:
-        return [_token_failure("telegram", "TELEGRAM_BOT_TOKEN", exc)]
-
-
-def _token_failure(platform: str, variable: str, exc: ProbeError) -> Check:
-    """The platform could not be asked, or refused the token: then say where it goes."""
-    fix = exc.fix
-    if isinstance(exc, TokenRefused):
-        fix = (f"{exc.fix}, into homing.env ({variable}) or wherever "
-               f"platforms.{platform}.token takes it from")
-    return fail(f"{platform} token", exc.problem, fix)
-
-
-def _privacy_check(profile: BotProfile, groups: list[int], admin_in: set[int]) -> Check:
-    """Privacy mode on, a bot sees only commands and replies to it in a group — not
-    plain messages, nor ones that @mention it — unless it is an administrator there.
-    It matters where groups are listed (fail), or open to any group (warn)."""
-    name = "telegram privacy mode"
-    if profile.reads_all_group_messages:
-        return ok(name, "off: the bot reads every message in its groups")
-    blind = [g for g in groups if g not in admin_in]
-    if groups and not blind:
-        return ok(name, "on, but the bot is an administrator in every listed group, "
-                        "which lets it read all messages there")
-    if blind:
-        return fail(name, f"on: in {', '.join(map(str, blind))} the bot sees only commands "
-                          f"and replies to its own messages", _PRIVACY_FIX)
-    if not profile.can_join_groups:
-        return ok(name, "on; the bot cannot be added to groups, and private chats are "
-                        "not affected")
-    return warn(name, "on, and platforms.telegram.allowed_chats lists no group: in any "
-                      "group the bot joins it would see only commands and replies to it",
-                f"for groups, {_PRIVACY_FIX}; for private chats only, nothing to do")
-
-
-async def _group_check(probe: TelegramProbe, chat_id: int) -> tuple[Check, bool]:
-    """A listed group: the bot in it and allowed to post; and whether it is an admin.
-
-    The rule, forums included: the bot may post when it is the creator, an
-    administrator or a member, or restricted but still a member with
-    ``can_send_messages``. ``can_manage_topics`` is not needed: it creates, closes and
-    reopens topics, and Homing only posts in the topics people write in."""
-    name = f"telegram chat {chat_id}"
-    try:
-        chat = await probe.chat(chat_id)
-        member = await probe.own_membership(chat_id)
-    except ProbeError as exc:
-        return fail(name, exc.problem, exc.fix), False
-    kind = "forum" if chat.is_forum else chat.type
-    title = f"{chat.title!r} ({kind})" if chat.title else kind
-    if member.status in ("creator", "administrator"):
-        return ok(name, f"{title}: the bot is an administrator and may post"), True
-    if member.status == "member":
-        return ok(name, f"{title}: the bot is a member and may post"), False
-    if member.status == "restricted":
-        if getattr(member, "is_member", False) and getattr(member, "can_send_messages", False):
-            return ok(name, f"{title}: the bot is restricted but may send messages"), False
-        where = "in its topics" if chat.is_forum else "there"
-        return fail(name, f"{title}: the bot is restricted and may not send messages {where}",
-                    "in the group's settings → Permissions → Exceptions, let the bot send "
-                    "messages (or make it an administrator); posting in forum topics needs "
-                    "no more than that"), False
-    return fail(name, f"{title}: the bot is not a member (status {member.status})",
-                "add the bot to the group again"), False
-
-
-async def _webhook_check(probe: TelegramProbe, settings: TelegramConfig
-                         ) -> tuple[Check, bool]:
-    """The check, and whether a webhook is set."""
-    name = "telegram webhook"
-    try:
-        url = await probe.webhook_url()
-    except ProbeError as exc:
-        return fail(name, exc.problem, exc.fix), False
-    if not url:
-        return ok(name, "none set, so polling works"), False
-    return fail(name, f"a webhook is set ({url}); polling is refused while it is, and "
-                      f"homing only polls (it does not delete a webhook itself)",
-                f"if no other tool needs it, run deleteWebhook: "
-                f"curl -s '{settings.base_url}<token>/deleteWebhook'"), True
-
-
-async def _polling_check(probe: TelegramProbe, daemon_pid: int | None,
-                         webhook_set: bool) -> Check:
-    from gateway.platforms.telegram.probe import POLL_HOLD_SECONDS
-
-    name = "telegram polling"
-    if daemon_pid is not None:
-        return ok(name, f"the running homing (pid {daemon_pid}) polls this token; not "
-                        f"probed, so as not to disturb it")
-    if webhook_set:
-        return skip(name, "refused while the webhook is set")
-    try:
-        conflict = await probe.polled_elsewhere()
-    except ProbeError as exc:
-        return fail(name, exc.problem, exc.fix)
-    if conflict is not None:
-        return fail(name, f"another process is polling this bot token (Telegram: {conflict})",
-                    "stop the other program or homing using this token (one poller per "
-                    "token), or give this installation a bot of its own")
-    return ok(name, f"no other process polled this token in {POLL_HOLD_SECONDS} s")
-
-
-async def discord_checks(settings: DiscordConfig, homes: list[HomeChannel]) -> list[Check]:
-    try:
-        async with DiscordProbe(secret(settings.token) or "", settings.api_base) as probe:
-            me = await probe.me()
-            checks = [ok("discord token", f"{me.username} (id {me.id}) at {probe.host}")]
-            try:
-                application = await probe.application()
-            except ProbeError as exc:
-                checks.append(fail("discord intents", exc.problem, exc.fix))
-            else:
-                checks.append(_intent_check(application.reads_message_content))
-            for home in homes:
-                checks.append(await _channel_check(probe, me.id, home))
-            return checks
-    except ProbeError as exc:
-        return [_token_failure("discord", "DISCORD_BOT_TOKEN", exc)]
-
-
-def _intent_check(reads_message_content: bool) -> Check:
-    name = "discord intents"
-    if reads_message_content:
-        return ok(name, "the message content intent is enabled")
-    return fail(name, "the message content intent is not enabled for the application: "
-                      "Discord refuses the gateway connection homing makes (4014)",
-                "enable MESSAGE CONTENT INTENT in the Developer Portal → Bot")
-
-
-async def _channel_check(probe: DiscordProbe, bot_id: int, home: HomeChannel) -> Check:
-    name = f"discord channel {home.name}"
-    channel = home.thread_id or home.chat_id
-    if not channel.isdigit():
-        return fail(name, f"{channel!r} is not a Discord id",
-                    "put the channel's id in agent.home_channels (Developer Mode → right-"
-                    "click the channel → Copy Channel ID)")
-    try:
-        access = await probe.channel_access(int(channel), bot_id)
-    except ProbeError as exc:
-        return fail(name, exc.problem, exc.fix)
-    where = f"#{access.name} ({channel})"
-    blocking = [p for p in access.missing if p != "Read Message History"]
-    fix = (f"give the bot's role {' and '.join(access.missing)} in {where} (Server Settings → "
-           f"Roles, or the channel's Permissions)")
-    if blocking:
-        return fail(name, f"the bot may not {' or '.join(blocking)} in {where}", fix)
-    if access.missing:
-        return warn(name, f"the bot may post in {where} but not read its history: what is "
-                          f"said there while homing is offline is not caught up", fix)
-    return ok(name, f"the bot may post in {where}")
+        probes: Callable[[Any, DoctorContext], Awaitable[list[Check]]] = load_object(reference)
+        return await probes(settings, context)
+    except Exception as exc:  # a third party's probes must not end the whole doctor
+        return [fail(f"{name} checks", f"its probes ({reference}) failed: "
+                                       f"{type(exc).__name__}: {exc}",
+                     "report it to the platform package's authors")]

@@ -170,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
                              help="let unknown users in: list and approve pairing codes")
     pairing_sub = pairing.add_subparsers(dest="pairing_command", required=True, metavar="ACTION")
     approve = pairing_sub.add_parser("approve", parents=[common], help="approve a pairing code")
-    approve.add_argument("platform", choices=["telegram", "discord"])
+    approve.add_argument("platform", choices=_pairing_platforms())
     approve.add_argument("code")
     approve.set_defaults(func=_pairing_approve)
     pending = pairing_sub.add_parser("list", parents=[common],
@@ -180,10 +180,18 @@ def _parser() -> argparse.ArgumentParser:
     pending.set_defaults(func=_pairing_list)
     revoke = pairing_sub.add_parser("revoke", parents=[common],
                                     help="take a paired user's access away")
-    revoke.add_argument("platform", choices=["telegram", "discord"])
+    revoke.add_argument("platform", choices=_pairing_platforms())
     revoke.add_argument("user", help="the user id")
     revoke.set_defaults(func=_pairing_revoke)
     return parser
+
+
+def _pairing_platforms() -> list[str]:
+    """The platforms whose unknown users may ask for a pairing code, by every CLI name."""
+    from gateway.config.registry import platforms
+
+    return [name for spec in platforms().specs if spec.pairing
+            for name in (spec.name, *spec.cli_names)]
 
 
 def _version() -> str:

@@ -16,27 +16,18 @@ import yaml
 
 from gateway.config.env_file import write_env_file
 from gateway.machine.private_files import FILE_MODE, private_file
+from gateway.platforms.questions import PlatformAnswers
 
-TOKEN_VARIABLES = {"telegram": "TELEGRAM_BOT_TOKEN", "discord": "DISCORD_BOT_TOKEN"}
 _HEADER = ("# Written by `homing setup`. The tokens are in homing.env in the state directory\n"
            "# (mode 0600), referred to here as ${VAR}; config.example.yaml lists every\n"
            "# setting. Check it all with `homing doctor`.\n")
 
 
 @dataclass
-class ChatPlatform:
-    """A bot platform as setup leaves it: the token, its owner, where it is served."""
-
-    token: str
-    user_id: str
-    #: base_url, api_base, ...: written only when given (the defaults are the real ones)
-    endpoints: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
 class Answers:
     web_port: int | None = None  # None: the web chat is off
-    bots: dict[str, ChatPlatform] = field(default_factory=dict)  # "telegram", "discord"
+    #: each other platform's section and secrets, by name
+    bots: dict[str, PlatformAnswers] = field(default_factory=dict)
 
 
 def render_config(answers: Answers) -> str:
@@ -44,8 +35,7 @@ def render_config(answers: Answers) -> str:
         else {"enabled": True, "port": answers.web_port}
     platforms: dict[str, object] = {"web": web}
     for name, bot in answers.bots.items():
-        platforms[name] = {"enabled": True, "token": f"${{{TOKEN_VARIABLES[name]}}}",
-                           "allowed_users": [bot.user_id], **bot.endpoints}
+        platforms[name] = bot.section
     return _HEADER + str(yaml.safe_dump({"platforms": platforms}, sort_keys=False))
 
 
@@ -53,7 +43,7 @@ def write_files(answers: Answers, config_path: Path, env_path: Path) -> list[str
     """Write both files (the secrets first, so the config never refers to a missing
     one); what was done, to print."""
     done = []
-    tokens = {TOKEN_VARIABLES[name]: bot.token for name, bot in answers.bots.items()}
+    tokens = {var: value for bot in answers.bots.values() for var, value in bot.secrets.items()}
     if tokens:
         write_env_file(env_path, tokens)
         done.append(f"wrote {env_path} (mode 0600: {', '.join(tokens)})")

@@ -9,13 +9,46 @@ Tokens are never flags — a command line is visible to every user of the machin
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-PLATFORMS = ("web", "telegram", "discord")
+from gateway.config.registry import load_object, platforms
+
+if TYPE_CHECKING:
+    from gateway.platforms.questions import SetupQuestions
+
 DEFAULT_WEB_PORT = 8765
-#: how long setup waits for the message that tells it the owner's Telegram id
-DEFAULT_TELEGRAM_WAIT = 120.0
+
+
+def setup_platforms() -> list[str]:
+    """The platforms setup can enable: the web chat, and each with setup questions."""
+    return ["web", *setup_questions()]
+
+
+def setup_questions() -> dict[str, SetupQuestions]:
+    """Each platform's setup questions, by name; a platform whose questions cannot be
+    imported is left out of setup (``unusable_setups`` says why)."""
+    return _setups()[0]
+
+
+def unusable_setups() -> dict[str, str]:
+    """The platforms whose setup questions could not be imported, and the error."""
+    return _setups()[1]
+
+
+@cache
+def _setups() -> tuple[dict[str, SetupQuestions], dict[str, str]]:
+    found: dict[str, SetupQuestions] = {}
+    broken: dict[str, str] = {}
+    for spec in platforms().specs:
+        if spec.name == "web" or spec.setup is None:
+            continue
+        try:
+            found[spec.name] = load_object(spec.setup)
+        except Exception as exc:  # one broken package must not take setup with it
+            broken[spec.name] = f"{spec.setup}: {type(exc).__name__}: {exc}"
+    return found, broken
 
 
 def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,32 +58,13 @@ def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace an existing config.yaml (kept as config.yaml.bak)")
     parser.add_argument("--platforms", metavar="LIST", type=parse_platforms,
-                        help=f"comma-separated, of {', '.join(PLATFORMS)} (default: web)")
+                        help=f"comma-separated, of {', '.join(setup_platforms())} "
+                             f"(default: web)")
     parser.add_argument("--web-port", metavar="PORT", type=parse_port,
                         help=f"the web chat's port on 127.0.0.1 (default {DEFAULT_WEB_PORT}; "
                              f"0: any free one)")
-    telegram = parser.add_argument_group("telegram")
-    telegram.add_argument("--telegram-token-env", metavar="VAR",
-                          help="read the bot token from this environment variable")
-    telegram.add_argument("--telegram-user-id", metavar="ID", type=parse_user_id,
-                          help="your Telegram user id (else learnt from a message you send "
-                               "the bot)")
-    telegram.add_argument("--telegram-wait", metavar="SECONDS", type=float,
-                          default=DEFAULT_TELEGRAM_WAIT,
-                          help="how long to wait for that message (default %(default)g)")
-    telegram.add_argument("--telegram-base-url", metavar="URL",
-                          help="a Bot API server other than api.telegram.org (…/bot)")
-    telegram.add_argument("--telegram-base-file-url", metavar="URL",
-                          help="its file URL (default: derived from --telegram-base-url)")
-    discord = parser.add_argument_group("discord")
-    discord.add_argument("--discord-token-env", metavar="VAR",
-                         help="read the bot token from this environment variable")
-    discord.add_argument("--discord-user-id", metavar="ID", type=parse_user_id,
-                         help="your Discord user id (Developer Mode → Copy User ID)")
-    discord.add_argument("--discord-api-base", metavar="URL",
-                         help="a REST API base other than discord.com's (…/api/v10)")
-    discord.add_argument("--discord-gateway-url", metavar="URL",
-                         help="a gateway other than gateway.discord.gg")
+    for questions in setup_questions().values():
+        questions.add_flags(parser)
     service = parser.add_argument_group("service")
     choice = service.add_mutually_exclusive_group()
     choice.add_argument("--service", dest="service", action="store_const", const=True,
@@ -63,10 +77,11 @@ def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_platforms(value: str) -> list[str]:
     names = [n.strip().lower() for n in value.split(",") if n.strip()]
-    unknown = [n for n in names if n not in PLATFORMS]
+    known = setup_platforms()
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(PLATFORMS)}")
+            f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(known)}")
     return list(dict.fromkeys(names))
 
 
@@ -74,18 +89,3 @@ def parse_port(value: str) -> int:
     if not value.isdigit() or not 0 <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port (0-65535)")
     return int(value)
-
-
-def parse_user_id(value: str) -> str:
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"{value!r} is not a user id (a number)")
-    return value
-
-
-def problem_with(parse: Callable[[str], object], value: str) -> str | None:
-    """What is wrong with an answer typed at a prompt, by its flag's own check."""
-    try:
-        parse(value)
-    except argparse.ArgumentTypeError as exc:
-        return str(exc)
-    return None

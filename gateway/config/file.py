@@ -303,4 +303,6 @@ def _stray_reference(value: str) -> str | None:
 
 
 def dotted(path: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in path) or "<root>"
+    """``platforms.web.port``; a mapping's key is named as itself (pydantic adds
+    ``[key]`` after a key that is wrong in itself)."""
+    return ".".join(str(p) for p in path if p != "[key]") or "<root>"

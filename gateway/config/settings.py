@@ -8,168 +8,74 @@ Finding and reading the file is ``gateway/config/file.py``'s.
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import os
 import re
-import types
 from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from gateway.config.fields import HttpUrl, Strict
 
 # ConfigError and find_config_file are imported from here by the rest of the code
 from gateway.config.file import DEFAULT_HOME as DEFAULT_HOME
 from gateway.config.file import ConfigError as ConfigError
 from gateway.config.file import dotted, read_config_file, substitute
 from gateway.config.file import find_config_file as find_config_file
+from gateway.config.platform import PlatformSettings
+from gateway.config.registry import platforms
 from gateway.config.timezones import check_zone
-from gateway.config.token_shapes import token_problem
 
 
-def _url(schemes: tuple[str, ...]) -> Any:
-    """A URL setting: one without its scheme (``api.openai.com/v1``) would fail only at
-    the first request, as a path on no host, so it is refused with the fix."""
+class PlatformSections(Strict):
+    """``platforms``: a section per registered platform (gateway/config/registry.py),
+    each validated with the platform's own settings class."""
 
-    def check(value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme in schemes and parts.netloc:
-            return value
-        if "://" not in value:
-            host = value.split("/", 1)[0].split(":", 1)[0]
-            local = host in ("localhost", "127.0.0.1", "::1", "[::1]")
-            # the loopback's servers are plain http (a local model); the rest use TLS
-            scheme = schemes[-1] if local else schemes[0]
-            raise PydanticCustomError("url_scheme", "`{value}` has no scheme: write "
-                                      "`{fixed}`", {"value": value,
-                                                    "fixed": f"{scheme}://{value}"})
-        if parts.scheme not in schemes:
-            raise PydanticCustomError("url_scheme", "expected a URL starting with {wanted}",
-                                      {"wanted": " or ".join(f"{s}://" for s in schemes)})
-        raise PydanticCustomError("url_host", "`{value}` has no host after {scheme}://",
-                                  {"value": value, "scheme": parts.scheme})
+    if TYPE_CHECKING:  # the sections are the registry's, made below
+        def __getattr__(self, name: str) -> Any: ...
 
-    return AfterValidator(check)
+    def section(self, name: str) -> PlatformSettings:
+        """The settings of the platform called ``name``."""
+        found = getattr(self, name, None)
+        if not isinstance(found, PlatformSettings):
+            raise KeyError(f"no platform {name!r}")
+        return found
+
+    def enabled(self) -> list[str]:
+        """The names of the enabled platforms, in the registry's order."""
+        return [spec.name for spec in platforms().specs if self.section(spec.name).enabled]
 
 
-#: an http(s) endpoint (https first: what a scheme-less address is given)
-HttpUrl = Annotated[str, _url(("https", "http"))]
-#: a WebSocket endpoint
-WsUrl = Annotated[str, _url(("wss", "ws"))]
+def _sections() -> type[PlatformSections]:
+    fields: dict[str, Any] = {spec.name: (spec.settings, Field(default_factory=spec.settings))
+                              for spec in platforms().specs}
+    return create_model("PlatformsConfig", __base__=PlatformSections, **fields)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        """pydantic reads ``true`` as 1 (``port: true`` would listen on port 1); numbers
-        given as text stay accepted, since ``${PORT}`` substitutes text."""
-        if isinstance(value, bool) and info.field_name in _number_fields(cls):
-            raise PydanticCustomError("bool_not_number", "expected a number, not a boolean")
-        return value
+if TYPE_CHECKING:
+    PlatformsConfig = PlatformSections
+else:  # the sections as pydantic validates them
+    PlatformsConfig = _sections()
 
 
-@cache
-def _number_fields(model: type[BaseModel]) -> frozenset[str]:
-    def is_number(annotation: Any) -> bool:
-        if annotation in (int, float):
-            return True
-        return (get_origin(annotation) in (Union, types.UnionType)
-                and any(arg in (int, float) for arg in get_args(annotation)))
-
-    return frozenset(name for name, field in model.model_fields.items()
-                     if is_number(field.annotation))
-
-
-class WebConfig(_Strict):
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = Field(8765, ge=0, le=65535)
-    token: SecretStr | None = None
-
-    def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
-
-
-class _ChatPlatformConfig(_Strict):
-    """What every bot platform has: a switch, a token and who may talk to it."""
-
-    enabled: bool = False
-    token: SecretStr | None = None
-    allowed_users: list[str] = Field(default_factory=list)
-
-    @field_validator("allowed_users", mode="before")
-    @classmethod
-    def _ids_as_strings(cls, value: Any) -> Any:
-        return [str(v) for v in value] if isinstance(value, list) else value
-
-
-class TelegramConfig(_ChatPlatformConfig):
-    base_url: HttpUrl = "https://api.telegram.org/bot"
-    base_file_url: HttpUrl = "https://api.telegram.org/file/bot"
-    allowed_chats: list[str] = Field(default_factory=list)
-    require_mention: bool = False
-    thread_fallback_to_chat: bool = False
-    messages_per_second: float = Field(30.0, gt=0)
-    group_messages_per_minute: float = Field(20.0, gt=0)
-    #: a streamed reply's preview is edited at most this often (flood control decides too)
-    stream_edit_interval_seconds: float = Field(1.0, ge=0.2)
-
-    @field_validator("allowed_chats", mode="before")
-    @classmethod
-    def _chats_as_strings(cls, value: Any) -> Any:
-        return [str(v) for v in value] if isinstance(value, list) else value
-
-
-class DiscordConfig(_ChatPlatformConfig):
-    api_base: HttpUrl = "https://discord.com/api/v10"
-    gateway_url: WsUrl = "wss://gateway.discord.gg"
-    allowed_roles: list[str] = Field(default_factory=list)
-    require_mention: bool = False
-    #: a streamed reply's preview is edited at most this often
-    stream_edit_interval_seconds: float = Field(1.0, ge=0.2)
-    #: after a new gateway session's READY, how long without another server announced
-    #: (GUILD_CREATE) before the bot counts as connected and reads back what it missed;
-    #: a server announced later is taken in all the same
-    guild_ready_timeout_seconds: float = Field(0.5, ge=0)
-
-    @field_validator("allowed_roles", mode="before")
-    @classmethod
-    def _roles_as_strings(cls, value: Any) -> Any:
-        return [str(v) for v in value] if isinstance(value, list) else value
-
-
-class PlatformsConfig(_Strict):
-    web: WebConfig = Field(default_factory=WebConfig)
-    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
-    discord: DiscordConfig = Field(default_factory=DiscordConfig)
-
-
-class SessionsConfig(_Strict):
+class SessionsConfig(Strict):
     group_sessions_per_user: bool = True
     thread_sessions_per_user: bool = False
 
 
-class TranscriptionConfig(_Strict):
+class TranscriptionConfig(Strict):
     """An OpenAI-compatible ``/audio/transcriptions`` endpoint for voice notes."""
 
     base_url: HttpUrl
@@ -178,12 +84,23 @@ class TranscriptionConfig(_Strict):
     timeout_seconds: float = Field(120.0, gt=0)
 
 
-class HomeChannel(_Strict):
+def _known_platform(name: str) -> str:
+    if platforms().get(name) is None:
+        raise PydanticCustomError("platform", "{name!r} is not a platform (known: {known})",
+                                  {"name": name, "known": ", ".join(platforms().names)})
+    return name
+
+
+#: the name of a registered platform
+PlatformName = Annotated[str, AfterValidator(_known_platform)]
+
+
+class HomeChannel(Strict):
     """A place the agent's ``send_message`` may post to besides the current conversation."""
 
     name: str = Field(min_length=1)
     # not web: a web conversation is only its open tabs, and there may be none
-    platform: Literal["telegram", "discord"]
+    platform: str
     chat_id: str = Field(min_length=1)
     chat_type: Literal["dm", "group", "channel", "thread"] = "group"
     thread_id: str | None = None
@@ -194,7 +111,7 @@ class HomeChannel(_Strict):
         return str(value) if isinstance(value, int) else value
 
 
-class AgentConfig(_Strict):
+class AgentConfig(Strict):
     backend: Literal["command", "openai"] = "command"
     # the model backend (backend: openai): any OpenAI-compatible chat-completions endpoint
     base_url: HttpUrl = "https://api.openai.com/v1"
@@ -224,29 +141,29 @@ class AgentConfig(_Strict):
     home_channels: list[HomeChannel] = Field(default_factory=list)
 
 
-class WatchConfig(_Strict):
+class WatchConfig(Strict):
     cooldown_seconds: float = Field(10.0, ge=0)
     max_notices: int = Field(10, ge=1)
     max_lines: int = Field(10, ge=1, le=100)
     global_max_per_minute: int = Field(30, ge=1)
 
 
-class JobsConfig(_Strict):
+class JobsConfig(Strict):
     tail_lines: int = Field(20, ge=1, le=500)
     foreground_timeout_seconds: float = Field(600.0, gt=0)
     kill_grace_seconds: float = Field(5.0, ge=0)
     watch: WatchConfig = Field(default_factory=WatchConfig)
 
 
-class DelegationsConfig(_Strict):
+class DelegationsConfig(Strict):
     max_running_per_session: int = Field(3, ge=1)
 
 
-class NotificationsConfig(_Strict):
+class NotificationsConfig(Strict):
     background: Literal["all", "result", "error", "off"] = "all"
 
 
-class SchedulesConfig(_Strict):
+class SchedulesConfig(Strict):
     #: an IANA zone; None: the machine's own
     timezone: str | None = None
     min_interval_seconds: float = Field(60.0, gt=0)
@@ -260,14 +177,14 @@ class SchedulesConfig(_Strict):
         return check_zone(value) if value is not None else None
 
 
-class InboundConfig(_Strict):
+class InboundConfig(Strict):
     #: a message handled this long after it was sent gets a note that it came late
     late_after_seconds: float = Field(60.0, ge=0)
     #: one older than this is not run (and its conversation is told)
     max_age_seconds: float = Field(900.0, gt=0)
 
 
-class AttachmentsConfig(_Strict):
+class AttachmentsConfig(Strict):
     #: files people send are saved up to this size (Telegram's cloud Bot API serves 20 MB)
     max_bytes: int = Field(20 * 1024 * 1024, ge=1)
     #: directories send_file and /send may post files from (empty: the state directory's
@@ -275,7 +192,7 @@ class AttachmentsConfig(_Strict):
     send_roots: list[str] = Field(default_factory=list)
 
 
-class ApprovalsConfig(_Strict):
+class ApprovalsConfig(Strict):
     """Which of the model's actions wait for a human (see gateway/approvals/rules.py)."""
 
     mode: Literal["off", "dangerous", "all"] = "dangerous"
@@ -284,8 +201,7 @@ class ApprovalsConfig(_Strict):
     #: regular expressions: commands matching one are never asked
     allow: list[str] = Field(default_factory=list)
     #: who may decide besides the user whose message started the turn: ids per platform
-    approvers: dict[Literal["telegram", "discord", "web"], list[str]] = Field(
-        default_factory=dict)
+    approvers: dict[PlatformName, list[str]] = Field(default_factory=dict)
     #: no answer within this long is a denial
     timeout_seconds: float = Field(300.0, gt=0)
 
@@ -309,11 +225,11 @@ class ApprovalsConfig(_Strict):
         return value
 
 
-class ShutdownConfig(_Strict):
+class ShutdownConfig(Strict):
     drain_timeout_seconds: float = Field(30.0, gt=0)
 
 
-class StoreConfig(_Strict):
+class StoreConfig(Strict):
     #: ``postgresql://user:${PGPASSWORD}@host/db``: the state on PostgreSQL (several
     #: instances may share it); without it, ``state.db`` in the home (SQLite)
     url: SecretStr | None = None
@@ -330,7 +246,7 @@ class StoreConfig(_Strict):
         return value
 
 
-class LoggingConfig(_Strict):
+class LoggingConfig(Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
 
@@ -349,7 +265,7 @@ def default_instance_name(host: str | None = None) -> str:
     return f"{safe}-homing" if safe else "homing"
 
 
-class InstanceConfig(_Strict):
+class InstanceConfig(Strict):
     """Who this daemon is among the instances sharing one store (gateway/cluster/instances.py)."""
 
     #: null: this host's name and the service's (see default_instance_name)
@@ -369,7 +285,7 @@ class InstanceConfig(_Strict):
         return value
 
 
-class ClusterConfig(_Strict):
+class ClusterConfig(Strict):
     """How instances sharing one store tell a live one from a dead one
     (gateway/cluster/instances.py)."""
 
@@ -388,7 +304,7 @@ class ClusterConfig(_Strict):
         return value
 
 
-class Config(_Strict):
+class Config(Strict):
     home: str = DEFAULT_HOME
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
@@ -425,7 +341,6 @@ class Config(_Strict):
         url = secret(self.store.url)
         if url is None:
             return str(self.state_db)
-        from urllib.parse import urlsplit
 
         parts = urlsplit(url)
         if parts.password is None:
@@ -496,19 +411,10 @@ def parse_config(raw: Any, environ: dict[str, str], source: str = "<config>") ->
 
 def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
     problems = []
-    web = config.platforms.web
-    if web.enabled and not web.is_loopback() and not web.token:
-        problems.append(("platforms.web.token",
-                         f"required when platforms.web.host ({web.host}) is not a loopback "
-                         f"address"))
-    for name in ("telegram", "discord"):
-        platform = getattr(config.platforms, name)
-        if platform.enabled and not platform.token:
-            problems.append((f"platforms.{name}.token", f"required when {name} is enabled"))
-        elif platform.enabled:
-            shape = token_problem(name, platform.token.get_secret_value())
-            if shape is not None:
-                problems.append((f"platforms.{name}.token", shape))
+    registry = platforms()
+    for spec in registry.specs:
+        problems += [(f"platforms.{spec.name}.{setting}", problem) for setting, problem
+                     in spec.problems(config.platforms.section(spec.name), registry.specs)]
     agent = config.agent
     if agent.backend == "openai" and not agent.model:
         problems.append(("agent.model", "required when agent.backend is openai"))
@@ -521,7 +427,14 @@ def _cross_field_problems(config: Config) -> list[tuple[str, str]]:
         if home.name in names:
             problems.append((f"agent.home_channels.{i}.name", f"{home.name!r} is used twice"))
         names.add(home.name)
-        if not getattr(config.platforms, home.platform).enabled:
+        if registry.get(home.platform) is None:
+            problems.append((f"agent.home_channels.{i}.platform",
+                             f"{home.platform!r} is not a platform (known: "
+                             f"{', '.join(registry.names)})"))
+        elif not registry[home.platform].capabilities.home_channels:
+            problems.append((f"agent.home_channels.{i}.platform",
+                             f"{home.platform} cannot post where no conversation is open"))
+        elif not config.platforms.section(home.platform).enabled:
             problems.append((f"agent.home_channels.{i}.platform",
                              f"{home.platform} is not enabled in platforms.{home.platform}"))
     return problems

@@ -9,9 +9,9 @@ from gateway.config.settings import Config
 def config_warnings(config: Config) -> list[str]:
     """What is valid but deserves a second look."""
     warnings = []
-    for name in ("telegram", "discord"):
-        platform = getattr(config.platforms, name)
-        names = [u for u in platform.allowed_users if u.startswith("@")]
+    for name in config.platforms.enabled():
+        platform = config.platforms.section(name)
+        names = [u for u in getattr(platform, "allowed_users", []) if u.startswith("@")]
         if platform.enabled and names:
             warnings.append(
                 f"platforms.{name}.allowed_users: {', '.join(names)} — usernames can change "

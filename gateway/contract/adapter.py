@@ -54,6 +54,9 @@ class Adapter(ABC):
     authenticates_users: bool = False
     #: True when an unknown user in a direct message is offered a pairing code
     supports_pairing: bool = False
+    #: True when clients connect to a server of the adapter's own (the web chat's tabs):
+    #: a life that is over closes it at once, so they reconnect to another instance
+    listens: bool = False
 
     @abstractmethod
     async def connect(self, runner: AdapterHost) -> None: ...

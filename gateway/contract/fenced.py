@@ -34,6 +34,7 @@ class FencedAdapter(Adapter):
         self.message_limit = inner.message_limit
         self.authenticates_users = inner.authenticates_users
         self.supports_pairing = inner.supports_pairing
+        self.listens = inner.listens
 
     def __getattr__(self, name: str) -> Any:
         """What only this platform has (its tabs, its bot) is the platform's own."""

@@ -18,6 +18,7 @@ from agent.command import CommandAgent, command_subagent
 from agent.toolbox import ToolBox
 from gateway.approvals.decisions import Approvals
 from gateway.cluster.lives import ALONE
+from gateway.config.registry import load_object, platforms
 from gateway.config.settings import Config
 from gateway.contract.adapter import Adapter
 from gateway.daemon.lifecycle import Lifecycle
@@ -29,7 +30,7 @@ from gateway.machine.private_files import private_dir, tighten_home
 from gateway.machine.processes import raise_open_file_limit
 from gateway.messages.pairing import Pairing
 from gateway.messages.runner import GatewayRunner
-from gateway.platforms.web.adapter import WebAdapter
+from gateway.platforms.context import PlatformContext
 from gateway.sessions.store import SessionStore
 from gateway.store.state import StateDatabase, is_postgres
 from gateway.store.status_file import keep_status, write_status
@@ -87,8 +88,9 @@ class Gateway:
 
 def build_adapters(config: Config, scheduler: Scheduler | None = None,
                    instance: Instance | None = None) -> list[Adapter]:
-    """The configured platforms' adapters; a platform's library is imported only when it
-    is enabled (python-telegram-bot and discord.py are 8 MB each in a web-only daemon).
+    """The enabled platforms' adapters, each made by the callable its spec names
+    (gateway/config/registry.py), so a platform's library is imported only when it is
+    enabled (python-telegram-bot and discord.py are 8 MB each in a web-only daemon).
     The web chat's REST API shows and changes ``scheduler``'s schedules. On a shared
     store (``instance``), a connection that must be single — one getUpdates poller per
     Telegram token, one gateway session per Discord bot — is used by the instance
@@ -101,17 +103,20 @@ def build_adapters(config: Config, scheduler: Scheduler | None = None,
 
         leases = functools.partial(Lease, instance)
         shared = (instance.db, f"{instance.name}:{instance.epoch}")
+    context = PlatformContext(config, scheduler, leases, shared)
     adapters: list[Adapter] = []
-    if config.platforms.web.enabled:
-        adapters.append(WebAdapter(config.platforms.web, scheduler, shared=shared))
-    if config.platforms.telegram.enabled:
-        from gateway.platforms.telegram.adapter import TelegramAdapter
-
-        adapters.append(TelegramAdapter(config.platforms.telegram, leases=leases))
-    if config.platforms.discord.enabled:
-        from gateway.platforms.discord.adapter import DiscordAdapter
-
-        adapters.append(DiscordAdapter(config.platforms.discord, leases=leases))
+    for name in config.platforms.enabled():
+        spec = platforms()[name]
+        try:
+            make = load_object(spec.adapter)
+        except ImportError as exc:
+            raise StartupError(f"platforms.{name}: its adapter ({spec.adapter}) cannot be "
+                               f"imported: {exc} (is its package installed?)") from None
+        adapter = make(config.platforms.section(name), context)
+        if not isinstance(adapter, Adapter) or adapter.platform != name:
+            raise StartupError(f"platforms.{name}: {spec.adapter} made "
+                               f"{type(adapter).__name__}, not an Adapter for {name!r}")
+        adapters.append(adapter)
     return adapters
 
 
@@ -122,8 +127,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
 
     ``clock`` is the scheduler's and the approvals' (tests move it on instead of waiting).
     """
-    if not (extra_adapters or any(p.enabled for p in (
-            config.platforms.web, config.platforms.telegram, config.platforms.discord))):
+    if not (extra_adapters or config.platforms.enabled()):
         raise StartupError("platforms: no platform is enabled; enable platforms.web at least")
     private_dir(config.home_path)
     await asyncio.to_thread(tighten_home, config.home_path)
@@ -234,6 +238,10 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             # the newest part, so the first to stop: from the signal no platform is
             # polled and no message's turn begins
             life.add("intake", stop=lambda: _stop_intake(adapters, runner))
+            for refused in platforms().refused:
+                log.warning("platform_package_not_loaded", source=refused.source,
+                            reason=refused.reason,
+                            hint="reinstall or remove that package; the others work")
             log.info("gateway_started", platforms=[a.platform for a in adapters],
                      state_db=config.state_shown, jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
@@ -404,10 +412,11 @@ async def run_daemon(config: Config) -> None:
 
 async def _close_listeners(gw: Gateway) -> None:
     """A fenced life has nothing to drain: its web tabs are closed with 1001 and its
-    port closed at once, so the pages reconnect to another instance now, not once the
-    rest has stopped (which may wait on a store that is out of reach)."""
+    port closed at once (every adapter that ``listens``), so the pages reconnect to
+    another instance now, not once the rest has stopped (which may wait on a store that
+    is out of reach)."""
     for adapter in gw.runner.adapters.values():
-        if isinstance(adapter.inner, WebAdapter):
+        if adapter.listens:
             await adapter.disconnect()
 
 

@@ -28,6 +28,18 @@ def parse(text: str) -> list[Token]:
     return parser().parse(text)
 
 
+def block_end(tokens: list[Token], i: int) -> int:
+    """The index after the top-level block starting at ``tokens[i]``."""
+    if tokens[i].nesting == 1:
+        depth = 0
+        while True:
+            depth += tokens[i].nesting
+            i += 1
+            if depth == 0:
+                return i
+    return i + 1
+
+
 def table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:
     """The cells of the table opening at ``tokens[start]`` as plain text, and the index
     after its ``table_close``."""

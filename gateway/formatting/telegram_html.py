@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 
 from markdown_it.token import Token
 
-from gateway.formatting.markdown import monospace_table, parse, table_rows
+from gateway.formatting.markdown import block_end, monospace_table, parse, table_rows
 from gateway.formatting.splitter import split_message, utf16_len
 
 _INLINE_TAGS = {"strong_open": "<b>", "strong_close": "</b>", "em_open": "<i>",
@@ -129,7 +129,7 @@ def _blocks(text: str, limit: int | None) -> list[tuple[str, str]]:
     i = 0
     while i < len(tokens):
         start = i
-        i = _block_end(tokens, i)
+        i = block_end(tokens, i)
         token = tokens[start]
         source = "\n".join(lines[token.map[0]:token.map[1]]) if token.map else ""
         rendered = _Renderer().blocks(tokens[start:i]).strip("\n")
@@ -143,18 +143,6 @@ def _blocks(text: str, limit: int | None) -> list[tuple[str, str]]:
             continue
         out.append((rendered, source))
     return out
-
-
-def _block_end(tokens: list[Token], i: int) -> int:
-    """The index after the top-level block starting at ``tokens[i]``."""
-    if tokens[i].nesting == 1:
-        depth = 0
-        while True:
-            depth += tokens[i].nesting
-            i += 1
-            if depth == 0:
-                return i
-    return i + 1
 
 
 class _Renderer:

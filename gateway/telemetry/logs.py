@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 import structlog
 
+from gateway.config.registry import platforms
 from gateway.config.settings import Config, LoggingConfig, secret
 from gateway.machine.private_files import PrivateRotatingFileHandler, private_dir
 
@@ -103,11 +104,12 @@ def _renderers(use_json: bool, colors: bool, to_file: bool, masker: Masker) -> l
 
 
 def secrets_of(config: Config) -> list[str]:
-    p = config.platforms
     transcription = config.agent.transcription
-    values = (p.web.token, p.telegram.token, p.discord.token, config.agent.api_key,
-              transcription.api_key if transcription is not None else None, config.store.url)
+    values = (config.agent.api_key, transcription.api_key if transcription is not None
+              else None, config.store.url)
     found = [s for s in (secret(v) for v in values) if s]
+    for spec in platforms().specs:  # each platform's secret settings, enabled or not
+        found += spec.secret_values(config.platforms.section(spec.name))
     url = secret(config.store.url)
     if url is not None:  # the password alone, wherever a driver's message shows it
         from urllib.parse import urlsplit

@@ -22,7 +22,7 @@ import discord
 import structlog
 import yarl
 
-from gateway.config.settings import DiscordConfig, secret
+from gateway.config.settings import secret
 from gateway.contract.adapter import Adapter, LiveReply
 from gateway.formatting.discord_text import NO_MENTIONS, message_parts
 from gateway.inbound.files import FILES, IncomingFile, fetch_url
@@ -36,6 +36,8 @@ from gateway.platforms.discord.routes import (
     rate_limit_report,
     route_of,
 )
+from gateway.platforms.discord.settings import DiscordConfig
+from gateway.platforms.discord.spec import PLATFORM
 from gateway.platforms.flow import FlowControl, RateLimits
 from gateway.retry import RetryPolicy
 from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, SendResult
@@ -45,10 +47,11 @@ if TYPE_CHECKING:
     from gateway.cluster.instances import Lease
     from gateway.contract.approval import ApprovalRecord
     from gateway.contract.host import AdapterHost
+    from gateway.platforms.context import PlatformContext
 
 log = structlog.get_logger(__name__)
 
-MESSAGE_LIMIT = 2000
+MESSAGE_LIMIT = PLATFORM.capabilities.message_limit
 LOCKED_THREAD = 50083
 #: a part of a message: a first part gives up sooner (the whole text can go again)
 SEND = RetryPolicy((0.5, 1.0, 2.0, 4.0), attempts=4)
@@ -526,3 +529,8 @@ class DiscordAdapter(Adapter):
                     return SendResult.failed(what)
                 await policy.pause(attempt)
         return SendResult.failed("discord did not accept the message")
+
+
+def make_adapter(settings: DiscordConfig, context: PlatformContext) -> DiscordAdapter:
+    """The registry's way in (gateway/platforms/discord/spec.py)."""
+    return DiscordAdapter(settings, leases=context.leases)

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import discord
 
-from gateway.config.settings import DiscordConfig
 from gateway.formatting.discord_text import NO_MENTIONS, message_parts, render
+from gateway.platforms.discord.settings import DiscordConfig
 from gateway.platforms.flow import FlowControl
 from gateway.platforms.preview import (
     Draft,

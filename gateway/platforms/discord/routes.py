@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import discord
 import yarl
 
-from gateway.config.settings import DiscordConfig
+from gateway.platforms.discord.settings import DiscordConfig
 from gateway.words.route import Route
 
 _THREAD_TYPES = {discord.ChannelType.public_thread, discord.ChannelType.private_thread,

@@ -38,7 +38,7 @@ from telegram.error import (
 )
 from telegram.ext import ApplicationBuilder
 
-from gateway.config.settings import TelegramConfig, secret
+from gateway.config.settings import secret
 from gateway.contract.adapter import Adapter, LiveReply
 from gateway.formatting.telegram_html import HtmlOrPlain, message_parts, plain_fallback
 from gateway.formatting.telegram_html import render as render_html
@@ -51,6 +51,8 @@ from gateway.platforms.telegram.files import files_in, post_file
 from gateway.platforms.telegram.preview import TelegramPreview
 from gateway.platforms.telegram.requests import SkippingMalformedUpdates
 from gateway.platforms.telegram.routes import route_of, send_arguments
+from gateway.platforms.telegram.settings import TelegramConfig
+from gateway.platforms.telegram.spec import PLATFORM
 from gateway.retry import RetryPolicy
 from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, Received, SendResult
 from gateway.words.route import Route
@@ -59,10 +61,11 @@ if TYPE_CHECKING:
     from gateway.cluster.instances import Lease
     from gateway.contract.approval import ApprovalRecord
     from gateway.contract.host import AdapterHost
+    from gateway.platforms.context import PlatformContext
 
 log = structlog.get_logger(__name__)
 
-MESSAGE_LIMIT = 4096
+MESSAGE_LIMIT = PLATFORM.capabilities.message_limit
 #: a part of a message; a patient send (a reply, a later part) gets three times the tries
 SEND = RetryPolicy((0.5, 1.0, 2.0, 4.0, 8.0), attempts=5)
 #: a first part facing a longer flood wait goes back to the caller
@@ -483,3 +486,8 @@ async def _quietly(what: str, step: Awaitable[Any]) -> None:
 
 def _seconds(value: Any) -> float:
     return float(value.total_seconds()) if hasattr(value, "total_seconds") else float(value)
+
+
+def make_adapter(settings: TelegramConfig, context: PlatformContext) -> TelegramAdapter:
+    """The registry's way in (gateway/platforms/telegram/spec.py)."""
+    return TelegramAdapter(settings, leases=context.leases)

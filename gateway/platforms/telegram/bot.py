@@ -9,8 +9,8 @@ from typing import Any, Protocol
 from telegram import InlineKeyboardMarkup
 from telegram.ext import Application
 
-from gateway.config.settings import TelegramConfig
 from gateway.platforms.flow import FlowControl
+from gateway.platforms.telegram.settings import TelegramConfig
 from gateway.words.events import MessageKind, SendResult
 from gateway.words.route import Route
 

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import structlog
 from aiohttp import WSMsgType, web
 
-from gateway.config.settings import WebConfig, secret
+from gateway.config.settings import secret
 from gateway.contract.adapter import Adapter, LiveReply
 from gateway.contract.approval import DECISIONS, ApprovalRecord
 from gateway.formatting.web_html import render as render_html
@@ -36,11 +36,14 @@ from gateway.platforms.web.live import StreamsElsewhere, WebLiveReply
 from gateway.platforms.web.ops import ops_routes
 from gateway.platforms.web.schedules import schedule_routes
 from gateway.platforms.web.sessions import session_routes
+from gateway.platforms.web.settings import WebConfig
+from gateway.platforms.web.spec import PLATFORM
 from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 
 if TYPE_CHECKING:
     from gateway.contract.host import AdapterHost
+    from gateway.platforms.context import PlatformContext
     from gateway.store.state import StateDatabase
     from tools.scheduler import Scheduler
 
@@ -60,8 +63,9 @@ _PAGE_POLICY = ("default-src 'self'; img-src 'self' data: blob:; "
 
 class WebAdapter(Adapter):
     platform = "web"
-    message_limit = 1_000_000  # browsers have no practical limit
+    message_limit = PLATFORM.capabilities.message_limit
     authenticates_users = True
+    listens = True
 
     def __init__(self, config: WebConfig, scheduler: Scheduler | None = None, *,
                  shared: tuple[StateDatabase, str] | None = None) -> None:
@@ -479,3 +483,8 @@ def _bearer(header: str | None) -> str | None:
     if header and header.lower().startswith("bearer "):
         return header[7:].strip()
     return None
+
+
+def make_adapter(settings: WebConfig, context: PlatformContext) -> WebAdapter:
+    """The registry's way in (gateway/platforms/web/spec.py)."""
+    return WebAdapter(settings, context.scheduler, shared=context.shared)

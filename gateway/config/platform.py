@@ -1,0 +1,184 @@
+"""What a chat platform brings to the gateway, so that adding one touches no file outside
+its own package: its settings under ``platforms.<name>``, the secrets in them (masked in
+logs), what its tokens look like, and where its adapter, its ``homing setup`` questions
+and its ``homing doctor`` probes are.
+
+A platform declares one :class:`PlatformSpec`. The built-in ones are listed in
+``gateway/config/registry.py``; any other installed package registers one under the
+entry-point group ``homing.platforms``. The spec names its adapter and its CLI parts as
+``"module:attribute"`` strings, imported only when they are used, so a daemon that does
+not enable a platform never imports its client library.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+
+from gateway.config.fields import Strict
+
+
+class PlatformSettings(Strict):
+    """What every platform's section has: ``enabled``. A platform's settings subclass
+    this (``platforms.<name>`` is validated with its class)."""
+
+    enabled: bool = False
+
+    def problems(self) -> list[tuple[str, str]]:
+        """What this section's settings say together that is wrong: (setting, problem).
+        Checked only when it is enabled."""
+        return []
+
+
+class BotSettings(PlatformSettings):
+    """A bot platform's section: one token, and who may talk to the bot."""
+
+    token: SecretStr | None = None
+    allowed_users: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_users", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        return [str(v) for v in value] if isinstance(value, list) else value
+
+
+@dataclass(frozen=True, slots=True)
+class TokenShape:
+    """What a token looks like (a token pasted wrong is caught by ``check-config``, not
+    as a refused login at start); only the shape, never the token, is ever printed."""
+
+    pattern: re.Pattern[str]
+    #: how to recognise one, for the message: "xoxb-…, as the app's OAuth page gives it"
+    expected: str
+    #: what it is called: "bot token", "app-level token"
+    what: str = "token"
+    #: what is off with a token of the wrong shape, where the general hints say nothing
+    hint: Callable[[str], str | None] | None = None
+
+    def matches(self, token: str) -> bool:
+        return self.pattern.fullmatch(token) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a platform can do, declared with its spec so the core, ``homing doctor``,
+    the docs and the conformance suite (tests/conformance/) know it without importing
+    the platform's client. Where a platform lacks one, the core does without: replies
+    are sent whole without ``edits``, approvals are answered with ``/approve`` without
+    ``buttons``."""
+
+    #: threads or topics: conversations inside one chat, each its own route
+    threads: bool = False
+    #: a message can be edited: a reply is shown as it is written (previews)
+    edits: bool = False
+    #: buttons under a message: approvals are a press (else ``/approve`` and ``/deny``)
+    buttons: bool = False
+    #: files people send are taken in
+    files_in: bool = False
+    #: files are posted into the conversation
+    files_out: bool = False
+    #: a typing sign (or a status line) shows while a turn runs
+    typing: bool = False
+    #: the most characters one message may carry (longer replies are split)
+    message_limit: int = 4096
+    #: what the platform limits and how the adapter keeps to it, in words
+    rate_limits: str = ""
+    #: a send made again after a crash posts once (Discord's nonce)
+    dedupe_sends: bool = False
+    #: what was said while the daemon was down is read after it starts
+    history: bool = False
+    #: it can post where no conversation is open (``agent.home_channels``); the web chat
+    #: cannot: a web conversation is only its open tabs
+    home_channels: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformSpec:
+    """One platform, as the gateway knows it before importing any of its code."""
+
+    #: ``platforms.<name>``, the routes' platform, the session key's platform part
+    name: str
+    #: how people write it: "Slack"
+    title: str
+    #: the class ``platforms.<name>`` is validated with
+    settings: type[PlatformSettings]
+    #: ``"module:callable"``: called with (settings, PlatformContext), returns the Adapter
+    adapter: str
+    #: what it can do
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    #: settings that must be set when the platform is enabled
+    required: tuple[str, ...] = ()
+    #: settings whose shape is checked: setting -> shape
+    token_shapes: Mapping[str, TokenShape] = field(default_factory=dict)
+    #: secret settings -> the environment variable ``homing setup`` keeps each one in
+    #: (homing.env); every secret setting's value is masked in the logs
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    #: ``"module:object"``: the platform's :class:`~gateway.platforms.questions.SetupQuestions`
+    setup: str | None = None
+    #: ``"module:callable"``: ``async (settings, DoctorContext) -> list[Check]``
+    doctor: str | None = None
+    #: an unknown user in a DM can ask for a pairing code (``homing pairing approve``)
+    pairing: bool = False
+    #: other names the CLI takes for it (``homing pairing approve tg …``)
+    cli_names: tuple[str, ...] = ()
+    #: where it came from: "built-in" or the distribution that registered it
+    origin: str = "built-in"
+
+    def secret_values(self, settings: PlatformSettings) -> list[str]:
+        """The secrets set in ``settings``, to mask in logs."""
+        values = []
+        for name in self.secrets:
+            value = getattr(settings, name, None)
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            if isinstance(value, str) and value:
+                values.append(value)
+        return values
+
+    def problems(self, settings: PlatformSettings,
+                 others: Iterable[PlatformSpec] = ()) -> list[tuple[str, str]]:
+        """What is wrong with an enabled section that its class alone cannot tell:
+        (setting, problem). ``others``: the other platforms, whose token a wrong one may be."""
+        if not settings.enabled:
+            return []
+        found = settings.problems()
+        for name in self.required:
+            if not _value(settings, name):
+                found.append((name, f"required when {self.name} is enabled"))
+        for name, shape in self.token_shapes.items():
+            value = _value(settings, name)
+            if value and not shape.matches(value):
+                found.append((name, f"does not look like a {self.title} {shape.what} "
+                                    f"({shape.expected}): {self._hint(shape, value, others)}"))
+        return found
+
+    def _hint(self, shape: TokenShape, token: str, others: Iterable[PlatformSpec]) -> str:
+        bare = re.sub(r"(?i)^bot\s*", "", token)
+        if bare != token and shape.matches(bare):
+            return "leave out the 'bot' in front (the client adds it)"
+        if any(c.isspace() for c in token):
+            return "it has whitespace in it — check the quotes and that it is on one line"
+        if any(c in token for c in "'\"`"):
+            return "it has quote marks in it — check the quotes"
+        for other in others:
+            if other.name != self.name and any(
+                    s.matches(token) for s in other.token_shapes.values()):
+                return f"it looks like a {other.title} token — is it under the right platform?"
+        for other_name, other_shape in self.token_shapes.items():
+            if other_shape is not shape and other_shape.matches(token):
+                return f"it looks like the {other_shape.what} — is it under {other_name}?"
+        if "/" in token:
+            return "it looks like a URL or a path — give just the token"
+        specific = shape.hint(token) if shape.hint is not None else None
+        return specific or "it has characters a token does not have, or is too short or too long"
+
+
+def _value(settings: PlatformSettings, name: str) -> str | None:
+    value = getattr(settings, name, None)
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    return str(value) if value not in (None, "") else None

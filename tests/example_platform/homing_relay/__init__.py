@@ -1,0 +1,1 @@
+"""Relay: an example chat platform for Homing, in a package of its own."""
