@@ -19,6 +19,7 @@ from gateway.platforms.web.adapter import WebAdapter
 from gateway.sessions.store import SessionStore
 from tests.daemon_logs import pytest_runtest_makereport  # noqa: F401  (logs of failed tests)
 from tests.fakes.openai_server import FakeOpenAI
+from tests.matrix_homeserver import homeserver, matrix_user  # noqa: F401  (Synapse fixtures)
 from tests.memory_platform import MemoryAdapter
 from tests.pg_cluster import pg_cluster, pg_fresh_url, pg_url  # noqa: F401  (PostgreSQL fixtures)
 
