@@ -411,3 +411,21 @@ async def test_a_kill_9_mid_turn_on_discord_neither_loses_nor_repeats_the_messag
                 if proc is not None and proc.returncode is None:
                     proc.terminate()
                     await proc.wait()
+
+
+async def test_a_platform_cursor_is_kept_across_a_restart_and_only_moves_when_put(
+        tmp_path: Path) -> None:
+    """Matrix's sync token: the next life goes on from the one saved last."""
+    from gateway.inbound.cursors import Cursors
+    from gateway.sessions.store import SessionStore
+
+    async with SessionStore(tmp_path / "state.db") as store:
+        cursors = Cursors(store.db)
+        assert await cursors.get("matrix", "since") is None
+        await cursors.put("matrix", "since", "s1")
+        await cursors.put("matrix", "since", "s2")
+        await cursors.put("other", "since", "o1")
+    async with SessionStore(tmp_path / "state.db") as store:
+        cursors = Cursors(store.db)
+        assert await cursors.get("matrix", "since") == "s2"
+        assert await cursors.get("other", "since") == "o1"

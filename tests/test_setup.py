@@ -192,10 +192,10 @@ async def test_setup_at_a_terminal_learns_the_owner_from_their_message(
         await term.expect(f"{home / 'config.yaml'} exists. Replace it (the old one is kept "
                           f"as config.yaml.bak)? [y/N]: ")
         term.type("y")
-        await term.expect("Platforms to enable, comma-separated (web, telegram, discord, slack) "
-                          "[web]: ")
-        term.type("web,telegram,matrix")
-        await term.expect("matrix: choose from web, telegram, discord")
+        await term.expect("Platforms to enable, comma-separated (web, telegram, discord, "
+                          "slack, matrix) [web]: ")
+        term.type("web,telegram,irc")
+        await term.expect("irc: choose from web, telegram, discord, slack, matrix")
         term.type("web,telegram")
         await term.expect("Web chat port on 127.0.0.1 (0: any free one) [8765]: ")
         term.type("")

@@ -33,6 +33,7 @@ BUILT_IN: tuple[str, ...] = (
     "gateway.platforms.telegram.spec:PLATFORM",
     "gateway.platforms.discord.spec:PLATFORM",
     "gateway.platforms.slack.spec:PLATFORM",
+    "gateway.platforms.matrix.spec:PLATFORM",
 )
 
 

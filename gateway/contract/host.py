@@ -16,6 +16,7 @@ from gateway.words.route import Route
 if TYPE_CHECKING:
     from gateway.config.settings import Config
     from gateway.contract.approval import ApprovalDesk
+    from gateway.inbound.cursors import Cursors
     from gateway.inbound.journal import Inbound
     from gateway.sessions.store import SessionStore
     from gateway.store.state import StateDatabase
@@ -50,6 +51,9 @@ class AdapterHost(Protocol):
     config: Config
     store: SessionStore
     inbound: Inbound
+    #: where a platform whose client holds its cursor (Matrix's sync token) saves it,
+    #: once every message before it is journaled
+    cursors: Cursors
     jobs_running: Callable[[], int]
 
     @property

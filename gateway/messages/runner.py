@@ -22,6 +22,7 @@ from gateway.contract.fenced import FencedAdapter
 from gateway.delivery.affinity import wait_until_not_delivered_elsewhere
 from gateway.delivery.notifications import Notification
 from gateway.inbound.checks import message_problem
+from gateway.inbound.cursors import Cursors
 from gateway.inbound.files import transcript_text
 from gateway.inbound.intake import Intake
 from gateway.inbound.journal import Inbound, JournalEntry, handling
@@ -93,6 +94,8 @@ class GatewayRunner:
         self.agent = agent
         self.pairing = pairing
         self.inbound = Inbound(store.db, life=life)
+        #: the cursors a platform's client holds, saved after the journal
+        self.cursors = Cursors(store.db)
         self._apologised: dict[tuple[str, str], float] = {}
         #: agent.busy: steer — messages waiting to be given to the turn under way
         self._steering: dict[str, list[_Taking]] = {}

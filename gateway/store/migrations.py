@@ -364,6 +364,17 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE notifications ADD COLUMN merged_into INTEGER;
     """,
+    # 24: a cursor a platform's client holds (Matrix's sync token), saved once what came
+    # before it is journaled (gateway/inbound/cursors.py)
+    """
+    CREATE TABLE platform_cursors (
+        platform   TEXT NOT NULL,
+        name       TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (platform, name)
+    );
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them

@@ -25,7 +25,7 @@ INSTALL_HINT = ("install it: .venv/bin/pip install ./tests/example_platform (the
                 "test command does)")
 
 #: the platforms under the contract: each ``tests/conformance/<name>.py`` has ``HARNESS``
-PLATFORMS = ("web", "telegram", "discord", "relay", "slack")
+PLATFORMS = ("web", "telegram", "discord", "relay", "slack", "matrix")
 
 
 def harness_class(platform: str) -> type[Harness]:
@@ -78,7 +78,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def harness(request: pytest.FixtureRequest) -> Harness:
     """A fresh harness of the platform this case runs for."""
-    made: Harness = harness_class(request.param)()
+    made_with = harness_class(request.param)
+    needs = getattr(made_with, "needs", ())  # fixtures it is made with: a real server
+    made: Harness = made_with(**{name: request.getfixturevalue(name) for name in needs})
     return made
 
 
