@@ -7,6 +7,7 @@ markdown-it's ``validateLink`` (no ``javascript:``, ``vbscript:``, ``file:``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import lru_cache
 
 from markdown_it import MarkdownIt
@@ -38,6 +39,20 @@ def block_end(tokens: list[Token], i: int) -> int:
             if depth == 0:
                 return i
     return i + 1
+
+
+def top_level_blocks(text: str) -> Iterator[tuple[list[Token], str]]:
+    """Each top-level block of ``text``: its tokens and its Markdown source lines (what
+    a renderer splits again when one block is longer than a message)."""
+    tokens = parse(text)
+    lines = text.split("\n")
+    i = 0
+    while i < len(tokens):
+        start = i
+        i = block_end(tokens, i)
+        token = tokens[start]
+        yield tokens[start:i], ("\n".join(lines[token.map[0]:token.map[1]]) if token.map
+                                else "")
 
 
 def table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:

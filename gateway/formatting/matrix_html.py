@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from markdown_it.token import Token
 
-from gateway.formatting.markdown import block_end, parse
+from gateway.formatting.markdown import top_level_blocks
 from gateway.formatting.splitter import split_message
 
 _INLINE_TAGS = {"strong_open": "<b>", "strong_close": "</b>", "em_open": "<i>",
@@ -97,16 +97,9 @@ def visible_text(markup: str) -> str:
 
 def _blocks(text: str, limit: int | None) -> list[tuple[str, str]]:
     """(html, its Markdown source) for each top-level block of ``text``."""
-    tokens = parse(text)
-    lines = text.split("\n")
     out: list[tuple[str, str]] = []
-    i = 0
-    while i < len(tokens):
-        start = i
-        i = block_end(tokens, i)
-        token = tokens[start]
-        source = "\n".join(lines[token.map[0]:token.map[1]]) if token.map else ""
-        rendered = _Renderer().blocks(tokens[start:i])
+    for block, source in top_level_blocks(text):
+        rendered = _Renderer().blocks(block)
         if not rendered:
             continue
         if limit is not None and len(rendered) > limit:

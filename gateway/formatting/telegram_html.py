@@ -18,7 +18,11 @@ from typing import Protocol, TypeVar
 
 from markdown_it.token import Token
 
-from gateway.formatting.markdown import block_end, monospace_table, parse, table_rows
+from gateway.formatting.markdown import (
+    monospace_table,
+    table_rows,
+    top_level_blocks,
+)
 from gateway.formatting.splitter import split_message, utf16_len
 
 _INLINE_TAGS = {"strong_open": "<b>", "strong_close": "</b>", "em_open": "<i>",
@@ -123,16 +127,9 @@ def visible_text(markup: str) -> str:
 
 def _blocks(text: str, limit: int | None) -> list[tuple[str, str]]:
     """(html, its Markdown source) for each top-level block of ``text``."""
-    tokens = parse(text)
-    lines = text.split("\n")
     out: list[tuple[str, str]] = []
-    i = 0
-    while i < len(tokens):
-        start = i
-        i = block_end(tokens, i)
-        token = tokens[start]
-        source = "\n".join(lines[token.map[0]:token.map[1]]) if token.map else ""
-        rendered = _Renderer().blocks(tokens[start:i]).strip("\n")
+    for block, source in top_level_blocks(text):
+        rendered = _Renderer().blocks(block).strip("\n")
         if not rendered:
             continue
         if limit is not None and utf16_len(visible_text(rendered)) > limit - 16:
