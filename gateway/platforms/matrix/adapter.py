@@ -338,7 +338,7 @@ class MatrixAdapter(Adapter):
                 events = await self._read_back(room_id, joined.timeline.prev_batch,
                                                since) + events
             events = self._since_joined(events)
-            if self._is_encrypted(room_id, events):
+            if self._is_encrypted(room_id, events) or await self._known_encrypted(room_id):
                 await self._refuse_encrypted(room_id)
                 continue
             if self.settings.allowed_rooms and room_id not in self.settings.allowed_rooms:
@@ -445,6 +445,14 @@ class MatrixAdapter(Adapter):
         room = self.client.rooms.get(room_id)
         return (room is not None and room.encrypted) or any(
             e.get("type") in ("m.room.encrypted", "m.room.encryption") for e in events)
+
+    async def _known_encrypted(self, room_id: str) -> bool:
+        """Whether an earlier life found the room encrypted: a sync from a saved token
+        brings no room state, so this life's client may not know it yet."""
+        if room_id in self._encrypted:
+            return True
+        assert self._host is not None
+        return await self._host.cursors.get(self.platform, f"e2e-told:{room_id}") is not None
 
     async def _refuse_encrypted(self, room_id: str) -> None:
         """Say once, in plain text, that the room is not supported (never pretend to
