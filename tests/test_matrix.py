@@ -437,3 +437,42 @@ async def test_an_encrypted_room_is_told_once_that_it_is_not_supported_and_never
         await gw.runner.adapters["matrix"].wait_connected()
     said = [m.body for m in await bot_messages(alice, room, bot)]
     assert said == [ENCRYPTED_NOTICE]
+
+
+async def test_setup_logs_in_once_and_doctor_checks_the_token_the_server_and_the_rooms(
+        tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser) -> None:
+    """``homing setup`` with the bot's password: only the access token is kept (in
+    homing.env), the device id in the config; ``homing doctor`` then asks the homeserver
+    with it and names an encrypted room the bot is in."""
+    import json
+
+    from gateway.config.env_file import read_env_file
+    from tests.real_daemon import home_env, run_cli
+
+    alice = await matrix_user("alice")
+    bot = await new_bot(homeserver, "setup")
+    home = tmp_path / "home"
+    env = {**home_env(home), "BOT_PASSWORD": bot.password}
+    code, out, err = await run_cli(
+        "setup", "--yes", "--platforms", "web,matrix", "--matrix-homeserver", homeserver.url,
+        "--matrix-user-id", bot.user_id, "--matrix-password-env", "BOT_PASSWORD",
+        "--matrix-user", alice.user_id, "--no-service", env=env)
+    assert code == 0, err
+    assert f"ok: logged in as {bot.user_id}" in out
+    secrets = read_env_file(home / "homing.env")
+    assert set(secrets) == {"MATRIX_ACCESS_TOKEN"} and bot.password not in (
+        home / "config.yaml").read_text() + (home / "homing.env").read_text()
+    room = await alice.create_room(invite=[bot.user_id], name="secret")
+    await alice._request("PUT", f"/_matrix/client/v3/rooms/{quote(room, safe='')}/state/"
+                                "m.room.encryption/", json={"algorithm": "m.megolm.v1.aes-sha2"})
+    as_bot = HumanClient(alice.http, homeserver.url, Account(
+        bot.user_id, secrets["MATRIX_ACCESS_TOKEN"], "", ""))
+    await as_bot.join(room)  # as the daemon would on alice's invite
+    code, out, err = await run_cli("doctor", "--json", env=home_env(home))
+    checks = {c["name"]: c for c in json.loads(out)}
+    assert checks["matrix homeserver"]["status"] == "ok", checks
+    assert checks["matrix token"]["status"] == "ok"
+    assert bot.user_id in checks["matrix token"]["detail"]
+    assert checks["matrix rooms"]["status"] == "ok"
+    assert checks["matrix encrypted rooms"]["status"] == "warn"
+    assert room in checks["matrix encrypted rooms"]["detail"]
