@@ -18,6 +18,7 @@ import json
 import sqlite3
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, closing, suppress
 from typing import Any, ClassVar
@@ -78,7 +79,7 @@ class MatrixHarness(GatewayHarness):
 
     @asynccontextmanager
     async def _serving(self) -> AsyncIterator[FaultyProxy]:
-        tag = f"{id(self):x}"[-6:]
+        tag = uuid.uuid4().hex[:8]  # id(self) is reused by a later test's harness
         async with FaultyProxy(self.homeserver.url) as proxy, aiohttp.ClientSession() as http:
             self._proxy = proxy
             self._bot = await self.homeserver.register(f"homing-{tag}")
