@@ -89,6 +89,9 @@ class Capabilities:
     rate_limits: str = ""
     #: a send made again after a crash posts once (Discord's nonce)
     dedupe_sends: bool = False
+    #: a send made before a crash can be looked up after it (``Adapter.delivered``), so
+    #: a message answered just before a crash is not told it may not have been
+    confirms_sends: bool = False
     #: what was said while the daemon was down is read after it starts
     history: bool = False
     #: it can post where no conversation is open (``agent.home_channels``); the web chat

@@ -81,6 +81,13 @@ class Adapter(ABC):
         deduplicate (Discord's message nonce) post it once.
         """
 
+    async def delivered(self, route: Route, dedupe_key: str) -> bool | None:
+        """Whether the send made with ``dedupe_key`` into ``route`` (its first message)
+        reached the platform, asked after a crash that lost its record: True or False
+        where the platform can tell (``Capabilities.confirms_sends``), None where it
+        cannot — then the gateway does not know, and says so."""
+        return None
+
     async def typing(self, route: Route, active: bool) -> None:  # noqa: B027
         """A sign of life while a turn runs in ``route``: called with True when it starts
         and again every few seconds (platforms show "typing" for about five), then

@@ -91,6 +91,9 @@ class FencedAdapter(Adapter):
     async def download(self, file: IncomingFile) -> AsyncIterator[bytes]:
         return await self.inner.download(file)
 
+    async def delivered(self, route: Route, dedupe_key: str) -> bool | None:
+        return await self.inner.delivered(route, dedupe_key)  # a look, not a send
+
     def send_room(self, route: Route) -> int | None:
         return self.inner.send_room(route)
 

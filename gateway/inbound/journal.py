@@ -56,6 +56,12 @@ class JournalEntry:
     received_at: float
     state: str
 
+    @property
+    def dedupe_key(self) -> str:
+        """What the replies to this message are keyed by (each ``reply_key`` of it): the
+        same in every life, so a send made again is known for the same send."""
+        return f"in:{self.platform}:{self.platform_id}"
+
     @classmethod
     def from_row(cls, row: Any) -> JournalEntry:
         (eid, platform, platform_id, key, event, sent, received, state, _) = row

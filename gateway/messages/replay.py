@@ -2,6 +2,11 @@
 in order — or, for a message whose turn had already done something that lasts, its
 conversation told that it may not have finished (never done twice).
 
+A message whose reply went out just before the stop, its record lost with it, is
+finished as an answered one is, where the platform can show that reply
+(``Adapter.delivered``: Matrix finds the bot's event by its transaction id): no second
+answer, and no word that it may not have finished after the answer itself.
+
 The daemon queues the replay before the platforms connect, so in each conversation's
 lane it comes before anything new; the replayed work then waits for its platform.
 """
@@ -15,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from gateway.inbound.journal import JournalEntry
+from gateway.inbound.journal import EntryState, JournalEntry
+from gateway.messages.turn import reply_key
 
 if TYPE_CHECKING:
     from gateway.contract.adapter import Adapter
@@ -76,15 +82,38 @@ class Replay:
 
     async def _replayed(self, entry: JournalEntry) -> MessageOutcome:
         await self._platform_ready(entry.platform)
+        if entry.state == EntryState.STARTED and await self._answered(entry):
+            return "handled"
         return await self.runner.handle_entry(entry.session_key, entry, replayed=True)
 
     async def _interrupted(self, entry: JournalEntry) -> MessageOutcome:
         await self._platform_ready(entry.platform)
+        if await self._answered(entry):
+            return "handled"
         self.runner.inbound.finished(entry.id)
         await self.runner.tell(entry, f"(The gateway stopped while it was handling “"
                                       f"{' '.join(entry.event.text.split())[:60]}”; it may "
                                       f"not have finished. Send it again if needed.)")
         return "handled"
+
+    async def _answered(self, entry: JournalEntry) -> bool:
+        """Whether the platform shows the message's first reply out before the stop: then
+        it is finished, as a ``replied`` one is. Not knowing is not answered."""
+        adapter = self.runner.adapters.get(entry.platform)
+        if adapter is None:
+            return False
+        try:
+            sent = await adapter.delivered(entry.event.route, reply_key(entry.dedupe_key, 0))
+        except Exception:  # a look that failed: the message is treated as not answered
+            log.warning("reply_lookup_failed", entry_id=entry.id, platform=entry.platform,
+                        exc_info=True)
+            return False
+        if sent is not True:
+            return False
+        log.info("message_answered_before_stop", entry_id=entry.id, platform=entry.platform,
+                 platform_id=entry.platform_id, state=entry.state)
+        self.runner.inbound.finished(entry.id)
+        return True
 
     async def _platform_ready(self, platform: str, timeout: float = 60.0) -> None:
         await self._connecting.wait()

@@ -259,7 +259,7 @@ class GatewayRunner:
         try:
             return await self._handle(
                 key, entry.event, note=self.intake.late_note(entry, replayed=replayed),
-                journal_id=entry.id, dedupe_key=f"in:{entry.platform}:{entry.platform_id}",
+                journal_id=entry.id, dedupe_key=entry.dedupe_key,
                 replayed=replayed)
         finally:
             self.inbound.finished(entry.id)

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from gateway.sessions.store import SessionStore
 
 
+def reply_key(dedupe_key: str, index: int) -> str:
+    """The dedupe key of a turn's ``index``-th send (from 0), the same when it runs again."""
+    return f"{dedupe_key}:{index}"
+
+
 @dataclass(slots=True)
 class Turn:
     event: MessageEvent
@@ -55,7 +60,7 @@ class Turn:
         return self.event.route
 
     async def reply(self, text: str, *, kind: MessageKind = "reply") -> SendResult:
-        key = f"{self.dedupe_key}:{len(self.sent)}" if self.dedupe_key else None
+        key = reply_key(self.dedupe_key, len(self.sent)) if self.dedupe_key else None
         result = await self.runner.send(self.session, self.route, text, kind=kind,
                                         recorded_with=self.sent_ops, dedupe_key=key,
                                         live=self.live,

@@ -130,6 +130,12 @@ class EditedPreview(ABC):
         flood control; no error when the text is already that. Raise PreviewGone,
         PreviewRefused, PreviewRateLimited, or anything else for a failure that may pass."""
 
+    async def _edit_last(self, message_id: str, text: str, dedupe_key: str | None) -> None:
+        """The final edit (``_edit``); a platform that can make the same request twice
+        count once, and tell later that it landed (Matrix's txnId), keys it by
+        ``dedupe_key``."""
+        await self._edit(message_id, text)
+
     @abstractmethod
     async def _delete(self, message_id: str) -> None:
         """Delete the preview (waiting for flood control); PreviewGone when it is not there,
@@ -186,7 +192,7 @@ class EditedPreview(ABC):
             parts = self._split(text) or [text]
             # the preview stays ours until its edit is through: a turn cancelled meanwhile
             # (/stop) leaves it to close(), which deletes it
-            edited = await self._edit_final(message_id, parts[0])
+            edited = await self._edit_final(message_id, parts[0], dedupe_key)
             if edited is None and not await self._drop(message_id):
                 # neither edited nor deleted: a copy of its own would make two
                 self._reset()
@@ -290,9 +296,10 @@ class EditedPreview(ABC):
                 self._broken = True
             log.info("preview_failed", error=str(exc)[:200], posted=self._message_id is not None)
 
-    async def _edit_final(self, message_id: str, text: str) -> bool | None:
+    async def _edit_final(self, message_id: str, text: str, dedupe_key: str | None
+                          ) -> bool | None:
         """True: edited; False: the preview is gone; None: it could not be edited."""
-        return await self._patiently(lambda: self._edit(message_id, text),
+        return await self._patiently(lambda: self._edit_last(message_id, text, dedupe_key),
                                      "final_edit", message_id)
 
     async def _drop(self, message_id: str) -> bool:

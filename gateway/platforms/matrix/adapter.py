@@ -37,6 +37,7 @@ from nio import (  # type: ignore[import-untyped]
     AsyncClientConfig,
     JoinResponse,
     LoginResponse,
+    RoomContextResponse,
     RoomGetEventResponse,
     RoomLeaveResponse,
     RoomMessagesResponse,
@@ -142,6 +143,7 @@ class MatrixAdapter(Adapter):
         self._logged_in = False
         self._gave_up = False
         self._receiving = True
+        self._syncing = False
         #: rooms told they are encrypted (this life; the store keeps it across lives)
         self._encrypted: set[str] = set()
         #: approval request event id -> approval id
@@ -166,6 +168,12 @@ class MatrixAdapter(Adapter):
     @property
     def connected(self) -> bool:
         return self._ready.is_set() and not self._gave_up
+
+    @property
+    def syncing_here(self) -> bool:
+        """Whether this instance runs the account's sync loop (or is the only one)."""
+        return self._syncing
+
 
     async def connect(self, runner: AdapterHost) -> None:
         """Start in the background: a homeserver outage must not hold up the daemon."""
@@ -274,6 +282,13 @@ class MatrixAdapter(Adapter):
     # inbound -----------------------------------------------------------------
 
     async def _sync_forever(self) -> None:
+        self._syncing = True
+        try:
+            await self._sync_loop()
+        finally:
+            self._syncing = False
+
+    async def _sync_loop(self) -> None:
         host = self._host
         assert host is not None
         since = await host.cursors.get(self.platform, self._cursor)
@@ -563,6 +578,48 @@ class MatrixAdapter(Adapter):
                                              permanent=exc.permanent,
                                              route_gone=exc.route_gone)
         return SendResult.sent(last)
+
+    async def delivered(self, route: Route, dedupe_key: str) -> bool | None:
+        """Whether the bot's events after the message ``route`` answers hold the send
+        keyed ``dedupe_key``: its first part, or the final edit of its preview. The
+        homeserver shows the bot's own events to its device with the transaction id they
+        were sent with (``unsigned.transaction_id``), and the id is derived from the key,
+        so this life finds what a killed one sent. None when it cannot be told."""
+        anchor = route.message_id
+        if not self._logged_in or anchor is None:
+            return None
+        room = route.chat_id
+        wanted = {content.txn_id(dedupe_key, 0, "m.room.message"),
+                  content.txn_id(dedupe_key, 0, content.FINAL_EDIT)}
+
+        def sent(events: list[Any]) -> bool:
+            return any(((getattr(e, "source", {}) or {}).get("unsigned") or {})
+                       .get("transaction_id") in wanted for e in events)
+
+        only_ours = {"senders": [self.user_id], "types": ["m.room.message"]}
+        try:
+            # the message and what came right after it; then onwards from there
+            around = await self.api.call(
+                "context", lambda: self.client.room_context(room, anchor, limit=10),
+                RoomContextResponse, room=room)
+            if sent(around.events_after):
+                return True
+            start, read = around.end, len(around.events_after)
+            while start and read < READ_BACK_LIMIT:
+                page = await self.api.call(
+                    "messages", lambda start=start: self.client.room_messages(  # type: ignore[misc]
+                        room, start, direction=MessageDirection.front, limit=100,
+                        message_filter=only_ours), RoomMessagesResponse, room=room)
+                if sent(page.chunk):
+                    return True
+                read += len(page.chunk)
+                if not page.chunk or not page.end or page.end == start:
+                    return False
+                start = page.end
+        except MatrixRefused as exc:
+            log.warning("matrix_delivery_unknown", room_id=room, event_id=anchor,
+                        error=str(exc))
+        return None
 
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return MatrixPreview(self, route)

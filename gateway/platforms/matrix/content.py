@@ -51,6 +51,12 @@ def edit(event_id: str, new: dict[str, Any]) -> dict[str, Any]:
             "m.relates_to": {"rel_type": "m.replace", "event_id": event_id}}
 
 
+#: the "event type" a final edit's transaction id is made with: an edit is an
+#: ``m.room.message`` too, and must never share an id with the message it stands for
+#: (a reply sent whole when its preview could not be edited)
+FINAL_EDIT = "m.replace"
+
+
 def txn_id(dedupe_key: str | None, part: int, event_type: str) -> str:
     """The transaction id of part ``part`` of a send; random without a dedupe key."""
     if dedupe_key is None:

@@ -65,8 +65,14 @@ class MatrixPreview(EditedPreview):
             draft.source, suffix=draft.suffix)), wait_limit=0)
 
     async def _edit(self, message_id: str, text: str) -> None:
+        await self._edit_last(message_id, text, None)
+
+    async def _edit_last(self, message_id: str, text: str, dedupe_key: str | None) -> None:
+        """Keyed by the reply's dedupe key: tried again, it is one edit; after a crash,
+        ``MatrixAdapter.delivered`` finds it by its transaction id."""
         await self.adapter.flow.admit(self.route.chat_id, group=True)
-        await self._put(content.edit(message_id, content.formatted(text)))
+        await self._put(content.edit(message_id, content.formatted(text)),
+                        txn=content.txn_id(dedupe_key, 0, content.FINAL_EDIT))
 
     async def _delete(self, message_id: str) -> None:
         await self.adapter.flow.admit(self.route.chat_id, group=True)
@@ -75,11 +81,12 @@ class MatrixPreview(EditedPreview):
         except MatrixRefused as exc:
             raise _preview_error(exc) from exc
 
-    async def _put(self, body: dict[str, Any], *, wait_limit: float = 60.0) -> str:
+    async def _put(self, body: dict[str, Any], *, wait_limit: float = 60.0,
+                   txn: str | None = None) -> str:
         try:
-            return await self.adapter.put_event(self.route.chat_id, "m.room.message", body,
-                                                txn=content.txn_id(None, 0, ""),
-                                                wait_limit=wait_limit)
+            return await self.adapter.put_event(
+                self.route.chat_id, "m.room.message", body,
+                txn=txn or content.txn_id(None, 0, ""), wait_limit=wait_limit)
         except MatrixRefused as exc:
             raise _preview_error(exc) from exc
 

@@ -14,7 +14,7 @@ PLATFORM = PlatformSpec(
         # an event is at most 65,536 bytes, and an edit carries its text three times
         # (the fallback body, m.new_content's body and its HTML): 6,000 characters keep
         # it under that even for three-byte characters, and read well in any client
-        message_limit=6000, dedupe_sends=True, history=True,
+        message_limit=6000, dedupe_sends=True, confirms_sends=True, history=True,
         rate_limits="per user (Synapse's rc_message: a burst, then a few a second); a "
                     "429 M_LIMIT_EXCEEDED's retry_after_ms waited out per room, each "
                     "room's order kept, previews skipped meanwhile"),
