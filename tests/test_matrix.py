@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import pytest
+
 from gateway.config.settings import Config
 from gateway.daemon.assembly import Gateway, running_gateway
 from gateway.platforms.matrix.adapter import ENCRYPTED_NOTICE, MatrixAdapter
@@ -350,6 +352,47 @@ async def test_what_was_said_while_stopped_is_handled_once_after_the_start(
         await settled(gw)
         replies = [first_line(m) for m in await bot_messages(alice, room, bot)]
     assert replies == ["Received: before"] + [f"Received: while away {i}" for i in range(3)]
+
+
+async def test_more_said_while_stopped_than_a_sync_brings_is_read_back_and_answered_once(
+        tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sync brings a room's last few events and says ``limited``; the rest, back to the
+    saved token, is read with ``/messages`` (here a sync brings 3 of 8)."""
+    from gateway.platforms.matrix import adapter as matrix_adapter
+
+    alice = await matrix_user("alice")
+    bot = await new_bot(homeserver)
+    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    config = matrix_config(tmp_path / "home", bot, alice)
+    async with matrix_gateway(config) as gw:
+        await bot_in(alice, room, bot)
+        await alice.send_text(room, "before")
+        await alice.wait_for_message(room, lambda m: m.sender == bot.user_id, timeout=60)
+        await settled(gw)
+    said = [f"while away {i}" for i in range(8)]
+    for text in said:
+        await alice.send_text(room, text)
+    short = {**matrix_adapter._LIVE_FILTER, "room": {
+        **matrix_adapter._LIVE_FILTER["room"], "timeline": {"limit": 3}}}
+    monkeypatch.setattr(matrix_adapter, "_LIVE_FILTER", short)
+    read_back = matrix_adapter.MatrixAdapter._read_back
+    gaps: list[int] = []
+
+    async def counted(self: MatrixAdapter, *args: Any) -> list[dict[str, Any]]:
+        events = await read_back(self, *args)
+        gaps.append(len(events))
+        return events
+
+    monkeypatch.setattr(matrix_adapter.MatrixAdapter, "_read_back", counted)
+    async with matrix_gateway(config) as gw:
+        await eventually_async(
+            lambda: _len_at_least(lambda: bot_messages(alice, room, bot), 9), 60,
+            "the missed messages answered")
+        await settled(gw)
+        replies = [first_line(m) for m in await bot_messages(alice, room, bot)]
+    assert gaps and gaps[0] >= 5  # the sync was cut short, and the gap read back
+    assert replies == ["Received: before"] + [f"Received: {text}" for text in said]
 
 
 async def test_the_first_start_ever_does_not_replay_the_rooms_history(
