@@ -246,6 +246,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     import structlog
 
     from gateway.daemon.assembly import InstanceEnded, StartupError, run_daemon
+    from gateway.daemon.event_loop import UnknownLoop, loop_factory
     from gateway.telemetry.logs import configure_logging, secrets_of
 
     try:
@@ -264,7 +265,13 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     for warning in ignored_config_files(args.config, dict(os.environ)):
         structlog.get_logger(__name__).warning("config_file_ignored", detail=warning)
     try:
-        asyncio.run(run_daemon(config))
+        _name, factory = loop_factory()
+    except UnknownLoop as exc:
+        print(f"homing: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(run_daemon(config))
     except asyncio.CancelledError:
         print("homing: stopped without waiting for turns in flight", file=sys.stderr)
         return 130

@@ -21,6 +21,7 @@ from gateway.cluster.lives import ALONE
 from gateway.config.registry import load_object, platforms
 from gateway.config.settings import Config
 from gateway.contract.adapter import Adapter
+from gateway.daemon.event_loop import loop_name
 from gateway.daemon.lifecycle import Lifecycle
 from gateway.daemon.restart_notices import BackOnline, announce_restart, places_in_progress
 from gateway.delivery.outbox import Outbox
@@ -246,7 +247,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                      state_db=config.state_shown, jobs_reattached=recovered,
                      delegations_lost=lost, messages_replayed=replayed,
                      approvals_pending=pending_approvals, agent=config.agent.backend,
-                     model=config.agent.model if model is not None else None)
+                     model=config.agent.model if model is not None else None,
+                     event_loop=loop_name())
             yield Gateway(config, store, outbox, jobs, delegations, runner, router, scheduler,
                           life, instance)
         log.info("gateway_stopped")
