@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.model import ModelAgent  # noqa: E402
 from agent.model_client import ModelClient  # noqa: E402
-from bench.common import TimedAdapter, bench_config, percentiles, quiet  # noqa: E402
+from bench.common import TimedAdapter, bench_config, percentiles, quiet, run_loop  # noqa: E402
 from gateway.daemon.assembly import running_gateway  # noqa: E402
 from gateway.words.route import Route  # noqa: E402
 
@@ -124,4 +124,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

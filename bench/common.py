@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import statistics
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.config.settings import Config, LoggingConfig, parse_config  # noqa: E402
 from gateway.daemon.assembly import Gateway  # noqa: E402
+from gateway.daemon.event_loop import loop_factory  # noqa: E402
 from gateway.telemetry.logs import configure_logging  # noqa: E402
 from gateway.words.events import MessageKind, NoticeInfo, SendResult  # noqa: E402
 from gateway.words.return_address import ReturnAddress
 from gateway.words.route import Route  # noqa: E402
 from tests.memory_platform import MemoryAdapter  # noqa: E402
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run a bench on the loop ``homing run`` would use (uvloop where installed;
+    ``HOMING_LOOP=asyncio`` for the standard loop), and say which."""
+    name, factory = loop_factory()
+    print(f"event loop: {name}")
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
 
 
 def quiet() -> None:

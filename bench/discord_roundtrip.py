@@ -15,7 +15,7 @@ import asyncio
 import tempfile
 import time
 
-from bench.common import bench_config, percentiles, quiet
+from bench.common import bench_config, percentiles, quiet, run_loop
 from gateway.daemon.assembly import running_gateway
 from tests.fakes.discord_server import FakeDiscord
 
@@ -50,4 +50,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

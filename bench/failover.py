@@ -13,7 +13,6 @@ that went out just before the kill, sent again after it).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.common import load_average, spread
+from bench.common import load_average, run_loop, spread
 from tests.failover_rounds import FAILOVER_SECONDS, LEASE_SECONDS, kill_the_poller
 from tests.pg_cluster import PgCluster
 
@@ -59,4 +58,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

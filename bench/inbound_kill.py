@@ -13,11 +13,11 @@ a page cannot tell apart by their key); then the load average.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
 from pathlib import Path
 
+from bench.common import run_loop
 from tests.inbound_kill import kill_rounds
 from tests.real_daemon import web_home
 
@@ -42,4 +42,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import TimedAdapter, bench_config, forum_topic_addresses, quiet
+from bench.common import TimedAdapter, bench_config, forum_topic_addresses, quiet, run_loop
 from gateway.daemon.assembly import running_gateway
 
 
@@ -102,4 +102,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

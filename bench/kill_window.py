@@ -12,11 +12,11 @@ existed), lost, doubled, missing or wrong. Three runs, then the load average.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
 from pathlib import Path
 
+from bench.common import run_loop
 from tests.kill_window import kill_window_rounds
 from tests.real_daemon import kill_leftover_jobs, web_home
 
@@ -44,4 +44,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

@@ -28,6 +28,7 @@ from bench.common import (
     load_average,
     percentiles,
     quiet,
+    run_loop,
     spread,
 )
 from gateway.daemon.assembly import running_gateway
@@ -93,4 +94,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

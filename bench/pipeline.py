@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.command import CommandAgent  # noqa: E402
+from bench.common import run_loop  # noqa: E402
 from gateway.config.settings import LoggingConfig, parse_config  # noqa: E402
 from gateway.messages.runner import GatewayRunner  # noqa: E402
 from gateway.sessions.store import SessionStore  # noqa: E402
@@ -80,4 +81,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

@@ -42,6 +42,7 @@ from bench.common import (
     forum_topic_addresses,
     load_average,
     quiet,
+    run_loop,
     spread,
 )
 from gateway.daemon.assembly import running_gateway, settle_memory
@@ -175,4 +176,4 @@ async def main_instances(args: argparse.Namespace, instances: list[int]) -> None
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

@@ -15,7 +15,7 @@ import asyncio
 import gc
 import tempfile
 
-from bench.common import TimedAdapter, bench_config, load_average, quiet, rss_kb, spread
+from bench.common import TimedAdapter, bench_config, load_average, quiet, rss_kb, run_loop, spread
 from gateway.daemon.assembly import running_gateway, settle_memory
 from gateway.words.events import MessageEvent
 from gateway.words.route import Route
@@ -57,4 +57,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

@@ -32,7 +32,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_config, percentiles, quiet  # noqa: E402
+from bench.common import bench_config, percentiles, quiet, run_loop  # noqa: E402
 from gateway.daemon.assembly import running_gateway  # noqa: E402
 from gateway.platforms.web.adapter import WebAdapter  # noqa: E402
 
@@ -132,4 +132,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

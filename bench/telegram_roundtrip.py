@@ -11,11 +11,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import tempfile
 import time
 
-from bench.common import bench_config, percentiles, quiet
+from bench.common import bench_config, percentiles, quiet, run_loop
 from gateway.daemon.assembly import running_gateway
 from gateway.delivery.notifications import NewNotification
 from gateway.words.return_address import ReturnAddress
@@ -78,4 +77,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

@@ -18,7 +18,7 @@ import os
 import tempfile
 import time
 
-from bench.common import bench_config, percentiles, quiet
+from bench.common import bench_config, percentiles, quiet, run_loop
 from gateway.daemon.assembly import running_gateway
 from gateway.words.route import Route
 from tests.memory_platform import MemoryAdapter
@@ -70,4 +70,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

@@ -45,15 +45,21 @@ class DeliveryOutcome:
     retry_in: float = 0.0
 
 
+def delivered_op(notification_id: int, claimer: str, message_id: str | None,
+                 now: float) -> Op:
+    """The write that marks a claimed notification delivered (by its claimer only)."""
+    return (f"UPDATE notifications SET state = '{NotificationState.DELIVERED}', "
+            "delivered_at = ?, sent_message_id = ?, attempts = attempts + 1, "
+            "last_error = NULL "
+            f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
+            (now, message_id, notification_id, claimer))
+
+
 def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
                  now: float) -> list[Op]:
     """The write that records ``outcome``; a consumed row was recorded by its taker."""
     if outcome.state == "delivered":
-        return [(f"UPDATE notifications SET state = '{NotificationState.DELIVERED}', "
-                 "delivered_at = ?, sent_message_id = ?, attempts = attempts + 1, "
-                 "last_error = NULL "
-                 f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
-                 (now, outcome.message_id, notification_id, claimer))]
+        return [delivered_op(notification_id, claimer, outcome.message_id, now)]
     if outcome.state == "parked":
         return [(f"UPDATE notifications SET state = '{NotificationState.PARKED}', reason = ?, "
                  "last_error = ? "
@@ -112,6 +118,46 @@ async def waiting_notices(db: StateDatabase, session_key: str | None = None
         f"{where}GROUP BY session_key "
         "ORDER BY MIN(created_at)", params)
     return [Waiting(key, int(count), float(oldest)) for key, count, oldest in rows]
+
+
+def claim_statement(*, shared: bool) -> str:
+    """The claim: due pending rows, oldest first, and the rest of any message some of
+    them were marked to go out in; claimed and returned in one statement.
+
+    A row waits while an earlier one of its conversation waits for a retry, so a
+    conversation's notices arrive in the order they were made. On a shared store, rows
+    another instance is taking are left to it, and so is a conversation another
+    instance has in hand (gateway/delivery/affinity.py).
+    """
+    skip_taken = " FOR UPDATE OF n SKIP LOCKED" if shared else ""
+    skip_taken_s = " FOR UPDATE OF s SKIP LOCKED" if shared else ""
+    not_elsewhere = NOT_BUSY_ELSEWHERE if shared else ""
+    # (materialized: a subquery that locks rows may run more than once, and give more
+    # than ``limit``, when it is left in the UPDATE's WHERE)
+    return (
+        f"WITH due AS MATERIALIZED (SELECT n.id FROM notifications n "
+        f"WHERE n.state = '{NotificationState.PENDING}' "
+        f"AND (n.not_before IS NULL OR n.not_before <= ?) AND NOT EXISTS ("
+        f"  SELECT 1 FROM notifications e WHERE e.session_key = n.session_key "
+        f"  AND e.id < n.id AND e.state = '{NotificationState.PENDING}' "
+        f"  AND e.not_before IS NOT NULL AND e.not_before > ?){not_elsewhere} "
+        f"ORDER BY n.id LIMIT ?{skip_taken}), "
+        f"rest AS MATERIALIZED (SELECT s.id FROM notifications s "
+        f"WHERE s.state = '{NotificationState.PENDING}' "
+        f"AND s.merged_into IN (SELECT m.merged_into "
+        f"FROM notifications m WHERE m.id IN (SELECT id FROM due) "
+        f"AND m.merged_into IS NOT NULL){skip_taken_s}) "
+        f"UPDATE notifications SET state = '{NotificationState.CLAIMED}', "
+        f"claimed_by = ?, claimed_at = ? "
+        f"WHERE (id IN (SELECT id FROM due) OR id IN (SELECT id FROM rest)) "
+        f"AND state = '{NotificationState.PENDING}' "
+        f"RETURNING {NOTIFICATION_COLUMNS}")
+
+
+def claim_parameters(now: float, limit: int, claimer: str,
+                     not_elsewhere: Sequence[object] = ()) -> tuple[object, ...]:
+    """:func:`claim_statement`'s parameters (``not_elsewhere``: a shared store's)."""
+    return (now, now, *not_elsewhere, limit, claimer, now)
 
 
 #: told of a notification's settled state: (notification, state, reason, detail)
@@ -174,39 +220,13 @@ class Outbox:
         with any of them marked as one message (``merged_into``) the rest of that
         message's rows: a merged message is never claimed, and so sent, in parts."""
         now = time.time()
-
-        # a row waits while an earlier one of its conversation waits for a retry,
-        # so a conversation's notices arrive in the order they were made
-        # on a shared store, rows another instance is taking are left to it, and so is a
-        # conversation another instance has in hand (gateway/delivery/affinity.py)
         shared = self.db.shared
-        skip_taken = " FOR UPDATE OF n SKIP LOCKED" if shared else ""
-        skip_taken_s = " FOR UPDATE OF s SKIP LOCKED" if shared else ""
-        not_elsewhere = NOT_BUSY_ELSEWHERE if shared else ""
-        mine = elsewhere(self.own_claims) if shared else ()
+        sql = claim_statement(shared=shared)
+        params = claim_parameters(now, limit, claimer,
+                                  elsewhere(self.own_claims) if shared else ())
 
         def take(conn: sqlite3.Connection) -> list[Notification]:
-            # (materialized: a subquery that locks rows may run more than once, and give
-            # more than ``limit``, when it is left in the UPDATE's WHERE)
-            rows = conn.execute(
-                f"WITH due AS MATERIALIZED (SELECT n.id FROM notifications n "
-                f"WHERE n.state = '{NotificationState.PENDING}' "
-                f"AND (n.not_before IS NULL OR n.not_before <= ?) AND NOT EXISTS ("
-                f"  SELECT 1 FROM notifications e WHERE e.session_key = n.session_key "
-                f"  AND e.id < n.id AND e.state = '{NotificationState.PENDING}' "
-                f"  AND e.not_before IS NOT NULL AND e.not_before > ?){not_elsewhere} "
-                f"ORDER BY n.id LIMIT ?{skip_taken}), "
-                f"rest AS MATERIALIZED (SELECT s.id FROM notifications s "
-                f"WHERE s.state = '{NotificationState.PENDING}' "
-                f"AND s.merged_into IN (SELECT m.merged_into "
-                f"FROM notifications m WHERE m.id IN (SELECT id FROM due) "
-                f"AND m.merged_into IS NOT NULL){skip_taken_s}) "
-                f"UPDATE notifications SET state = '{NotificationState.CLAIMED}', "
-                f"claimed_by = ?, claimed_at = ? "
-                f"WHERE (id IN (SELECT id FROM due) OR id IN (SELECT id FROM rest)) "
-                f"AND state = '{NotificationState.PENDING}' "
-                f"RETURNING {NOTIFICATION_COLUMNS}", (now, now, *mine, limit, claimer, now),
-            ).fetchall()
+            rows = conn.execute(sql, params).fetchall()
             return sorted((Notification(*row) for row in rows), key=lambda n: n.id)
 
         return await self.db.write(take)

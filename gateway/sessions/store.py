@@ -41,6 +41,17 @@ _SESSION_COLUMNS = (
     "end_reason, parent_session_id, title, archived"
 )
 
+#: one line of a session's transcript; one per journal entry (``inbound_id``)
+TRANSCRIPT_LINE = ("INSERT INTO messages (session_id, role, text, created_at, notice, "
+                   "inbound_id) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+
+
+def transcript_row(session_id: str, role: str, text: str, *, notice: NoticeInfo | None = None,
+                   inbound_id: int | None = None) -> tuple[Any, ...]:
+    """:data:`TRANSCRIPT_LINE`'s parameters, stamped now."""
+    return (session_id, role, text, time.time(),
+            json.dumps(notice.to_dict()) if notice is not None else None, inbound_id)
+
 
 @dataclass(frozen=True, slots=True)
 class TranscriptLine:
@@ -288,12 +299,8 @@ class SessionStore:
         """A transcript line, written behind; ``with_ops`` commit in the same transaction.
         ``inbound_id``: the journal entry whose message the line is — one line per entry,
         so a message replayed after a crash keeps the line the life that died wrote."""
-        self.db.write_behind([(
-            "INSERT INTO messages (session_id, role, text, created_at, notice, inbound_id) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (session_id, role, text, time.time(),
-             json.dumps(notice.to_dict()) if notice is not None else None, inbound_id),
-        ), *with_ops])
+        self.db.write_behind([(TRANSCRIPT_LINE, transcript_row(
+            session_id, role, text, notice=notice, inbound_id=inbound_id)), *with_ops])
 
     def touch(self, entry: SessionEntry, route: Route) -> SessionEntry:
         """Note activity and the latest route details (names, reply anchor)."""
