@@ -14,6 +14,15 @@ lane are given back untried (:class:`_Hold`), so its retry goes first.
 When the platform says a conversation cannot take its waiting notices one by one now
 (a flood limit), those that are posted as they are go out together, in one message
 (gateway/delivery/merged_notices.py).
+
+A claimed batch is delivered as a batch. Notices posted as they are (no model turn, no
+file) whose conversation's lane is idle are posted inline: the router holds those
+lanes (gateway/messages/lanes.py) and one task for the whole batch posts each
+conversation's notices in order, a few conversations at a time so one slow chat does
+not stall the others — no task or future a notice. Their transcript lines and send
+records are gathered into the next group commit (one ``executemany`` a statement), and
+their outcomes are written together as every outcome is. Anything else — a model's
+turn, a file, a conversation with work in its lane — goes through the lane as before.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from gateway.delivery.outbox import DeliveryOutcome as _Outcome
 from gateway.delivery.outbox import Outbox
 from gateway.delivery.ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from gateway.retry import RetryPolicy
-from gateway.sessions.store import SessionStore
+from gateway.sessions.store import TRANSCRIPT_LINE, SessionStore, transcript_row
 from gateway.store.group_commit import Op
 from gateway.store.migrations import OUTBOX_CHANNEL
 from gateway.words.events import MessageKind, NoticeInfo, SendResult
@@ -71,6 +80,12 @@ class _Lanes(Protocol):
 
     def queued_last(self, session_key: str, done: asyncio.Future[Any]) -> bool: ...
 
+    def hold(self, session_key: str) -> bool: ...
+
+    def held_by(self, session_key: str, holder: asyncio.Task[Any]) -> None: ...
+
+    def release(self, session_key: str) -> None: ...
+
 
 class _PostsAsIs(Protocol):
     def posts_as_is(self, notification: Notification) -> bool: ...
@@ -79,6 +94,9 @@ class _PostsAsIs(Protocol):
 class _Timings(Protocol):
     @property
     def delivery_latency(self) -> Any: ...
+
+    @property
+    def turns(self) -> Any: ...
 
 
 class _TurnSent(Protocol):
@@ -119,7 +137,15 @@ class RouterHost(Protocol):
                    dedupe_key: str | None = None, live: LiveReply | None = None,
                    notice: NoticeInfo | None = None) -> SendResult: ...
 
+    async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",
+                   session_id: str | None = None, dedupe_key: str | None = None,
+                   live: LiveReply | None = None, notice: NoticeInfo | None = None
+                   ) -> SendResult: ...
+
 CLAIM_BATCH = 500
+#: conversations of one batch posted at once: sends to different chats overlap while
+#: each conversation's own notices go in order
+INLINE_CONVERSATIONS = 64
 #: how long an idle router waits for a wake-up before it looks anyway (rows another
 #: process added). Read at every wait, so tests can set it to an hour: a notice that
 #: is delivered at all then was woken for, not found by the poll (invariant 8)
@@ -169,6 +195,10 @@ class Router:
         self._holds: dict[str, _Hold] = {}
         #: by conversation, the delivery still open for notices to join
         self._gathering: dict[str, Delivery] = {}
+        #: batches being posted inline (see the module's story), one task each
+        self._inline: set[asyncio.Task[None]] = set()
+        #: a notice posted inline counts as the owner's turn for it, as in the lane
+        self._notice_turns = runner.metrics.turns.labels("notification")
         self._stopping = False
         #: the loop waits for a wake-up; with no delivery under way, the router is idle
         self._waiting = False
@@ -302,19 +332,133 @@ class Router:
                                           DISCONNECTED_RETRY_SECONDS)
             return
         self._open += len(batch)
+        as_is = [not isinstance(d, Park) and self._posts_as_is(n, d)
+                 for n, d in zip(batch, decisions, strict=True)]
         budgets = _Budgets(self.runner, Counter(
-            _chat_of(d.route) for n, d in zip(batch, decisions, strict=True)
-            if not isinstance(d, Park) and self._posts_as_is(n, d)))
-        for n, decision in zip(batch, decisions, strict=True):
+            _chat_of(d.route) for d, posted in zip(decisions, as_is, strict=True)
+            if posted and not isinstance(d, Park)))
+        inline: dict[str, list[Member]] = {}
+        #: conversations held for this batch that later notices may still join inline
+        held: set[str] = set()
+        for n, decision, posted in zip(batch, decisions, as_is, strict=True):
             if isinstance(decision, Park):
                 self._record(n, _parked(decision))
                 continue
             member = Member(n, decision, claim)
-            if self._posts_as_is(n, decision) and self._gather(member, budgets):
-                continue
+            key = n.session_key
+            if posted:
+                if self._gather(member, budgets):
+                    held.discard(key)  # what comes next in it queues behind the gathering
+                    continue
+                if key in held or self._hold(key, held):
+                    inline.setdefault(key, []).append(member)
+                    budgets.spend(decision)
+                    continue
+            held.discard(key)  # a turn queued behind the held lane: later notices too
             # turns and labelled notices alike go through the conversation's
             # lane, so its notices keep their order
             self._queue(Delivery([member]), budgets)
+        if inline:
+            self._post_inline(inline)
+
+    def _hold(self, key: str, held: set[str]) -> bool:
+        """Hold the conversation's lane for this batch's inline posts when it is idle:
+        nothing under way or queued there, no notice of it waiting for a retry."""
+        if key in self._holds or not self.runner.lanes.hold(key):
+            return False
+        held.add(key)
+        return True
+
+    def _post_inline(self, groups: dict[str, list[Member]]) -> None:
+        lanes = self.runner.lanes
+        task = asyncio.get_running_loop().create_task(self._deliver_inline(groups),
+                                                      name=f"{self.name}:inline")
+        for key in groups:
+            lanes.held_by(key, task)
+        self._inline.add(task)
+        task.add_done_callback(self._inline.discard)
+
+    async def _deliver_inline(self, groups: dict[str, list[Member]]) -> None:
+        """Post each held conversation's notices, in order, a few conversations at once;
+        each lane is released the moment its conversation's notices are out."""
+        waiting = iter(list(groups.items()))
+
+        async def post_groups() -> None:
+            for key, members in waiting:
+                try:
+                    await self._post_group(key, members)
+                except Exception:  # (its notices went back; the others go on)
+                    log.exception("notification_group_failed", session_key=key)
+
+        try:
+            workers = min(INLINE_CONVERSATIONS, len(groups))
+            if workers == 1:
+                await post_groups()
+            else:
+                await asyncio.gather(*(post_groups() for _ in range(workers)))
+        finally:
+            for key, members in waiting:  # cancelled (a drain ran out): they go back
+                self.runner.lanes.release(key)
+                for m in members:
+                    self._record(m.notification, _STOPPING)
+
+    async def _post_group(self, key: str, members: list[Member]) -> None:
+        """One conversation's notices of the batch, in order; its lane released after.
+
+        As in the lane: one a tool took meanwhile is left out, one whose owner ended
+        meanwhile is asked about again, and once one is refused (a retry) the rest wait
+        behind it, untried."""
+        index = 0
+        try:
+            again = [m.notification for m in members if not self._still_live(m.decision)]
+            fresh = dict(zip((n.id for n in again), await self._decide(again) if again
+                             else [], strict=True))
+            for index, m in enumerate(members):  # noqa: B007 - the finally reads it
+                n = m.notification
+                if not self.outbox.delivering(n.id):
+                    self._record(n, _Outcome("consumed"))
+                    continue
+                try:
+                    if (behind := self._waits_behind([m])) is not None:
+                        outcome = _Outcome("held", reason=f"waits behind notification {behind}")
+                    else:
+                        decision = fresh.get(n.id, m.decision)
+                        outcome = (_parked(decision) if isinstance(decision, Park)
+                                   else await self._post_as_is(n, decision))
+                except Exception as exc:
+                    log.error("notification_delivery_crashed", notification_ids=[n.id],
+                              session_key=key, exc_info=exc)
+                    outcome = _Outcome("retry", reason=f"delivery crashed: {exc!r}",
+                                       retry_in=_backoff(n))
+                finally:
+                    self.outbox.delivered(n.id)
+                if outcome.state == "retry" and key not in self._holds:
+                    self._holds[key] = _Hold(n.id)
+                self._record(n, outcome)
+            index = len(members)
+        finally:
+            self.runner.lanes.release(key)
+            for m in members[index:]:  # cancelled mid-way: they go back
+                self._record(m.notification, _STOPPING)
+
+    async def _post_as_is(self, n: Notification, decision: Sendable) -> _Outcome:
+        """A notice's text posted in its owner's route; its transcript line and send
+        record gathered into the next commit (the send's record, before the outcome)."""
+        if not self._connected(decision.route.platform):
+            return _DISCONNECTED
+        text = notice_text(n, decision)
+        info = n.info
+        if isinstance(decision, DeliverTurn):  # (a late notice is no one's turn)
+            self._notice_turns.inc()
+        result = await self.runner.post(decision.route, text, kind="notification",
+                                        session_id=decision.session.id,
+                                        dedupe_key=f"{n.idempotency_key}:0", notice=info)
+        if result.ok:
+            self.outbox.db.gather([
+                (TRANSCRIPT_LINE, transcript_row(decision.session.id, "notification", text,
+                                                 notice=info)),
+                self.outbox.sent_op(n.id, self.name, result.message_id)])
+        return _from_sends(n, [result])
 
     def _posts_as_is(self, n: Notification, decision: Decision) -> bool:
         """A notice whose delivery only posts its text (no turn of the model, no file)."""

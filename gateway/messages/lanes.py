@@ -4,6 +4,11 @@ A lane is a busy session's inbox — a notification for a session that is
 mid-turn waits here, in order, and runs right after that turn. Each piece of
 work runs in a task of its own, so ``/stop`` can end the turn under way and
 the lane go on with the next.
+
+The router may instead *hold* an idle conversation's lane (:meth:`Lanes.hold`) while
+it posts that conversation's notices itself, inline in one task for a whole claimed
+batch (gateway/delivery/router.py): no task or future a notice. Whatever comes for a
+held lane meanwhile waits in it, as behind a turn, and runs once it is released.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ class Lane:
     busy: bool = False
     #: the work running now, in a task of its own so /stop can end it and the lane go on
     current: asyncio.Future[Any] | None = None
+    #: held by work outside the lane (the router posting notices inline): the task
+    #: doing that work (None until it is made); the lane serves nothing until released
+    held: bool = False
+    holder: asyncio.Task[Any] | None = None
 
 
 class Lanes:
@@ -41,10 +50,39 @@ class Lanes:
             lane = self.by_key[session_key] = Lane()
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         lane.queue.append((work, done))
-        if lane.task is None:
-            lane.task = asyncio.create_task(self._serve(session_key, lane),
-                                            name=f"lane:{session_key}")
+        if lane.task is None and not lane.held:
+            self._start(session_key, lane)
         return done
+
+    def hold(self, session_key: str) -> bool:
+        """Take an idle conversation's lane for work done outside it: busy until
+        :meth:`release`; False when the lane has work of its own."""
+        if session_key in self.by_key:
+            return False
+        self.by_key[session_key] = Lane(busy=True, held=True)
+        return True
+
+    def held_by(self, session_key: str, holder: asyncio.Task[Any]) -> None:
+        """The task doing a held lane's work: what :meth:`drain` and :meth:`idle` wait for."""
+        lane = self.by_key.get(session_key)
+        if lane is not None and lane.held:
+            lane.holder = holder
+
+    def release(self, session_key: str) -> None:
+        """The holder is done: what came meanwhile runs now, in order."""
+        lane = self.by_key.get(session_key)
+        if lane is None or not lane.held:
+            return
+        lane.held = lane.busy = False
+        lane.holder = None
+        if lane.queue:
+            self._start(session_key, lane)
+        else:
+            del self.by_key[session_key]
+
+    def _start(self, session_key: str, lane: Lane) -> None:
+        lane.task = asyncio.create_task(self._serve(session_key, lane),
+                                        name=f"lane:{session_key}")
 
     def stop(self, session_key: str) -> bool:
         """End the work under way in this conversation; False when there is none — or
@@ -74,8 +112,12 @@ class Lanes:
     async def idle(self, session_key: str) -> None:
         """Until this conversation's lane is gone: its work done (or cancelled) and
         nothing queued behind it."""
-        while (lane := self.by_key.get(session_key)) is not None and lane.task is not None:
-            await asyncio.wait({lane.task})
+        while (lane := self.by_key.get(session_key)) is not None:
+            running = lane.task or lane.holder
+            if running is None:  # held, its holder not made yet: it is, within this step
+                await asyncio.sleep(0)
+                continue
+            await asyncio.wait({running})
 
     @property
     def busy_keys(self) -> Iterable[str]:
@@ -83,7 +125,8 @@ class Lanes:
 
     async def drain(self, timeout: float) -> bool:
         """Let queued work finish for up to ``timeout``, then cancel it; True when all did."""
-        tasks = [lane.task for lane in self.by_key.values() if lane.task]
+        tasks = list({running for lane in self.by_key.values()
+                      if (running := lane.task or lane.holder) is not None})
         if not tasks:
             return True
         _, pending = await asyncio.wait(tasks, timeout=timeout)

@@ -55,6 +55,33 @@ C = TypeVar("C", bound=Executes)
 Work = Sequence[Op] | Callable[[C], Any]
 
 
+class GatheredRows:
+    """Rows of statements gathered for the next group commit (:meth:`GroupCommit.gather`):
+    one ``executemany`` a statement, in the order each statement was first given. Open
+    for more rows until the flusher takes it into a transaction."""
+
+    __slots__ = ("open", "rows")
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[Sequence[Any]]] = {}
+        self.open = True
+
+    def add(self, sql: str, params: Sequence[Any]) -> None:
+        rows = self.rows.get(sql)
+        if rows is None:
+            self.rows[sql] = [params]
+        else:
+            rows.append(params)
+
+    def __call__(self, conn: Executes) -> None:
+        for sql, rows in self.rows.items():
+            conn.executemany(sql, rows)
+
+    def __repr__(self) -> str:
+        return "gathered rows: " + "; ".join(f"{sql.split('(')[0].strip()} ×{len(rows)}"
+                                             for sql, rows in self.rows.items())
+
+
 @dataclass(slots=True)
 class Queued(Generic[C]):
     seq: int
@@ -73,6 +100,8 @@ class GroupCommit(Generic[C]):
         self._room: list[asyncio.Future[None]] = []
         #: transactions committed so far (each holds up to MAX_BATCH writes)
         self.commits = 0
+        #: rows gathered for the next commit, while the flusher has not taken them
+        self._gathered: GatheredRows | None = None
 
     # what a backend provides -------------------------------------------------
 
@@ -114,7 +143,9 @@ class GroupCommit(Generic[C]):
         function of the connection returned (statements return nothing)."""
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._enqueue(work, done)
-        return await asyncio.shield(done)
+        # a writer cancelled while it waits cancels ``done``, and nothing else: the write
+        # is queued and commits all the same (the commit sees ``done`` is done)
+        return await done
 
     def write_behind(self, work: Work[C]) -> asyncio.Future[None]:
         """Queue ``work`` without waiting for its commit; failures are logged, and
@@ -128,6 +159,19 @@ class GroupCommit(Generic[C]):
         else:
             self._room.append(room)
         return room
+
+    def gather(self, ops: Iterable[Op]) -> None:
+        """Write ``ops`` behind, as rows of the statements gathered for the next commit:
+        a thousand sends' records made while one transaction runs are one
+        ``executemany`` a statement in the next, not a thousand writes. They commit
+        together, in the order each statement was first gathered; failures are logged,
+        and :meth:`flush` waits, as for :meth:`write_behind`."""
+        gathered = self._gathered
+        if gathered is None or not gathered.open:
+            gathered = self._gathered = GatheredRows()
+            self._enqueue(gathered, None)
+        for sql, params in ops:
+            gathered.add(sql, params)
 
     async def flush(self) -> None:
         """Wait until every write queued before this call has committed (or failed)."""
@@ -162,6 +206,9 @@ class GroupCommit(Generic[C]):
             # bounded, so a storm of writes cannot grow each transaction past the last
             # and keep a flush (or the next awaited write) waiting ever longer
             batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+            for item in batch:
+                if isinstance(item.work, GatheredRows):
+                    item.work.open = False  # rows from now on go into the next commit
             await self._commit(batch)
             self._settled = batch[-1].seq
             self._progress.set()

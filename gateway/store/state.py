@@ -10,7 +10,7 @@ this protocol, never a backend; :func:`open_state_database` picks one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, overload
 
@@ -43,6 +43,8 @@ class StateDatabase(Protocol):
     async def write(self, work: Sequence[Op]) -> None: ...
 
     def write_behind(self, work: Work[Any]) -> asyncio.Future[None]: ...
+
+    def gather(self, ops: Iterable[Op]) -> None: ...
 
     async def flush(self) -> None: ...
 
