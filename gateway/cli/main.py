@@ -258,7 +258,7 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     try:
         configure_logging(config.logging, log_dir=config.home_path / "logs",
-                          secrets=secrets_of(config))
+                          secrets=secrets_of(config), final=True)
     except OSError as exc:  # e.g. a file named logs in the home
         print(f"homing: cannot start: the log folder cannot be opened: {exc}", file=sys.stderr)
         return 1

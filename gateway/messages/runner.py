@@ -466,7 +466,7 @@ class GatewayRunner:
             result = await adapter.send(route, text, kind=kind, session_id=session_id,
                                         dedupe_key=dedupe_key, notice=notice)
         if result.ok:
-            self.metrics.messages_out.labels(route.platform).inc()
+            self.metrics.sent_to(route.platform).inc()
         else:
             log.warning("send_failed", platform=route.platform, chat_id=route.chat_id,
                         thread_id=route.thread_id, error=result.error)

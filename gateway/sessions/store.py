@@ -9,6 +9,7 @@ its own echo; :meth:`SessionStore.flush` makes them durable on demand.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 import time
@@ -50,7 +51,13 @@ def transcript_row(session_id: str, role: str, text: str, *, notice: NoticeInfo 
                    inbound_id: int | None = None) -> tuple[Any, ...]:
     """:data:`TRANSCRIPT_LINE`'s parameters, stamped now."""
     return (session_id, role, text, time.time(),
-            json.dumps(notice.to_dict()) if notice is not None else None, inbound_id)
+            _notice_json(notice) if notice is not None else None, inbound_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _notice_json(notice: NoticeInfo) -> str:
+    """A notice's kind and outcome as stored (a handful of kinds and outcomes)."""
+    return json.dumps(notice.to_dict())
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,12 @@ Line = str | tuple[str, str]
 
 
 def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
-                      log_dir: Path | None = None, secrets: Iterable[str] = ()) -> None:
+                      log_dir: Path | None = None, secrets: Iterable[str] = (),
+                      final: bool = False) -> None:
+    """``final``: configured once for the process (``homing run``): each module's logger
+    is then made on its first use and kept, so a line below the level costs a call that
+    does nothing, not a logger made and thrown away. Tests that configure again and
+    again leave it off."""
     stream = stream or sys.stderr
     masker = Masker(secrets)
     level = getattr(logging, settings.level.upper())
@@ -67,7 +72,7 @@ def configure_logging(settings: LoggingConfig, stream: TextIO | None = None, *,
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=lambda *args: sink,
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=final,
     )
     # libraries that log through the standard library (aiohttp, httpx, discord.py)
     # go to the same places at warning level and above, redacted too

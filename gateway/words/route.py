@@ -36,6 +36,8 @@ class Route:
             raise ValueError("thread_id must be None or a non-empty id")
 
     def with_anchor(self, message_id: str | None) -> Route:
+        if message_id == self.message_id:  # (routes are values: the same one will do)
+            return self
         return replace(self, message_id=message_id)
 
     def to_dict(self) -> dict[str, Any]:
@@ -43,6 +45,11 @@ class Route:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Route:
+        if all(type(v) is str for v in data.values()):  # as to_dict wrote it: as it is
+            try:
+                return cls(**data)
+            except TypeError:  # a key this version does not know: left out below
+                pass
         fields: dict[str, Any] = {k: (None if v is None else str(v))
                                   for k, v in data.items() if k in _FIELDS}
         return cls(**fields)
