@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import os
 import shutil
 import sqlite3
@@ -32,6 +33,7 @@ from gateway.delivery.notifications import NewNotification
 from gateway.delivery.outbox import Outbox
 from gateway.errors import RefusedInput
 from gateway.inbound.journal import acted_ops
+from gateway.machine.off_loop import OffLoop
 from gateway.machine.private_files import private_dir
 from gateway.machine.processes import ORIGINAL_OPEN_FILES, process_start_time
 from gateway.retry import RetryPolicy
@@ -129,6 +131,8 @@ class JobManager:
         self.owner: str | None = life.name
         self.acting: Acting = life.acting  # (gateway/cluster/lives.py)
         self._live: dict[str, _Live] = {}
+        #: the reads a job's end makes of /proc and its files, a burst's in one hop
+        self._off_loop = OffLoop()
 
     # starting --------------------------------------------------------------
 
@@ -280,11 +284,16 @@ class JobManager:
                     escalated = await live.kill
                 except Exception:
                     log.exception("job_kill_failed", job_id=record.id)
-            elif end.observed and record.pid:
-                record.left_running = await asyncio.to_thread(job_process.group_members,
-                                                              record.pid)
             record.state, record.exit_code = end.state, end.exit_code
             record.ended_at = max(end.ended_at, record.started_at)
+            notify = self._should_notify_completion(record)
+            # what is left of its process group, and its output's last lines: one hop
+            count_left = live.kill is None and end.observed and bool(record.pid)
+            left, (tail, cut) = await self._off_loop.run(functools.partial(
+                _end_reads, record.pid if count_left else None,
+                record.log_path if notify else None, self.settings.tail_lines))
+            if count_left:
+                record.left_running = left
             notices: list[NewNotification] = []
             dropped = 0
             if live.watch is not None:
@@ -293,11 +302,8 @@ class JobManager:
                 dropped = live.watch.dropped
             details = EndDetails(escalated, self.settings.kill_grace_seconds, dropped,
                                  self.limits.global_max_per_minute)
-            notify = self._should_notify_completion(record)
             note = await self.ending_note(record, notify)
             if notify:
-                tail, cut = await asyncio.to_thread(job_process.tail_of, record.log_path,
-                                                    self.settings.tail_lines)
                 notices.append(NewNotification(
                     idempotency_key=completion_key(record.id), kind="completion",
                     address=record.address, job_id=record.id, outcome=job_outcome(record),
@@ -488,6 +494,15 @@ class JobManager:
         self.output.close()
         self.watching.close()
         self._live.clear()
+
+
+def _end_reads(pgid: int | None, log_path: Path | None, lines: int
+               ) -> tuple[int, tuple[list[str], bool]]:
+    """Off the loop, at a job's end: how many of its processes are left (when ``pgid``)
+    and its output's last ``lines`` (when ``log_path``)."""
+    left = job_process.group_members(pgid) if pgid is not None else 0
+    return left, (job_process.tail_of(log_path, lines) if log_path is not None
+                  else ([], False))
 
 
 def _end_state(code: int | None, record: JobRecord, *, spawned: bool) -> str:
