@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import statistics
 import sys
@@ -15,7 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.config.settings import Config, LoggingConfig, parse_config  # noqa: E402
 from gateway.daemon.assembly import Gateway  # noqa: E402
-from gateway.daemon.event_loop import loop_factory  # noqa: E402
+
+try:
+    from gateway.daemon.event_loop import loop_factory  # noqa: E402
+except ImportError:  # a revision from before it (bench/side_by_side.py): the standard loop
+    def loop_factory() -> tuple[str, Any]:  # type: ignore[misc]
+        return "asyncio", None
 from gateway.telemetry.logs import configure_logging  # noqa: E402
 from gateway.words.events import MessageKind, NoticeInfo, SendResult  # noqa: E402
 from gateway.words.return_address import ReturnAddress
@@ -33,7 +39,10 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 def quiet() -> None:
-    configure_logging(LoggingConfig(level="warning"))
+    if "final" in inspect.signature(configure_logging).parameters:  # as `homing run` does
+        configure_logging(LoggingConfig(level="warning"), final=True)
+    else:  # a revision from before it (bench/side_by_side.py)
+        configure_logging(LoggingConfig(level="warning"))
 
 
 def bench_config(home: str, **sections: dict[str, object]) -> Config:
