@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import shutil
+import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -48,6 +50,36 @@ class CrashPoint:
             assert self._task is not None
             await asyncio.wait([self._task])
         assert isinstance(self._task.exception(), SimulatedCrash)
+
+
+class KilledAt(CrashPoint):
+    """A crash point that keeps the SQLite state database as it had committed at that
+    instant — what a ``kill -9`` there leaves — while the gateway that reached it goes
+    on (its ``finally`` blocks, its stop, its later writes). :meth:`restore` puts that
+    state back once the gateway is gone, for the next one to start on.
+
+    :meth:`snapshot` alone is the same instant without raising: for a point reached in
+    a callback, where an exception would only be logged by the loop."""
+
+    def __init__(self, state_db: Path) -> None:
+        super().__init__()
+        self.path = state_db
+        self.kept = state_db.with_name("killed-at.db")
+
+    def snapshot(self) -> None:
+        with sqlite3.connect(self.path) as source, sqlite3.connect(self.kept) as copy:
+            source.backup(copy)  # what had committed: a reader's snapshot
+        self.happened.set()
+
+    def crash(self, where: str) -> NoReturn:
+        self.snapshot()
+        super().crash(where)
+
+    def restore(self) -> None:
+        assert self.kept.exists(), "the crash point was never reached"
+        for extra in ("-wal", "-shm"):
+            self.path.with_name(self.path.name + extra).unlink(missing_ok=True)
+        shutil.move(self.kept, self.path)
 
 
 def crash_on_write(monkeypatch: pytest.MonkeyPatch, db: Database,

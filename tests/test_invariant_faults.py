@@ -30,7 +30,7 @@ from gateway.platforms.web.adapter import WebAdapter
 from gateway.words.return_address import ReturnAddress
 from gateway.words.route import Route
 from tests.conftest import make_config
-from tests.faults import CrashPoint, Gate, crash_on_write, inserts_notice
+from tests.faults import CrashPoint, Gate, KilledAt, crash_on_write, inserts_notice
 from tests.helpers import eventually, eventually_async
 from tests.memory_platform import MemoryAdapter, SentMessage
 from tests.test_web import open_tab
@@ -119,8 +119,11 @@ async def test_a_crash_as_a_jobs_end_commits_loses_neither_and_the_restart_repor
 # 2. exactly once: a send that was recorded is not sent again after a crash ------------
 
 async def test_a_crash_between_a_recorded_send_and_its_completion_sends_nothing_twice(
-        memory_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+        memory_config: Config, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Through the owner's lane (the owner is mid-turn when the job ends): the send's
+    record commits with its transcript line, the row's completion after it."""
     adapter = MemoryAdapter("memory", send_delay=0.001)
+    job_gate, turn_gate = Gate(tmp_path / "job-gate"), Gate(tmp_path / "turn-gate")
     async with gateway(memory_config, adapter) as gw:
         crash = CrashPoint()
 
@@ -129,10 +132,48 @@ async def test_a_crash_between_a_recorded_send_and_its_completion_sends_nothing_
             crash.crash("between the send's record and the row's completion")
 
         monkeypatch.setattr(gw.outbox, "record_outcomes", crash_before_completion)
-        job_id = await start_job(adapter, "/bg echo sent-once")
+        job_id = await start_job(adapter, f"/bg {job_gate.wait}; echo sent-once")
+        turn = adapter.receive(f"/run {turn_gate.wait}; echo turn-over", CHAT)
+        await eventually(lambda: gw.runner.is_busy(KEY), what="the owner mid-turn")
+        await job_gate.open()  # its notice waits in the busy owner's lane
+        await eventually_async(lambda: _in_lane(gw), what="the notice in the owner's lane")
+        await turn_gate.open()
+        await turn
         await crash.wait()
         assert len(notices_of(adapter, job_id)) == 1  # it went out before the crash
     async with gateway(memory_config, adapter) as gw:  # reconciled on restart
+        row = await settled(gw, job_id)
+        assert row.state == "delivered"
+    sent = notices_of(adapter, job_id)
+    assert len(sent) == 1, f"the notice was sent again after the restart: {len(sent)} sends"
+
+
+async def _in_lane(gw: Gateway) -> bool:
+    rows = await gw.outbox.list("claimed")
+    return bool(rows) and gw.runner.lanes.waiting(KEY) > 0
+
+
+async def test_a_crash_right_after_an_inline_posts_record_commits_sends_nothing_twice(
+        memory_config: Config) -> None:
+    """Posted inline (its owner idle): the send's record and the row's completion are
+    one write. The state as committed the moment it is through is what the next life
+    starts on (a ``kill -9`` there)."""
+    adapter = MemoryAdapter("memory", send_delay=0.001)
+    async with gateway(memory_config, adapter) as gw:
+        killed = KilledAt(gw.config.state_db)
+        told = gw.router._committed
+
+        def snapshot_then_tell(committed: asyncio.Future[object]) -> None:
+            if not killed.happened.is_set():
+                killed.snapshot()  # the instant the commit is through, before anything else
+            told(committed)
+
+        gw.router._committed = snapshot_then_tell  # type: ignore[method-assign]
+        job_id = await start_job(adapter, "/bg echo sent-once")
+        await asyncio.wait_for(killed.happened.wait(), 30)
+        assert len(notices_of(adapter, job_id)) == 1
+    killed.restore()
+    async with gateway(memory_config, adapter) as gw:  # the restart after the kill
         row = await settled(gw, job_id)
         assert row.state == "delivered"
     sent = notices_of(adapter, job_id)

@@ -12,7 +12,6 @@ as after a ``kill -9``.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from gateway.daemon.assembly import Gateway
 from gateway.platforms.matrix.adapter import MatrixAdapter
 from gateway.store.group_commit import Op
 from tests.fakes.openai_server import FakeOpenAI, Say
-from tests.faults import CrashPoint
+from tests.faults import KilledAt
 from tests.helpers import settled
 from tests.matrix_homeserver import Homeserver, MakeUser, Message
 from tests.model_support import model_settings
@@ -33,30 +32,10 @@ from tests.test_matrix import bot_in, bot_messages, matrix_config, matrix_gatewa
 STOPPED = "(The gateway stopped while it was handling"
 
 
-class KilledAt(CrashPoint):
-    """A crash point that keeps the state database as it had committed at the crash;
-    :meth:`restore` puts it back once the crashed gateway is gone."""
-
-    def __init__(self, gw: Gateway) -> None:
-        super().__init__()
-        self.path = gw.config.state_db
-        self.kept = self.path.with_name("killed-at.db")
-
-    def crash(self, where: str) -> Any:
-        with sqlite3.connect(self.path) as source, sqlite3.connect(self.kept) as copy:
-            source.backup(copy)  # what had committed: a reader's snapshot
-        super().crash(where)
-
-    def restore(self) -> None:
-        for extra in ("-wal", "-shm"):
-            self.path.with_name(self.path.name + extra).unlink(missing_ok=True)
-        shutil.move(self.kept, self.path)
-
-
 def crash_at_the_reply_record(monkeypatch: pytest.MonkeyPatch, gw: Gateway) -> KilledAt:
     """Dies as the first reply's transcript line (and the journal's ``replied``) is
     written: after the reply went out, before anything of it was recorded."""
-    point = KilledAt(gw)
+    point = KilledAt(gw.config.state_db)
     store = gw.runner.store
     real = store.record_message
 
@@ -73,7 +52,7 @@ def crash_at_the_reply_record(monkeypatch: pytest.MonkeyPatch, gw: Gateway) -> K
 def crash_at_the_send(monkeypatch: pytest.MonkeyPatch, gw: Gateway, marker: str
                       ) -> KilledAt:
     """Dies as the reply holding ``marker`` is about to be sent: it never goes out."""
-    point = KilledAt(gw)
+    point = KilledAt(gw.config.state_db)
     adapter = gw.runner.adapters["matrix"].inner
     assert isinstance(adapter, MatrixAdapter)
     real = adapter.put_event

@@ -291,6 +291,13 @@ class Outbox:
         await self.record_outcomes(
             claimer, [(n, DeliveryOutcome("parked", reason=reason, detail=detail))])
 
+    def settled(self, outcomes: Sequence[tuple[Notification, DeliveryOutcome]]) -> None:
+        """Outcomes a router committed with their sends' records (not through
+        :meth:`record_outcomes`): tell the listeners, as that does after its write."""
+        for n, outcome in outcomes:
+            if outcome.state in ("delivered", "parked"):
+                self._settled(n, outcome.state, outcome.reason, outcome.detail)
+
     def _settled(self, n: Notification, state: str, reason: str | None,
                  detail: str | None) -> None:
         for listener in self.settle_listeners:

@@ -51,7 +51,7 @@ from gateway.delivery.merged_notices import (
 )
 from gateway.delivery.notifications import Notification
 from gateway.delivery.outbox import DeliveryOutcome as _Outcome
-from gateway.delivery.outbox import Outbox
+from gateway.delivery.outbox import Outbox, delivered_op
 from gateway.delivery.ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from gateway.retry import RetryPolicy
 from gateway.sessions.store import TRANSCRIPT_LINE, SessionStore, transcript_row
@@ -197,6 +197,8 @@ class Router:
         self._gathering: dict[str, Delivery] = {}
         #: batches being posted inline (see the module's story), one task each
         self._inline: set[asyncio.Task[None]] = set()
+        #: inline posts by the commit that records them, told once it is through
+        self._committing: dict[asyncio.Future[object], list[tuple[Notification, _Outcome]]] = {}
         #: a notice posted inline counts as the owner's turn for it, as in the lane
         self._notice_turns = runner.metrics.turns.labels("notification")
         self._stopping = False
@@ -410,9 +412,11 @@ class Router:
         behind it, untried."""
         index = 0
         try:
-            again = [m.notification for m in members if not self._still_live(m.decision)]
-            fresh = dict(zip((n.id for n in again), await self._decide(again) if again
-                             else [], strict=True))
+            fresh: dict[int, Decision] = {}
+            if not all(self._still_live(m.decision) for m in members):
+                again = [m.notification for m in members if not self._still_live(m.decision)]
+                fresh = dict(zip((n.id for n in again), await self._decide(again),
+                                 strict=True))
             for index, m in enumerate(members):  # noqa: B007 - the finally reads it
                 n = m.notification
                 if not self.outbox.delivering(n.id):
@@ -423,8 +427,11 @@ class Router:
                         outcome = _Outcome("held", reason=f"waits behind notification {behind}")
                     else:
                         decision = fresh.get(n.id, m.decision)
-                        outcome = (_parked(decision) if isinstance(decision, Park)
-                                   else await self._post_as_is(n, decision))
+                        if isinstance(decision, Park):
+                            outcome = _parked(decision)
+                        elif (outcome := await self._post_as_is(n, decision)
+                              ).state == "delivered":
+                            continue  # recorded with its send (see _post_as_is)
                 except Exception as exc:
                     log.error("notification_delivery_crashed", notification_ids=[n.id],
                               session_key=key, exc_info=exc)
@@ -442,8 +449,11 @@ class Router:
                 self._record(m.notification, _STOPPING)
 
     async def _post_as_is(self, n: Notification, decision: Sendable) -> _Outcome:
-        """A notice's text posted in its owner's route; its transcript line and send
-        record gathered into the next commit (the send's record, before the outcome)."""
+        """A notice's text posted in its owner's route. Once it went out, its transcript
+        line and its row marked delivered (with the message's id: the send's record) are
+        gathered into the next commit, one write: no moment where the send is recorded
+        and the row still open, or the other way round. The delivered outcome is told
+        (:meth:`_committed`) once that commit is through; any other is the caller's."""
         if not self._connected(decision.route.platform):
             return _DISCONNECTED
         text = notice_text(n, decision)
@@ -453,12 +463,37 @@ class Router:
         result = await self.runner.post(decision.route, text, kind="notification",
                                         session_id=decision.session.id,
                                         dedupe_key=f"{n.idempotency_key}:0", notice=info)
-        if result.ok:
-            self.outbox.db.gather([
+        outcome = _from_sends(n, [result])
+        if outcome.state == "delivered":
+            committed = self.outbox.db.gather([
                 (TRANSCRIPT_LINE, transcript_row(decision.session.id, "notification", text,
                                                  notice=info)),
-                self.outbox.sent_op(n.id, self.name, result.message_id)])
-        return _from_sends(n, [result])
+                delivered_op(n.id, self.name, outcome.message_id, time.time())])
+            waiting = self._committing.get(committed)
+            if waiting is None:
+                waiting = self._committing[committed] = []
+                committed.add_done_callback(self._committed)
+            waiting.append((n, outcome))
+        return outcome
+
+    def _committed(self, committed: asyncio.Future[object]) -> None:
+        """The commit that recorded inline posts is through (or failed): what recording
+        an outcome does after its write, for all of them at once."""
+        batch = self._committing.pop(committed, [])
+        try:
+            if committed.cancelled() or committed.exception() is not None:
+                # the rows stay claimed, as after a crash: the next start settles them (a
+                # recorded send counts as delivered; this one's record did not commit)
+                log.error("notification_outcomes_not_recorded", rows=len(batch),
+                          error=repr(None if committed.cancelled() else committed.exception()))
+            else:
+                self.outbox.settled(batch)
+                self._after_recorded(batch)
+        finally:
+            self._open -= len(batch)
+            if not self._open:
+                self._recorded.set()
+            self._note_idle()
 
     def _posts_as_is(self, n: Notification, decision: Decision) -> bool:
         """A notice whose delivery only posts its text (no turn of the model, no file)."""

@@ -60,11 +60,13 @@ class GatheredRows:
     one ``executemany`` a statement, in the order each statement was first given. Open
     for more rows until the flusher takes it into a transaction."""
 
-    __slots__ = ("open", "rows")
+    __slots__ = ("committed", "open", "rows")
 
-    def __init__(self) -> None:
+    def __init__(self, committed: asyncio.Future[Any]) -> None:
         self.rows: dict[str, list[Sequence[Any]]] = {}
         self.open = True
+        #: done once the rows are committed (failed with the error when they could not be)
+        self.committed = committed
 
     def add(self, sql: str, params: Sequence[Any]) -> None:
         rows = self.rows.get(sql)
@@ -160,18 +162,22 @@ class GroupCommit(Generic[C]):
             self._room.append(room)
         return room
 
-    def gather(self, ops: Iterable[Op]) -> None:
-        """Write ``ops`` behind, as rows of the statements gathered for the next commit:
-        a thousand sends' records made while one transaction runs are one
+    def gather(self, ops: Iterable[Op]) -> asyncio.Future[Any]:
+        """Write ``ops`` as rows of the statements gathered for the next commit: a
+        thousand sends' records made while one transaction runs are one
         ``executemany`` a statement in the next, not a thousand writes. They commit
-        together, in the order each statement was first gathered; failures are logged,
-        and :meth:`flush` waits, as for :meth:`write_behind`."""
+        together, in the order each statement was first gathered, and :meth:`flush`
+        waits for them. The answer is done once they are committed (or failed), the same
+        for every write gathered into that commit: one callback a commit, not a future a
+        write."""
         gathered = self._gathered
         if gathered is None or not gathered.open:
-            gathered = self._gathered = GatheredRows()
-            self._enqueue(gathered, None)
+            committed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            gathered = self._gathered = GatheredRows(committed)
+            self._enqueue(gathered, committed)
         for sql, params in ops:
             gathered.add(sql, params)
+        return gathered.committed
 
     async def flush(self) -> None:
         """Wait until every write queued before this call has committed (or failed)."""
