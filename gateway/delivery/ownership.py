@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from gateway.delivery.notifications import Notification
 from gateway.sessions.store import SessionStore
+from gateway.words.return_address import anchor_of
 from gateway.words.route import Route
 from gateway.words.session_entry import SessionEntry
 from gateway.words.session_key import SessionKeyError, key_parts_for, parse_session_key
@@ -74,8 +75,9 @@ def resolve_owner(n: Notification, facts: OwnerFacts, platforms: Collection[str]
         return Park("no_route", str(exc))
     if parts.platform not in platforms:
         return Park("unknown_platform", f"platform {parts.platform!r} is not running here")
-    address = n.address
-    if address is None:
+    try:
+        anchor = anchor_of(n.address_json)
+    except (ValueError, KeyError, TypeError):
         return Park("no_route", "the return address cannot be read")
     owner = facts.session
     if owner is None:
@@ -95,7 +97,7 @@ def resolve_owner(n: Notification, facts: OwnerFacts, platforms: Collection[str]
     if _key_fields(owner.route) != (parts.platform, parts.chat_type, parts.chat_id,
                                     parts.thread_id):
         return Park("no_route", "the stored route does not match the session key")
-    route = owner.route.with_anchor(address.route.message_id)
+    route = owner.route.with_anchor(anchor)
     if owner.is_live:
         return DeliverTurn(owner, route)  # (a), or (b)/(c) resolved above
     # ended by /new or closed: never reopened, never handed to the chat's new session

@@ -102,4 +102,6 @@ def _escape(part: str) -> str:
 
 
 def _unescape(part: str) -> str:
+    if "%" not in part:  # (nearly every part: nothing to undo)
+        return part
     return part.replace("%3A", ":").replace("%25", "%")
