@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from agent.arguments import split_first_word
@@ -16,7 +17,7 @@ from agent.schedule_commands import COMMANDS as SCHEDULE_COMMANDS
 from agent.schedule_commands import ScheduleCommands
 from gateway.delivery.notifications import Notification
 from gateway.inbound.files import FileRefused, file_lines
-from gateway.messages.commands import parse_command
+from gateway.messages.command_line import parse_command
 from gateway.messages.turn import Turn
 from tools.delegation import DelegationManager, DelegationRefused, delegate_task
 from tools.job_notices import describe_exit
@@ -88,6 +89,11 @@ class CommandAgent:
         """No model, no summary: the child session just follows its parent."""
         turn.session = await turn.runner.rotate_session(turn.session, "compression",
                                                         route=turn.route)
+
+    def running_jobs(self, session_key: str) -> dict[str, int]:
+        running = self.terminal.jobs.running_in(session_key) if self.terminal is not None \
+            else []
+        return dict(Counter(job.session_id for job in running))
 
     def status_lines(self, turn: Turn) -> list[str]:
         lines: list[str] = []

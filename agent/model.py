@@ -22,13 +22,15 @@ from agent.compression import Compressor
 from agent.history import History, Message, estimate_tokens, notice_message
 from agent.loop import ToolLoop
 from agent.model_client import ModelClient, ModelUnavailable
+from agent.titles import model_title
 from agent.toolbox import ToolBox, ToolContext
 from agent.transcription import Transcriber
 from agent.wire import wire_messages
 from gateway.config.settings import AgentConfig
 from gateway.delivery.notifications import Notification
 from gateway.inbound.files import file_lines, files_of
-from gateway.messages.commands import CompressionFailed, parse_command
+from gateway.messages.command_line import parse_command
+from gateway.messages.commands import CompressionFailed
 from gateway.messages.pairing import APPROVED_KIND
 from gateway.messages.turn import Turn
 from gateway.words.events import MessageKind, SendResult
@@ -77,8 +79,13 @@ class _Conversation:
 
 class ModelAgent:
     def __init__(self, config: AgentConfig, client: ModelClient, history: History,
-                 toolbox: ToolBox, command_agent: CommandAgent) -> None:
+                 toolbox: ToolBox, command_agent: CommandAgent, *,
+                 auto_title: bool = False) -> None:
+        """``auto_title``: name a conversation after its first exchange
+        (``sessions.auto_title``; agent/titles.py)."""
         self.config = config
+        self.client = client
+        self.auto_title = auto_title
         self.history = history
         self.toolbox = toolbox
         self.command_agent = command_agent
@@ -101,6 +108,21 @@ class ModelAgent:
             return
         opening = await self._opening(turn)
         await self._converse(turn, {"role": "user", "content": opening}, "reply")
+        if self.auto_title and turn.session.title is None:
+            await self._name_after_first_exchange(turn)
+
+    async def _name_after_first_exchange(self, turn: Turn) -> None:
+        """After the answer went out (nobody waits but the conversation's next message):
+        the model's title for the conversation, when this was its first exchange."""
+        messages = await self.history.load(turn.session.id)
+        said = [m for m in messages if m.get("role") == "user"]
+        answers = [m for m in messages if m.get("role") == "assistant" and m.get("content")]
+        if len(said) != 1 or not answers:
+            return
+        title = await model_title(self.client, _text_of(said[0]), _text_of(answers[-1]))
+        if title is not None and await turn.runner.store.name_if_unnamed(turn.session.id,
+                                                                          title):
+            log.info("conversation_named", session_id=turn.session.id, title=title)
 
     async def _opening(self, turn: Turn) -> str | list[dict[str, object]]:
         """The user's message: its text, a line per file, what its voice notes say
@@ -145,6 +167,9 @@ class ModelAgent:
     async def close(self) -> None:
         if self.transcriber is not None:
             await self.transcriber.close()
+
+    def running_jobs(self, session_key: str) -> dict[str, int]:
+        return self.command_agent.running_jobs(session_key)
 
     def status_lines(self, turn: Turn) -> list[str]:
         return [f"model: {self.config.model} at {self.config.base_url}",
@@ -252,6 +277,15 @@ class ModelAgent:
         convo.reported_tokens = None
         convo.compressed = True
         return True
+
+
+def _text_of(message: Message) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # parts: the words of it
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
 
 
 def notice_header(notice: Notification) -> str:

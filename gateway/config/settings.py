@@ -73,6 +73,9 @@ else:  # the sections as pydantic validates them
 class SessionsConfig(Strict):
     group_sessions_per_user: bool = True
     thread_sessions_per_user: bool = False
+    #: with the model agent: the model names a conversation after its first exchange,
+    #: unless a person named it (one small request more a conversation: off unless asked)
+    auto_title: bool = False
 
 
 class TranscriptionConfig(Strict):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.formatting.splitter import split_message
 from gateway.inbound.files import FileRefused, IncomingFile
-from gateway.words.events import MessageKind, NoticeInfo, SendResult
+from gateway.words.events import Choice, MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 
 if TYPE_CHECKING:
@@ -80,6 +80,14 @@ class Adapter(ABC):
         the same for a send made again after a crash, lets a platform that can
         deduplicate (Discord's message nonce) post it once.
         """
+
+    async def send_choices(self, route: Route, text: str, choices: Sequence[Choice], *,
+                           kind: MessageKind = "system", session_id: str | None = None
+                           ) -> SendResult:
+        """``text`` with a button for each of ``choices`` where the platform has buttons
+        (``Capabilities.buttons``); a press is the presser sending that choice's command
+        here. Without buttons, the text alone: it says how to type them."""
+        return await self.send(route, text, kind=kind, session_id=session_id)
 
     async def delivered(self, route: Route, dedupe_key: str) -> bool | None:
         """Whether the send made with ``dedupe_key`` into ``route`` (its first message)

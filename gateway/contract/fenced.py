@@ -9,13 +9,13 @@ fenced where it starts: ``JobManager.start`` and ``DelegationManager.delegate``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.cluster.lives import Acting, withheld
 from gateway.contract.adapter import Adapter, LiveReply
-from gateway.words.events import MessageKind, NoticeInfo, SendResult
+from gateway.words.events import Choice, MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 
 if TYPE_CHECKING:
@@ -49,6 +49,14 @@ class FencedAdapter(Adapter):
             return refused  # a survivor answers for this life now
         return await self.inner.send(route, text, kind=kind, session_id=session_id,
                                      dedupe_key=dedupe_key, notice=notice)
+
+    async def send_choices(self, route: Route, text: str, choices: Sequence[Choice], *,
+                           kind: MessageKind = "system", session_id: str | None = None
+                           ) -> SendResult:
+        if (refused := await withheld(self.acting, route)) is not None:
+            return refused
+        return await self.inner.send_choices(route, text, choices, kind=kind,
+                                             session_id=session_id)
 
     async def send_file(self, route: Route, path: Path, caption: str | None = None, *,
                         session_id: str | None = None) -> SendResult:

@@ -181,7 +181,7 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
                                   sender=MessageSender(runner, config.agent.home_channels),
                                   scheduler=scheduler, gate=gate)
                 made = ModelAgent(config.agent, model, History(store.db), toolbox,
-                                  command_agent)
+                                  command_agent, auto_title=config.sessions.auto_title)
                 model_agents.append(made)
                 return made
 
@@ -197,6 +197,8 @@ async def running_gateway(config: Config, extra_adapters: list[Adapter] | None =
             for made in model_agents:
                 life.add("agent", shutdown=made.close)
             runner.session_end_listeners.append(delegations.interrupt_session)
+            # a resumed session's notices offered again: the router decides them now
+            runner.session_resumed_listeners.append(lambda _resumed: outbox.wake())
             router = Router(outbox, store, runner, name=here.name)
             # the work of earlier processes is settled before anything is taken in, so
             # nothing this process starts can be mistaken for it

@@ -32,7 +32,8 @@ NOTIFICATION_MOVES: dict[NotificationState, frozenset[NotificationState]] = {
     NotificationState.CLAIMED: frozenset({NotificationState.DELIVERED, NotificationState.PARKED,
                                           NotificationState.PENDING}),
     NotificationState.DELIVERED: frozenset(),
-    NotificationState.PARKED: frozenset(),
+    # offered again: its session, ended, was resumed (``/resume``)
+    NotificationState.PARKED: frozenset({NotificationState.PENDING}),
 }
 STATES: tuple[str, ...] = tuple(NotificationState)
 

@@ -24,6 +24,7 @@ from gateway.delivery.notifications import (
     Notification,
     NotificationState,
 )
+from gateway.delivery.ownership import OWNER_ENDED
 from gateway.machine.processes import process_identity
 from gateway.store.group_commit import Op
 from gateway.store.state import StateDatabase
@@ -352,6 +353,20 @@ class Outbox:
 
     def delivered(self, notification_id: int) -> None:
         self._delivering.discard(notification_id)
+
+    @staticmethod
+    def offer_again_ops(session_ids: Sequence[str]) -> list[Op]:
+        """For a resumed session (its chain's ids): the notices parked because it had
+        ended go back to pending, so the ownership rule decides them again — now live.
+        Committed with the resume itself."""
+        if not session_ids:
+            return []
+        marks = ",".join("?" * len(session_ids))
+        return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
+                 "reason = NULL, last_error = 'offered again: its session was resumed', "
+                 "not_before = NULL, claimed_by = NULL, claimed_at = NULL "
+                 f"WHERE state = '{NotificationState.PARKED}' AND reason = ? "
+                 f"AND session_id IN ({marks})", (OWNER_ENDED, *session_ids))]
 
     async def make_due(self, session_key_prefix: str) -> None:
         """Retry now what waits for a retry, for session keys starting with the prefix."""

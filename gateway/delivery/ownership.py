@@ -27,6 +27,8 @@ from gateway.words.session_key import SessionKeyError, key_parts_for, parse_sess
 #: notices of background jobs: for an ended owner they still reach the chat as a
 #: labelled plain message; every other kind (delegation results) is parked
 JOB_KINDS = frozenset({"completion", "watch_match", "watch_disabled"})
+#: why a notice whose owner ended is parked (offered again if that session is resumed)
+OWNER_ENDED = "owner_ended"
 #: a schedule's own notices: they belong to its conversation, whichever session is live
 CONVERSATION_KINDS = frozenset({"schedule_note", "schedule_prompt"})
 
@@ -103,7 +105,7 @@ def resolve_owner(n: Notification, facts: OwnerFacts, platforms: Collection[str]
     # ended by /new or closed: never reopened, never handed to the chat's new session
     if n.kind in JOB_KINDS:
         return DeliverNotice(owner, route)
-    return Park("owner_ended", f"session {owner.id} ended ({owner.end_reason})")
+    return Park(OWNER_ENDED, f"session {owner.id} ended ({owner.end_reason})")
 
 
 async def find_owners(notifications: Sequence[Notification], store: SessionStore,

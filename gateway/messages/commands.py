@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-import re
 import time
 
 from gateway.contract.approval import Decision
 from gateway.delivery.outbox import waiting_notices
 from gateway.errors import HomingError
+from gateway.messages.command_line import new_session_text
+from gateway.messages.conversations import TITLE_CHARS
+from gateway.messages.session_list import (
+    LISTED,
+    SessionLine,
+    listing,
+    matching,
+    pick,
+    session_lines,
+)
 from gateway.messages.turn import Turn
+from gateway.sessions.store import CannotResume
+from gateway.words.events import Choice
 
 
 class CompressionFailed(HomingError):
@@ -20,25 +31,18 @@ GATEWAY_COMMANDS: dict[str, str] = {
     "new": "end this session and start a fresh one (alias /reset)",
     "compress": "compress the context: continue in a new session linked to this one",
     "stop": "stop the turn under way here (its model call and command)",
+    "sessions": "this conversation's sessions, newest first: /sessions [all] [words]",
+    "resume": "make an earlier session live again: /resume <number or session id>",
+    "title": "name this conversation: /title <text>",
+    "archive": "archive this conversation (as the web page's Archive does)",
     "start": "a welcome, with your user id",
     "approve": "approve what the agent asked to run: /approve <id> [session]",
     "deny": "refuse what the agent asked to run: /deny <id>",
 }
+#: a button's words, at most (Discord takes 80 characters, Telegram shows about 40)
+CHOICE_LABEL = 40
 #: not offered in group chats' command menus (a welcome is for a private chat)
 PRIVATE_ONLY = frozenset({"start"})
-_ALIASES = {"reset": "new"}
-
-
-def parse_command(text: str) -> tuple[str, str] | None:
-    """``/name@bot args`` → ``("name", "args")``; None when not a command."""
-    stripped = text.strip()
-    if not stripped.startswith("/") or len(stripped) < 2:
-        return None
-    head, _, args = stripped[1:].partition(" ")
-    name = head.split("@", 1)[0].lower()
-    if not name or not all(c.isalnum() or c == "_" for c in name):
-        return None
-    return _ALIASES.get(name, name), args.strip()
 
 
 async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
@@ -55,6 +59,14 @@ async def run_gateway_command(turn: Turn, name: str, args: str) -> bool:
         await _start(turn)
     elif name in ("approve", "deny"):
         await _decide(turn, name, args)
+    elif name == "sessions":
+        await _sessions(turn, args)
+    elif name == "resume":
+        await _resume(turn, args)
+    elif name == "title":
+        await _title(turn, args)
+    elif name == "archive":
+        await _archive(turn)
     elif name == "stop":
         stopped = turn.runner.stop_turn(turn.session.session_key)
         await turn.reply("Stopped the turn under way." if stopped
@@ -98,34 +110,75 @@ async def _decide(turn: Turn, name: str, args: str) -> None:
     await turn.reply(pressed.note, kind="system")
 
 
-def new_session_text(session_id: str, previous_id: str) -> str:
-    """What ``/new`` says (:func:`new_session_ids` reads it back)."""
-    return f"Started a new session ({session_id}). The previous one ({previous_id}) is closed."
-
-
-_NEW_SESSION = re.compile(
-    r"Started a new session \(([\w-]+)\)\. The previous one \(([\w-]+)\) is closed\.")
-
-
-#: what the web page calls the line ``/new`` answers with, in its sidebar (the bubble
-#: adds the time)
-NEW_SESSION_WORDS = "New session"
-
-
-def new_session_ids(kind: str, text: str) -> tuple[str, str] | None:
-    """The new and the previous session id when this is the line ``/new`` answers with
-    (a ``system`` line); None for any other. The one test of it: the web page says "New
-    session" for that line, in its bubble and its sidebar line, the ids under details."""
-    if kind != "system":
-        return None
-    found = _NEW_SESSION.fullmatch(text.strip())
-    return (found[1], found[2]) if found else None
-
-
 async def _new(turn: Turn) -> None:
     old = turn.session
     turn.session = await turn.runner.rotate_session(old, "new", route=turn.route)
     await turn.reply(new_session_text(turn.session.id, old.id), kind="system")
+
+
+async def _sessions(turn: Turn, args: str) -> None:
+    """``/sessions [all] [words]``: newest first, a button to resume each other one."""
+    words = args.split()
+    archived_too = bool(words) and words[0].lower() == "all"
+    words = words[1:] if archived_too else words
+    lines = await _lines(turn)
+    if not archived_too:
+        lines = [line for line in lines if line.current or not line.session.archived]
+    found = await matching(turn.runner.store, lines, words)
+    newest = sorted(found, key=lambda line: line.number, reverse=True)[:LISTED]
+    choices = [Choice(f"{line.number}. {line.title or '(untitled)'}"[:CHOICE_LABEL],
+                      f"/resume {line.session.id}") for line in newest if not line.current]
+    await turn.reply(listing(found, searched=bool(words), archived_too=archived_too),
+                     kind="system", choices=choices)
+
+
+async def _resume(turn: Turn, args: str) -> None:
+    """``/resume <number|session id>``: that session live again, this one closed."""
+    if not args.strip():
+        await turn.reply("Which one? /resume <number> (/sessions lists them).", kind="system")
+        return
+    line = pick(await _lines(turn), args)
+    if line is None:
+        await turn.reply(f"No session {args.strip()} in this conversation: /sessions lists "
+                         f"them.", kind="system")
+        return
+    if line.current:
+        await turn.reply("That is the session you are in.", kind="system")
+        return
+    old = turn.session
+    try:
+        turn.session = await turn.runner.resume_session(old, line.session.id)
+    except CannotResume as exc:
+        await turn.reply(f"Not resumed: {exc}.", kind="system")
+        return
+    await turn.reply(
+        f"Resumed session {line.number}: {line.title or '(untitled)'} "
+        f"({turn.session.id}). Its history is back. Session {old.id} is closed; its work "
+        f"still reports here, as a closed session's does.", kind="system")
+
+
+async def _title(turn: Turn, args: str) -> None:
+    title = " ".join(args.split())[:TITLE_CHARS]
+    if not title:
+        shown = turn.session.title
+        await turn.reply(f"This conversation is called “{shown}”. /title <text> renames it."
+                         if shown else "This conversation has no name yet: /title <text>.",
+                         kind="system")
+        return
+    turn.session = await turn.runner.store.update_session(turn.session.id, title=title)
+    await turn.reply(f"This conversation is now called “{title}”.", kind="system")
+
+
+async def _archive(turn: Turn) -> None:
+    turn.session = await turn.runner.store.update_session(turn.session.id, archived=True)
+    await turn.reply("Archived: this conversation leaves the web page's list and "
+                     "/sessions (/sessions all shows it). Its session stays live: writing "
+                     "here goes on as before.", kind="system")
+
+
+async def _lines(turn: Turn) -> list[SessionLine]:
+    key = turn.session.session_key
+    return await session_lines(turn.runner.store, key, turn.runner.agent.running_jobs(key))
 
 
 async def _compress(turn: Turn) -> None:

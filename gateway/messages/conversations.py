@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.formatting.markdown import plain_text
-from gateway.messages.commands import NEW_SESSION_WORDS, new_session_ids, parse_command
+from gateway.messages.command_line import NEW_SESSION_WORDS, new_session_ids, parse_command
 from gateway.sessions.store import ArchivedFilter, SessionStore, TranscriptLine
 from gateway.words.session_entry import SessionEntry
 
@@ -27,7 +27,7 @@ HEAD_CHARS = 2000
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
-    #: its latest session: the live one, or the last to end
+    #: the session that stands for it: the live one, or the last to start
     session: SessionEntry
     title: str | None
     last: TranscriptLine | None
@@ -75,7 +75,7 @@ async def list_conversations(store: SessionStore, platform: str,
     latest: dict[str, SessionEntry] = {}
     for s in sessions:  # newest activity first
         known = latest.get(s.session_key)
-        if known is None or s.created_at > known.created_at:
+        if known is None or _rank(s) > _rank(known):
             latest[s.session_key] = s
     wanted = [s for s in latest.values()
               if archived == "include" or s.archived == (archived == "only")]
@@ -84,8 +84,15 @@ async def list_conversations(store: SessionStore, platform: str,
 
 
 async def latest_session(store: SessionStore, session_key: str) -> SessionEntry | None:
+    """The conversation's live session, else the last to start (``/resume`` can make an
+    earlier one live again)."""
     sessions = await sessions_of(store, session_key)
-    return sessions[-1] if sessions else None
+    return max(sessions, key=_rank) if sessions else None
+
+
+def _rank(session: SessionEntry) -> tuple[bool, float]:
+    """Which session stands for its conversation: the live one, else the newest."""
+    return session.is_live, session.created_at
 
 
 async def sessions_of(store: SessionStore, session_key: str) -> list[SessionEntry]:

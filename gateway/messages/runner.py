@@ -21,13 +21,15 @@ from gateway.config.settings import Config
 from gateway.contract.fenced import FencedAdapter
 from gateway.delivery.affinity import wait_until_not_delivered_elsewhere
 from gateway.delivery.notifications import Notification
+from gateway.delivery.outbox import Outbox
 from gateway.inbound.checks import message_problem
 from gateway.inbound.cursors import Cursors
 from gateway.inbound.files import transcript_text
 from gateway.inbound.intake import Intake
 from gateway.inbound.journal import Inbound, JournalEntry, handling
 from gateway.messages.auth import admitted, offer_pairing
-from gateway.messages.commands import parse_command, run_gateway_command
+from gateway.messages.command_line import parse_command
+from gateway.messages.commands import run_gateway_command
 from gateway.messages.incoming_files import take_files
 from gateway.messages.lanes import Lane, Lanes, Work
 from gateway.messages.outgoing_files import post_artifact, send_file
@@ -40,6 +42,7 @@ from gateway.store.group_commit import Op
 from gateway.telemetry.metrics import Metrics
 from gateway.words.context import SessionContext, session_context
 from gateway.words.events import (
+    Choice,
     MessageEvent,
     MessageKind,
     MessageOutcome,
@@ -112,6 +115,9 @@ class GatewayRunner:
         #: called with the ended session when a session ends for good (not
         #: when it is compressed, which continues it)
         self.session_end_listeners: list[Callable[[SessionEntry], Awaitable[object]]] = []
+        #: called with a session made live again by ``/resume`` (the router looks for
+        #: its notices offered again)
+        self.session_resumed_listeners: list[Callable[[SessionEntry], None]] = []
         #: called with a platform's name when it (re)connects
         self.platform_listeners: list[Callable[[str], None]] = []
         #: on a shared store, whether this instance's life may still act (gateway/cluster/lives.py)
@@ -405,6 +411,20 @@ class GatewayRunner:
         except Exception:
             log.exception("apology_failed")
 
+    async def resume_session(self, session: SessionEntry, earlier_id: str) -> SessionEntry:
+        """Make an earlier session of ``session``'s conversation its live one again (see
+        :meth:`SessionStore.resume`). ``session`` ends with reason ``resume`` and its work
+        reports as an ended session's does (its delegations are interrupted, as at
+        ``/new``); the resumed session's own notices parked while it had ended are
+        offered again, in the same write, and the router is told."""
+        ended, resumed = await self.store.resume(session.id, earlier_id,
+                                                 with_ops=Outbox.offer_again_ops)
+        for listener in self.session_end_listeners:
+            await listener(ended)
+        for resumed_listener in self.session_resumed_listeners:
+            resumed_listener(resumed)
+        return resumed
+
     async def rotate_session(self, session: SessionEntry, reason: str, *,
                              route: Route | None = None,
                              seed: Callable[[str], Sequence[Op]] | None = None
@@ -429,7 +449,8 @@ class GatewayRunner:
                    kind: MessageKind = "reply",
                    recorded_with: Callable[[SendResult], Sequence[Op]] | None = None,
                    dedupe_key: str | None = None, live: LiveReply | None = None,
-                   notice: NoticeInfo | None = None) -> SendResult:
+                   notice: NoticeInfo | None = None, choices: Sequence[Choice] = ()
+                   ) -> SendResult:
         """Send ``text`` to ``route`` and record it in the session's transcript.
 
         Recorded once it went out, in one write with ``recorded_with(result)`` (a
@@ -439,7 +460,8 @@ class GatewayRunner:
         written, which the text finishes.
         """
         result = await self.post(route, text, kind=kind, session_id=session.id,
-                                 dedupe_key=dedupe_key, live=live, notice=notice)
+                                 dedupe_key=dedupe_key, live=live, notice=notice,
+                                 choices=choices)
         if result.ok:
             extra = recorded_with(result) if recorded_with is not None else ()
             self.store.record_message(session.id, kind, text, with_ops=extra, notice=notice)
@@ -452,14 +474,18 @@ class GatewayRunner:
 
     async def post(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None, dedupe_key: str | None = None,
-                   live: LiveReply | None = None, notice: NoticeInfo | None = None
-                   ) -> SendResult:
-        """Send ``text`` to ``route`` without recording it in any transcript."""
+                   live: LiveReply | None = None, notice: NoticeInfo | None = None,
+                   choices: Sequence[Choice] = ()) -> SendResult:
+        """Send ``text`` to ``route`` without recording it in any transcript; with
+        ``choices``, their buttons under it (where the platform has buttons)."""
         adapter = self.adapters.get(route.platform)
         if adapter is None:
             log.error("send_no_adapter", platform=route.platform, session_id=session_id)
             return SendResult.failed(f"platform {route.platform!r} is not running")
-        if live is not None:
+        if choices:
+            result = await adapter.send_choices(route, text, choices, kind=kind,
+                                                session_id=session_id)
+        elif live is not None:
             result = await live.finish(text, kind=kind, session_id=session_id,
                                        dedupe_key=dedupe_key)
         else:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 
 from gateway.store.group_commit import Op
-from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, SendResult
+from gateway.words.events import Choice, MessageEvent, MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 from gateway.words.session_entry import SessionEntry
 
@@ -59,12 +59,16 @@ class Turn:
         """Where replies go: this message's route, with its reply anchor."""
         return self.event.route
 
-    async def reply(self, text: str, *, kind: MessageKind = "reply") -> SendResult:
+    async def reply(self, text: str, *, kind: MessageKind = "reply",
+                    choices: Sequence[Choice] = ()) -> SendResult:
+        """Send ``text`` in this turn's conversation; ``choices``: buttons under it, each
+        the presser sending its command (where the platform has buttons)."""
         key = reply_key(self.dedupe_key, len(self.sent)) if self.dedupe_key else None
         result = await self.runner.send(self.session, self.route, text, kind=kind,
                                         recorded_with=self.sent_ops, dedupe_key=key,
-                                        live=self.live,
-                                        notice=self.notice if kind == "notification" else None)
+                                        live=None if choices else self.live,
+                                        notice=self.notice if kind == "notification" else None,
+                                        choices=choices)
         self.sent.append(result)
         return result
 
@@ -104,7 +108,8 @@ class TurnHost(Protocol):
                    kind: MessageKind = "reply",
                    recorded_with: Callable[[SendResult], Sequence[Op]] | None = None,
                    dedupe_key: str | None = None, live: LiveReply | None = None,
-                   notice: NoticeInfo | None = None) -> SendResult: ...
+                   notice: NoticeInfo | None = None, choices: Sequence[Choice] = ()
+                   ) -> SendResult: ...
 
     async def send_file(self, session: SessionEntry, route: Route, path: str,
                         caption: str | None = None) -> SendResult: ...
@@ -114,6 +119,9 @@ class TurnHost(Protocol):
     async def rotate_session(self, session: SessionEntry, reason: str, *,
                              route: Route | None = None,
                              seed: Callable[[str], Sequence[Op]] | None = None
+                             ) -> SessionEntry: ...
+
+    async def resume_session(self, session: SessionEntry, earlier_id: str
                              ) -> SessionEntry: ...
 
     async def take_steered(self, session_key: str) -> list[JournalEntry]: ...
@@ -141,6 +149,10 @@ class Agent(Protocol):
     async def compress(self, turn: Turn) -> None:
         """Continue the conversation in a child session (reason ``compression``) and set
         ``turn.session`` to it; raise CompressionFailed to leave everything as it was."""
+
+    def running_jobs(self, session_key: str) -> Mapping[str, int]:
+        """How many background jobs run in the conversation, by the session id that
+        started each (``/sessions`` shows them)."""
 
     def status_lines(self, turn: Turn) -> list[str]:
         """Lines for /status about what this agent has running in the conversation."""

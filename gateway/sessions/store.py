@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import structlog
 
-from gateway.errors import StoreError
+from gateway.errors import RefusedInput, StoreError
 from gateway.sessions.cache import LiveSessionCache
 from gateway.store.group_commit import Op
 from gateway.store.migrations import SESSIONS_CHANNEL
@@ -76,6 +76,10 @@ class TranscriptLine:
         if self.notice:
             data["notice"] = json.loads(self.notice)
         return data
+
+
+class CannotResume(RefusedInput):
+    """``/resume`` named a session that cannot be made live again; the message says why."""
 
 
 class SessionNotFound(StoreError, LookupError):
@@ -251,6 +255,69 @@ class SessionStore:
                  session_id=successor.id, reason=reason)
         return successor
 
+    async def resume(self, session_id: str, earlier_id: str, *,
+                     with_ops: Callable[[Sequence[str]], Sequence[Op]] | None = None
+                     ) -> tuple[SessionEntry, SessionEntry]:
+        """End the live ``session_id`` (reason ``resume``) and make ``earlier_id``, an
+        ended session of the same conversation, its live session again — in one
+        transaction, so the key never has two live sessions or none. A session that
+        compression carried on is resumed at the end of its chain (where it went on).
+        The resumed session keeps the conversation's name and place in the archive.
+        ``with_ops(ids)`` gives writes that commit with it, for the resumed session's
+        chain (its own work's notices offered again). The ended and the resumed session.
+        """
+        def swap(conn: sqlite3.Connection) -> tuple[SessionEntry, SessionEntry, list[str]]:
+            current = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
+                                   (session_id,)).fetchone()
+            if current is None:
+                raise SessionNotFound(session_id)
+            live = _entry(current)
+            chain = _chain_of(conn, earlier_id)
+            if not chain:
+                raise SessionNotFound(earlier_id)
+            tip = chain[-1]
+            if tip.session_key != live.session_key:
+                raise CannotResume(f"session {earlier_id} belongs to another conversation")
+            if tip.id == live.id:
+                raise CannotResume("that is the session you are in")
+            if tip.is_live:
+                raise CannotResume(f"session {tip.id} is live already")
+            ended = _end(conn, live.id, "resume")
+            conn.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL, "
+                         "last_active_at = ?, title = ?, archived = ? WHERE id = ?",
+                         (time.time(), ended.title, int(ended.archived), tip.id))
+            ids = [c.id for c in chain]
+            for sql, params in (with_ops(ids) if with_ops is not None else ()):
+                conn.execute(sql, params)
+            row = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
+                               (tip.id,)).fetchone()
+            return ended, _entry(row), ids
+
+        ended, resumed, _ = await self.db.write(swap)
+        self._live.forget(ended.id)
+        self._live.put(resumed)
+        log.info("session_resumed", session_key=resumed.session_key, session_id=resumed.id,
+                 ended_session_id=ended.id)
+        return ended, resumed
+
+    async def name_if_unnamed(self, session_id: str, title: str) -> bool:
+        """Give the session ``title`` only while it has none (a person's name is never
+        overwritten); True when it took it."""
+        def name(conn: sqlite3.Connection) -> Any:
+            if conn.execute("UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL",
+                            (title, session_id)).rowcount != 1:
+                return None
+            return conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
+                                (session_id,)).fetchone()
+
+        row = await self.db.write(name)
+        if row is None:
+            return False
+        entry = _entry(row)
+        if entry.is_live:
+            self._live.refresh(entry)
+        return True
+
     async def update_session(self, session_id: str, *, title: str | None = None,
                              archived: bool | None = None) -> SessionEntry:
         sets: list[str] = []
@@ -406,6 +473,25 @@ def _insert_many(conn: sqlite3.Connection, *, entries: list[SessionEntry]
             entry = _entry(row)
             live[entry.session_key] = entry
     return live
+
+
+def _chain_of(conn: sqlite3.Connection, session_id: str) -> list[SessionEntry]:
+    """``session_id``'s compression chain, oldest first, down to where it went on: the
+    sessions compression carried into one another, as a person sees one session."""
+    rows = conn.execute(
+        f"WITH RECURSIVE up(id, depth) AS ("
+        f"  SELECT id, 0 FROM sessions WHERE id = ? "
+        f"  UNION ALL SELECT s.parent_session_id, up.depth + 1 FROM sessions s "
+        f"  JOIN up ON s.id = up.id WHERE s.parent_session_id IS NOT NULL "
+        f"  AND up.depth < 10000), "
+        f"down(id, depth) AS ("
+        f"  SELECT id, 0 FROM sessions WHERE id = ? "
+        f"  UNION ALL SELECT s.id, down.depth + 1 FROM sessions s "
+        f"  JOIN down ON s.parent_session_id = down.id WHERE down.depth < 10000) "
+        f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id IN "
+        f"(SELECT id FROM up UNION SELECT id FROM down) ORDER BY created_at, id",
+        (session_id, session_id)).fetchall()
+    return [_entry(r) for r in rows]
 
 
 def _end(conn: sqlite3.Connection, session_id: str, reason: str) -> SessionEntry:

@@ -25,6 +25,15 @@ class NoticeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Choice:
+    """A button under a message: pressed, it is the presser sending ``command`` in the
+    message's conversation (authorized and journaled like anything they write)."""
+
+    label: str
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
 class MessageEvent:
     """One inbound message, already parsed from its platform's wire format.
 

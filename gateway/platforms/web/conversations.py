@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gateway.formatting.web_html import render as render_html
-from gateway.messages.commands import new_session_ids
+from gateway.messages.command_line import new_session_ids
 from gateway.messages.conversations import (
     latest_session,
     line_json,
