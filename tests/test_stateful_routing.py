@@ -158,6 +158,8 @@ class Expected:
     conversation: str
     anchor: str | None
     outcome: str  # turn | labelled | parked
+    #: the session whose work it reports (a parked one is offered again on its resume)
+    session_id: str = ""
 
 
 @dataclass
@@ -180,11 +182,17 @@ class Model:
     live: dict[str, str] = field(default_factory=dict)  # conversation → live session id
     successor: dict[str, str] = field(default_factory=dict)  # compressed id → child id
     ended_by_reset: set[str] = field(default_factory=set)
+    #: conversation → its sessions ended for good (by /new or by a /resume of another),
+    #: each of which /resume may make live again
+    resumable: dict[str, list[str]] = field(default_factory=dict)
 
-    def outcome(self, session_id: str, delegation: bool) -> str:
+    def tip(self, session_id: str) -> str:
         while session_id in self.successor:
             session_id = self.successor[session_id]
-        if session_id not in self.ended_by_reset:
+        return session_id
+
+    def outcome(self, session_id: str, delegation: bool) -> str:
+        if self.tip(session_id) not in self.ended_by_reset:
             return "turn"
         return "parked" if delegation else "labelled"
 
@@ -290,6 +298,28 @@ class RoutingMachine(RuleBasedStateMachine):
         old = self.model.live[conversation]
         self.run(self._say(conversation, "/new"))
         self.model.ended_by_reset.add(old)
+        self.model.resumable.setdefault(conversation, []).append(old)
+
+    @precondition(lambda self: any(self.model.resumable.values()))
+    @rule(conversation=st.sampled_from(sorted(CONVERSATIONS)), pick=st.integers(min_value=0))
+    def resume(self, conversation: str, pick: int) -> None:
+        """An ended session live again: it owns its own work again (its parked notices
+        are offered again and delivered), and the one it replaced is ended."""
+        ended = self.model.resumable.get(conversation, [])
+        if not ended or conversation not in self.model.live:
+            return
+        target = ended[pick % len(ended)]
+        old = self.model.live[conversation]
+        self.run(self._say(conversation, f"/resume {target}"))
+        assert self.model.live[conversation] == target, "the resumed session is not live"
+        ended.remove(target)
+        ended.append(old)
+        self.model.ended_by_reset.discard(target)
+        self.model.ended_by_reset.add(old)
+        for e in self.expected:
+            if e.outcome == "parked" and self.model.tip(e.session_id) == target:
+                e.outcome = "turn"
+        self.run(self._settle())
 
     @precondition(lambda self: self.model.live)
     @rule(conversation=st.sampled_from(sorted(CONVERSATIONS)))
@@ -463,7 +493,7 @@ class RoutingMachine(RuleBasedStateMachine):
                                  f"{marker} from work in {item.conversation}")
         outcome = self.model.outcome(item.address.session_id, item.delegation)
         self.expected.append(Expected(marker, item.conversation, item.address.route.message_id,
-                                      outcome))
+                                      outcome, item.address.session_id))
         await self.outbox.produce([notice])
         if twice:  # a producer retrying after a crash: the idempotency key keeps it single
             await self.outbox.produce([notice])
