@@ -10,7 +10,6 @@ resumed session's parked notices are offered again.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,9 +24,9 @@ from gateway.messages.conversations import list_conversations
 from gateway.words.return_address import ReturnAddress
 from gateway.words.route import Route
 from tests.conftest import make_config
-from tests.faults import Gate
 from tests.fakes.openai_server import FakeOpenAI, Say
-from tests.helpers import settled
+from tests.faults import Gate
+from tests.helpers import eventually, settled
 from tests.memory_platform import MemoryAdapter
 from tests.model_support import is_summary, model_settings
 
@@ -104,14 +103,13 @@ async def test_resume_brings_an_earlier_session_back_and_ownership_follows(
         ended = await gw.store.get(second.id)
         await gate_1.open()
         await gate_2.open()
+        await eventually(lambda: len(_notices(adapter)) >= 2, what="both jobs' notices")
         await settled(gw)
-        while len(_notices(adapter)) < 2:  # (settled counts sends only once delivered)
-            await asyncio.sleep(0.01)
     assert answer.startswith("Resumed session 1") and first.id in answer
     assert live is not None and live.id == first.id
     assert ended is not None and ended.end_reason == "resume"
     job_1, job_2 = started_1.split()[2].rstrip(";"), started_2.split()[2].rstrip(";")
-    notices = {n.split(f"Job ")[1].split()[0].rstrip(":"): n for n in _notices(adapter)}
+    notices = {n.split("Job ")[1].split()[0].rstrip(":"): n for n in _notices(adapter)}
     assert set(notices) == {job_1, job_2}
     assert not notices[job_1].startswith(LATE)  # live again: its own work is its own
     assert notices[job_2].startswith(LATE)  # replaced: reported as a closed session's

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +28,12 @@ from gateway.formatting.discord_text import NO_MENTIONS, message_parts
 from gateway.inbound.files import FILES, IncomingFile, fetch_url
 from gateway.messages.auth import ROLES
 from gateway.platforms.discord.approvals import answer_click, post_request, show_outcome
+from gateway.platforms.discord.choices import choice_buttons, clicked_command
+from gateway.platforms.discord.clicks import answer_once
 from gateway.platforms.discord.preview import DiscordPreview
 from gateway.platforms.discord.routes import (
     bot_id,
+    click_route,
     nonce_of,
     point_library_at,
     rate_limit_report,
@@ -40,7 +43,7 @@ from gateway.platforms.discord.settings import DiscordConfig
 from gateway.platforms.discord.spec import PLATFORM
 from gateway.platforms.flow import FlowControl, RateLimits
 from gateway.retry import RetryPolicy
-from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, SendResult
+from gateway.words.events import Choice, MessageEvent, MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 
 if TYPE_CHECKING:
@@ -417,6 +420,18 @@ class DiscordAdapter(Adapter):
     async def send(self, route: Route, text: str, *, kind: MessageKind = "reply",
                    session_id: str | None = None, dedupe_key: str | None = None,
                    notice: NoticeInfo | None = None) -> SendResult:
+        return await self._send_text(route, text, kind=kind, dedupe_key=dedupe_key)
+
+    async def send_choices(self, route: Route, text: str, choices: Sequence[Choice], *,
+                           kind: MessageKind = "system", session_id: str | None = None
+                           ) -> SendResult:
+        """``text`` as :meth:`send` sends it, with a button per choice under its last part
+        (gateway/platforms/discord/choices.py); a click is taken in :meth:`on_interaction`."""
+        return await self._send_text(route, text, kind=kind, buttons=choice_buttons(choices))
+
+    async def _send_text(self, route: Route, text: str, *, kind: MessageKind,
+                         dedupe_key: str | None = None,
+                         buttons: discord.ui.View | None = None) -> SendResult:
         client = self._client
         if client is None or client.is_closed():
             return SendResult.failed("discord is not connected")
@@ -424,19 +439,22 @@ class DiscordAdapter(Adapter):
             # REST would work, but notices wait for the session, in the outbox
             return SendResult.failed("discord gateway is reconnecting")
         return await self.send_parts(route, message_parts(text), dedupe_key=dedupe_key,
-                                     first=True)
+                                     first=True, buttons=buttons)
 
     async def send_parts(self, route: Route, parts: list[str], *,
-                         dedupe_key: str | None = None, first: bool = False) -> SendResult:
+                         dedupe_key: str | None = None, first: bool = False,
+                         buttons: discord.ui.View | None = None) -> SendResult:
         """``parts`` in order, as one message; ``first``: they start it (a streamed
-        reply's rest comes after its preview took the first part)."""
+        reply's rest comes after its preview took the first part); ``buttons`` go under
+        the last part."""
         client = self._client
         if client is None or client.is_closed():
             return SendResult.failed("discord is not connected")
         channel = client.get_partial_messageable(int(route.chat_id))
         last: str | None = None
+        start = 0 if first else 1
         async with self.flow.chat(route.chat_id):
-            for index, part in enumerate(parts, start=0 if first else 1):
+            for index, part in enumerate(parts, start=start):
                 reference = None
                 if index == 0 and route.message_id is not None:
                     reference = discord.MessageReference(
@@ -446,8 +464,9 @@ class DiscordAdapter(Adapter):
                 # again: push the rest through patiently
                 policy = SEND_LATER_PART if index > 0 else SEND
                 nonce = nonce_of(dedupe_key, index) if dedupe_key else None
+                under = buttons if index == start + len(parts) - 1 else None
                 result = await self._send_part(channel, route, part, reference, policy,
-                                               nonce)
+                                               nonce, under)
                 if not result.ok:
                     return result
                 last = result.message_id
@@ -488,8 +507,39 @@ class DiscordAdapter(Adapter):
         await show_outcome(self._client, self.flow, route, record)
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
-        """A button click, on any message (one posted before a restart too)."""
+        """A button click, on any message (one posted before a restart too): a choice's,
+        or else an approval's (approvals.py leaves any other interaction alone)."""
+        command = clicked_command(interaction)
+        if command is not None:
+            await self._take_click(interaction, command)
+            return
         await answer_click(interaction, self._runner.approvals if self._runner else None)
+
+    async def _take_click(self, interaction: discord.Interaction, command: str) -> None:
+        """A click on a choice: the one who clicked sending its command where the message
+        is, journaled by its interaction's id, then answered with a deferred update (what
+        the command says comes as a reply under the clicked message). Who may send it is
+        the runner's rule: a click by someone who may not is refused there, as a message
+        of theirs would be."""
+        user = interaction.user
+        click = log.bind(command=command, user_id=user.id, interaction_id=interaction.id)
+        route = click_route(interaction)
+        if self._runner is None or route is None:
+            # unanswered, the click shows "This interaction failed": it did
+            click.warning("discord_choice_click_not_taken",
+                          error="the interaction names no channel or message"
+                          if route is None else "discord is not connected")
+            return
+        metadata: dict[str, Any] = {ROLES: [str(r.id) for r in getattr(user, "roles", [])]}
+        # an interaction's id is a snowflake: as a channel's newest journaled id, the
+        # history after it is read back after a lost session (on_ready), as for a message
+        received = self._runner.receive(
+            MessageEvent(text=command, route=route, message_id=route.message_id,
+                         metadata=metadata),
+            platform_id=str(interaction.id), sent_at=interaction.created_at.timestamp())
+        await received.journaled  # journaled before anything acknowledges it
+        await answer_once(interaction.response.defer, click,
+                          "discord_choice_click_not_answered")
 
     @property
     def client(self) -> discord.Client | None:
@@ -497,10 +547,12 @@ class DiscordAdapter(Adapter):
 
     async def _send_part(self, channel: Any, route: Route, text: str,
                          reference: discord.MessageReference | None,
-                         policy: RetryPolicy, nonce: str | None = None) -> SendResult:
-        """One part. With a ``nonce`` (discord.py sends ``enforce_nonce`` with it), a part
-        sent again — after a crash between its send and its record — is not posted
-        twice: Discord answers with the message it already has."""
+                         policy: RetryPolicy, nonce: str | None = None,
+                         buttons: discord.ui.View | None = None) -> SendResult:
+        """One part (with ``buttons`` under it). With a ``nonce`` (discord.py sends
+        ``enforce_nonce`` with it), a part sent again — after a crash between its send and
+        its record — is not posted twice: Discord answers with the message it already
+        has."""
         for attempt in policy.tries():
             await self.flow.admit(route.chat_id, group=False)
             try:
@@ -510,6 +562,8 @@ class DiscordAdapter(Adapter):
                     kwargs["reference"] = reference
                 if nonce is not None:
                     kwargs["nonce"] = nonce
+                if buttons is not None:
+                    kwargs["view"] = buttons
                 message = await channel.send(text, **kwargs)
                 return SendResult.sent(str(message.id))
             except discord.Forbidden as exc:

@@ -27,6 +27,7 @@ from gateway.contract.approval import (
     parse_button,
 )
 from gateway.formatting.discord_text import MESSAGE_LIMIT, NO_MENTIONS, render
+from gateway.platforms.discord.clicks import answer_once
 from gateway.words.events import SendResult
 from gateway.words.route import Route
 
@@ -166,15 +167,10 @@ def _buttons(approval_id: str) -> discord.ui.View:
 
 async def _answer(interaction: discord.Interaction, pressed: Pressed,
                   click: structlog.typing.FilteringBoundLogger) -> None:
-    try:
-        if pressed.ok:
-            await interaction.response.defer()  # type 6: the message is edited in place
-        else:
-            await interaction.response.send_message(pressed.note, ephemeral=True,
-                                                    allowed_mentions=NO_MENTIONS)
-    except discord.NotFound as exc:  # 10062: answered too late, or the click is unknown
-        click.warning("discord_approval_click_not_answered", error=str(exc),
-                      hint="Discord wants an answer within 3 s; the choice, if accepted, "
-                           "stands and is shown on the message")
-    except (discord.HTTPException, discord.InteractionResponded) as exc:  # 40060: twice
-        click.warning("discord_approval_click_not_answered", error=str(exc))
+    if pressed.ok:  # type 6: the message is edited in place
+        await answer_once(interaction.response.defer, click,
+                          "discord_approval_click_not_answered")
+    else:
+        await answer_once(lambda: interaction.response.send_message(
+            pressed.note, ephemeral=True, allowed_mentions=NO_MENTIONS), click,
+            "discord_approval_click_not_answered")

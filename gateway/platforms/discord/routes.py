@@ -1,6 +1,6 @@
-"""What the Discord adapter derives without a connection: a message's route, the bot's
-id from its token, a send's nonce, what an answer says of a channel's rate limit, and
-where discord.py is pointed."""
+"""What the Discord adapter derives without a connection: a message's route (and a
+button click's), the bot's id from its token, a send's nonce, what an answer says of a
+channel's rate limit, and where discord.py is pointed."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import base64
 import hashlib
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import discord
 import yarl
@@ -61,20 +62,35 @@ def rate_limit_report(method: str, url: yarl.URL, status: int,
 def route_of(message: discord.Message, kind: discord.ChannelType | None,
              parent: int | None) -> Route:
     """A guild channel is a group, a thread its own conversation, a DM a dm."""
-    channel = message.channel
-    author = message.author
-    user_id, user_name = str(author.id), author.name
-    if message.guild is None:
+    return _route(message.channel, kind, parent, in_guild=message.guild is not None,
+                  user=message.author, anchor=message.id)
+
+
+def click_route(interaction: discord.Interaction) -> Route | None:
+    """The conversation of the message a button was clicked on, as the one who clicked:
+    the route a message of theirs there would have, anchored on the clicked message.
+    None when the interaction names no channel or no message."""
+    channel, message = interaction.channel, interaction.message
+    if channel is None or message is None:
+        return None
+    return _route(channel, getattr(channel, "type", None), getattr(channel, "parent_id", None),
+                  in_guild=interaction.guild_id is not None, user=interaction.user,
+                  anchor=message.id)
+
+
+def _route(channel: Any, kind: discord.ChannelType | None, parent: int | None, *,
+           in_guild: bool, user: discord.abc.User, anchor: int) -> Route:
+    user_id, user_name, message_id = str(user.id), user.name, str(anchor)
+    if not in_guild:
         return Route("discord", "dm", str(channel.id), user_id=user_id, user_name=user_name,
-                     message_id=str(message.id))
+                     message_id=message_id)
     if kind in _THREAD_TYPES:
         return Route("discord", "thread", str(channel.id), thread_id=str(channel.id),
                      user_id=user_id, user_name=user_name,
                      chat_name=getattr(channel, "name", None),
-                     parent_chat_id=str(parent) if parent else None,
-                     message_id=str(message.id))
+                     parent_chat_id=str(parent) if parent else None, message_id=message_id)
     return Route("discord", "group", str(channel.id), user_id=user_id, user_name=user_name,
-                 chat_name=getattr(channel, "name", None), message_id=str(message.id))
+                 chat_name=getattr(channel, "name", None), message_id=message_id)
 
 
 def point_library_at(config: DiscordConfig) -> None:

@@ -5,8 +5,9 @@ person's message is acknowledged only once the message is journaled (``received.
 journaled``), so a crash at any moment loses nothing — Slack delivers an unacked
 envelope again, and the journal knows the message by its platform id (channel and
 ts), whichever way it comes: redelivered, as an ``app_mention`` beside its
-``message``, or read back from history. A button press is acknowledged at once (Slack
-wants that within three seconds) and decided after.
+``message``, or read back from history. A press on an approval's button is acknowledged
+at once (Slack wants that within three seconds) and decided after; a press on a choice's
+is the presser sending its command, journaled and then acknowledged like a message.
 
 Each (re)connection's ``hello`` reads back what was said while the socket was down
 (``history.py``); live messages that come meanwhile wait, so the missed ones keep
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,13 +41,21 @@ from gateway.platforms.slack.approvals import (
     post_request,
     show_outcome,
 )
+from gateway.platforms.slack.choices import choice_blocks, chosen_command
 from gateway.platforms.slack.files import download, files_in, upload_arguments
+from gateway.platforms.slack.presses import Press, press_of
 from gateway.platforms.slack.preview import SlackPreview
-from gateway.platforms.slack.routes import SpokenMessage, route_of, spoken, text_as_typed
+from gateway.platforms.slack.routes import (
+    SpokenMessage,
+    press_route,
+    route_of,
+    spoken,
+    text_as_typed,
+)
 from gateway.platforms.slack.settings import SlackSettings
 from gateway.platforms.slack.spec import PLATFORM
 from gateway.retry import RetryPolicy
-from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, SendResult
+from gateway.words.events import Choice, MessageEvent, MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 
 if TYPE_CHECKING:
@@ -280,8 +289,14 @@ class SlackAdapter(Adapter):
         elif kind == "events_api" and ack is not None:
             await self._on_event(frame.get("payload") or {}, ack)
         elif kind == "interactive" and ack is not None:
-            await ack()  # at once: the press is decided after
-            await self._on_interaction(frame.get("payload") or {})
+            payload = frame.get("payload") or {}
+            press = press_of(payload)
+            command = chosen_command(press) if press is not None else None
+            if press is not None and command is not None:
+                await self._take_press(press, command, ack)
+                return
+            await ack()  # at once: an approval's press is decided after
+            await self._on_interaction(payload)
         elif ack is not None:
             await ack()  # slash commands, options: nothing of ours
 
@@ -307,7 +322,7 @@ class SlackAdapter(Adapter):
     async def _on_event(self, payload: dict[str, Any], ack: Ack) -> None:
         event = payload.get("event") or {}
         message = spoken(event, bot_user_id=self.bot_user_id)
-        if message is None or not self._wanted(message):
+        if message is None or not self._wanted(message.channel, dm=message.is_dm):
             await ack()  # not a person's message for us: nothing to journal
             return
         if not self._receiving:
@@ -368,10 +383,10 @@ class SlackAdapter(Adapter):
         while len(self._seen) > _REMEMBERED:
             self._seen.popitem(last=False)
 
-    def _wanted(self, message: SpokenMessage) -> bool:
+    def _wanted(self, channel: str, *, dm: bool) -> bool:
         """DMs always (the runner decides who may talk); channels as configured."""
         allowed = self.settings.allowed_channels
-        return message.is_dm or not allowed or message.channel in allowed
+        return dm or not allowed or channel in allowed
 
     async def _catch_up(self) -> None:
         """Take in what each recently active conversation missed (the journal drops any
@@ -386,7 +401,7 @@ class SlackAdapter(Adapter):
                     (s.route for s in sessions if s.last_active_at >= since), since)
                 missed = await history.missed(api, where, bot_user_id=self.bot_user_id)
                 for message in missed:
-                    if self._wanted(message):
+                    if self._wanted(message.channel, dm=message.is_dm):
                         await self._take(message, None)
                 if missed:
                     log.info("slack_caught_up", conversations=len(where), messages=len(missed))
@@ -402,6 +417,24 @@ class SlackAdapter(Adapter):
             message, ack, keys = self._held.pop(0)
             await self._take(message, ack, extra_keys=keys)
         self._held = None
+
+    async def _take_press(self, press: Press, command: str, ack: Ack) -> None:
+        """A press on a choice: the one who pressed sending its command where the message
+        is, journaled by the press's trigger id, then acked (Slack wants that within three
+        seconds; the journal commits in far less). Who may send it is the runner's rule: a
+        press by someone who may not is refused there, as a message of theirs would be."""
+        assert self._host is not None
+        route = press_route(press.channel, press.message_ts, press.thread_ts, press.user_id,
+                            reply_in_thread=self.settings.reply_in_thread)
+        if not self._wanted(press.channel, dm=route.chat_type == "dm"):
+            await ack()  # a channel no longer served (allowed_channels changed since)
+            return
+        received = self._host.receive(
+            MessageEvent(text=command, route=route, message_id=press.message_ts),
+            platform_id=f"press:{press.trigger_id}", sent_at=press.pressed_at)
+        if await received.journaled == "failed":
+            return  # not journaled, so not acked: the press shows it failed
+        await ack()
 
     async def _on_interaction(self, payload: dict[str, Any]) -> None:
         press = button_press(payload)
@@ -429,11 +462,19 @@ class SlackAdapter(Adapter):
         return await self.send_parts(route, message_parts(text, self.message_limit),
                                      first=True)
 
-    async def send_parts(self, route: Route, parts: list[str], *,
-                         first: bool = False) -> SendResult:
+    async def send_choices(self, route: Route, text: str, choices: Sequence[Choice], *,
+                           kind: MessageKind = "system", session_id: str | None = None
+                           ) -> SendResult:
+        """``text`` as :meth:`send` sends it, its last part as Block Kit with a button per
+        choice (gateway/platforms/slack/choices.py); a press is taken in ``_take_press``."""
+        return await self.send_parts(route, message_parts(text, self.message_limit),
+                                     first=True, choices=choices)
+
+    async def send_parts(self, route: Route, parts: list[str], *, first: bool = False,
+                         choices: Sequence[Choice] = ()) -> SendResult:
         """``parts`` in order, as one message, into the route's thread (or channel, or
         DM); ``first``: they start it (a streamed reply's rest comes after its preview
-        took the first part)."""
+        took the first part); ``choices``: buttons under the last part."""
         if self._api is None or not self._logged_in:
             return SendResult.failed("slack is not connected")
         last: str | None = None
@@ -442,12 +483,15 @@ class SlackAdapter(Adapter):
                 # once part one is out, a failure would make the whole text be sent
                 # again: push the rest through patiently
                 patience = PATIENT if first and index == 0 else LATER_PART
+                blocks = choice_blocks(part, choices) \
+                    if choices and index == len(parts) - 1 else None
+                extra: dict[str, Any] = {"blocks": blocks} if blocks is not None else {}
                 await self.flow.admit(route.chat_id, group=True)
                 try:
                     data = await self._api.call(
                         "chat.postMessage", patience=patience, channel=route.chat_id,
                         thread_ts=route.thread_id, text=part, link_names=False,
-                        unfurl_links=False, unfurl_media=False)
+                        unfurl_links=False, unfurl_media=False, **extra)
                 except SlackRefused as exc:
                     return SendResult.failed(str(exc), retry_after=exc.retry_after,
                                              permanent=exc.permanent,

@@ -28,6 +28,7 @@ from gateway.contract.approval import (
 )
 from gateway.formatting.mrkdwn import render
 from gateway.platforms.slack.api import SlackRefused, WebApi
+from gateway.platforms.slack.presses import press_of
 from gateway.words.events import SendResult
 from gateway.words.route import Route
 
@@ -68,23 +69,13 @@ class ButtonPress:
 
 def button_press(payload: dict[str, Any]) -> ButtonPress | None:
     """The approval button pressed in ``payload``; None for anything else (another app
-    part's buttons, a select, a press without its message)."""
-    if payload.get("type") != "block_actions":
+    part's buttons, a choice's, a select, a press without its message)."""
+    press = press_of(payload)
+    parsed = parse_button(press.action_id) if press is not None else None
+    if press is None or parsed is None:
         return None
-    actions = [a for a in payload.get("actions") or [] if isinstance(a, dict)]
-    parsed = parse_button(str(actions[0].get("action_id") or "")) if actions else None
-    user = payload.get("user") or {}
-    container = payload.get("container") or {}
-    message = payload.get("message") or {}
-    channel = container.get("channel_id") or (payload.get("channel") or {}).get("id")
-    message_ts = container.get("message_ts") or message.get("ts")
-    if parsed is None or not user.get("id") or not channel or not message_ts:
-        return None
-    thread_ts = container.get("thread_ts") or message.get("thread_ts")
-    return ButtonPress(parsed[0], parsed[1], str(user["id"]),
-                       user.get("username") or user.get("name"), str(channel),
-                       str(message_ts), str(thread_ts) if thread_ts else None,
-                       str(payload.get("trigger_id") or f"{channel}:{message_ts}:{user['id']}"))
+    return ButtonPress(parsed[0], parsed[1], press.user_id, press.user_name, press.channel,
+                       press.message_ts, press.thread_ts, press.trigger_id)
 
 
 async def post_request(api: WebApi | None, flow: FlowControl, route: Route,

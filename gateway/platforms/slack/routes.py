@@ -1,5 +1,6 @@
 """What the Slack adapter reads off an event without asking Slack: whether it is a
-person's message at all, its route, its platform id, and its text as typed.
+person's message at all, its route (and a button press's), its platform id, and its
+text as typed.
 
 A channel's top-level message starts a thread for its answer (``reply_in_thread``),
 and that thread is the conversation from then on: its route is the thread's (chat id
@@ -96,6 +97,14 @@ def route_of(message: SpokenMessage, *, reply_in_thread: bool) -> Route:
         return Route("slack", "thread", message.channel, thread_id=message.ts, user_id=user,
                      parent_chat_id=message.channel, message_id=anchor)
     return Route("slack", "group", message.channel, user_id=user, message_id=anchor)
+
+
+def press_route(channel: str, message_ts: str, thread_ts: str | None, user: str, *,
+                reply_in_thread: bool) -> Route:
+    """The conversation of a message a button was pressed on, as the one who pressed: the
+    route a message of theirs in its place would have, anchored on the pressed message."""
+    return route_of(SpokenMessage(channel, _kind_of(channel), message_ts, thread_ts, user, ""),
+                    reply_in_thread=reply_in_thread)
 
 
 def platform_id(channel: str, ts: str) -> str:
