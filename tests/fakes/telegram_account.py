@@ -1,34 +1,29 @@
 """The fake Telegram's view of the bot's account: its profile and settings (getMe and
-privacy mode), a webhook another tool may have left set, and the groups it is in with
-its standing there (getChat, getChatMember).
+privacy mode), and the groups it is in with its standing there (getChat,
+getChatMember). (Its webhook is ``telegram_webhook``'s.)
 
 Kept apart from the server because these describe the bot rather than its messages,
 and ``homing doctor`` and ``homing setup`` are what read them::
 
     fake.can_read_all_group_messages = True     # privacy mode off (@BotFather /setprivacy)
-    fake.webhook_url = "https://example.org/hook"  # getUpdates now answers 409
     fake.add_chat(-1001, is_forum=True, bot_status="restricted", can_send_messages=False)
 
 As on Telegram: a new bot has privacy mode on; getChat of a chat the bot is not in is
 400 "chat not found" (403 once it was kicked); getChatMember answers for the bot only
-(the fake keeps no member lists: anyone else is 400 "user not found"); setWebhook takes
-HTTPS URLs only; while a webhook is set, getUpdates is refused with 409 in the
-webhook's own words.
+(the fake keeps no member lists: anyone else is 400 "user not found").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.telegram_api import ApiError, as_bool, as_int
+from tests.fakes.telegram_api import ApiError, as_int
 
-__all__ = ["CHAT_NOT_FOUND", "WEBHOOK_ACTIVE", "BotAccount"]
+__all__ = ["CHAT_NOT_FOUND", "BotAccount"]
 
 JSON = dict[str, Any]
 
 CHAT_NOT_FOUND = "Bad Request: chat not found"
-WEBHOOK_ACTIVE = ("Conflict: can't use getUpdates method while webhook is active; "
-                  "use deleteWebhook to delete the webhook first")
 #: what an administrator may do, as getChatMember lists it (a fresh admin's defaults)
 _ADMIN_RIGHTS: JSON = {
     "can_be_edited": False, "is_anonymous": False, "can_manage_chat": True,
@@ -50,18 +45,15 @@ _STATUSES = frozenset({"creator", "administrator", "member", "restricted", "left
 
 class BotAccount:
     """The account half of :class:`~tests.fakes.telegram_server.FakeTelegram`; reads the
-    chats it saw in users' messages (``_chats``) and the updates waiting (``_pending``)."""
+    chats it saw in users' messages (``_chats``)."""
 
     bot_user: JSON
     _chats: dict[int, JSON]
-    _pending: list[tuple[int, JSON]]
 
     def _init_account(self) -> None:
         #: privacy mode off when True; a new bot has it on (@BotFather /setprivacy)
         self.can_read_all_group_messages = False
         self.can_join_groups = True
-        #: a webhook set by some other tool ("" = none, so polling works)
-        self.webhook_url = ""
         self._memberships: dict[int, JSON] = {}  # chat id -> the bot's ChatMember there
 
     def add_chat(self, chat_id: int, *, chat_type: str = "supergroup",
@@ -102,28 +94,6 @@ class BotAccount:
         return {**self.bot_user, "can_join_groups": self.can_join_groups,
                 "can_read_all_group_messages": self.can_read_all_group_messages,
                 "supports_inline_queries": False}
-
-    async def _get_webhook_info(self, params: dict[str, Any]) -> JSON:
-        return {"url": self.webhook_url, "has_custom_certificate": False,
-                "pending_update_count": len(self._pending) if self.webhook_url else 0}
-
-    async def _set_webhook(self, params: dict[str, Any]) -> bool:
-        url = str(params.get("url") or "")
-        if url and not url.startswith("https://"):
-            raise ApiError(400, "Bad Request: bad webhook: An HTTPS URL must be provided "
-                                "for webhook")
-        self.webhook_url = url
-        return True
-
-    async def _delete_webhook(self, params: dict[str, Any]) -> bool:
-        self.webhook_url = ""
-        if as_bool(params.get("drop_pending_updates")):
-            self._pending.clear()
-        return True
-
-    def _refuse_polling_under_webhook(self) -> None:
-        if self.webhook_url:
-            raise ApiError(409, WEBHOOK_ACTIVE)
 
     async def _get_chat(self, params: dict[str, Any]) -> JSON:
         chat_id = _chat_id(params)

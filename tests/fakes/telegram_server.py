@@ -1,7 +1,8 @@
 """A small fake Telegram Bot API server for tests with the real python-telegram-bot.
 
-It speaks just enough of the Bot API for PTB 22.x to long-poll, send, edit and
-delete messages (see ``/work/shared/notes/platform-fakes.md``)::
+It speaks just enough of the Bot API for PTB 22.x to long-poll (or post to a
+webhook), send, edit and delete messages (see
+``/work/shared/notes/platform-fakes.md``)::
 
     fake = FakeTelegram()
     await fake.start()
@@ -15,6 +16,9 @@ delete messages (see ``/work/shared/notes/platform-fakes.md``)::
     file = await app.bot.get_file(photo[-1]["file_id"])  # then file.download_as_bytearray()
     await app.bot.send_document(7, b"...", filename="a.txt")  # recorded in fake.sent_files
     query_id = fake.press(7, 1, "approve")  # a tap on a button: a callback_query update
+    fake.reverse_proxy("https://bot.example.org", "http://127.0.0.1:8443")
+    await app.bot.set_webhook("https://bot.example.org/tg", secret_token="s3cret")
+    fake.user_message(chat_id=7, text="hi")          # now POSTed to the webhook instead
     await fake.stop()
 
 Protocol as on Telegram: ``POST /bot<TOKEN>/<method>`` with a form-encoded
@@ -37,9 +41,10 @@ The bot's messages (sending, editing, deleting, what a user sees) live in
 ``telegram_messages``, HTML parsing in ``telegram_entities``, files (users' photos,
 documents, voice, audio and video; getFile and downloads; sendPhoto and sendDocument)
 in ``gateway/platforms/telegram/files.py``, inline keyboards, taps and answerCallbackQuery in
-``telegram_buttons``, the bot's account (getMe's privacy mode, the webhook, getChat and
-getChatMember) in ``telegram_account``, the Bot API's parameters and errors in
-``telegram_api``; this
+``telegram_buttons``, the bot's account (getMe's privacy mode, getChat and
+getChatMember) in ``telegram_account``, the webhook (setWebhook, deleteWebhook,
+getWebhookInfo, and updates posted to it as Telegram posts them) in ``telegram_webhook``,
+the Bot API's parameters and errors in ``telegram_api``; this
 module holds the server as tests drive it: updates in, long polling, commands,
 scripted failures and the waits.
 """
@@ -80,6 +85,7 @@ from tests.fakes.telegram_messages import (  # noqa: F401 (the constants: re-exp
     SentRecord,
     utf16_len,
 )
+from tests.fakes.telegram_webhook import BotWebhook, Described
 
 __all__ = ["TOKEN", "CallbackAnswer", "EditRecord", "FakeTelegram", "FileRecord", "SentRecord",
            "StoredFile", "utf16_len"]
@@ -96,7 +102,7 @@ CONFLICT = ("Conflict: terminated by other getUpdates request; make sure that on
 _NOT_BY_DEFAULT = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
 
 
-class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
+class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, BotWebhook, LocalServer):
     """An in-process Bot API server on ``127.0.0.1`` (a free port, picked on start)."""
 
     max_poll_hold: float = 5.0
@@ -143,6 +149,7 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
         self._init_files()
         self._init_buttons()
         self._init_account()
+        self._init_webhook()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -164,10 +171,15 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
         self._closing.clear()
         return app
 
+    async def start(self) -> None:
+        await super().start()
+        self._start_webhook()
+
     async def _before_stop(self) -> None:
-        """Release held long polls."""
+        """Release held long polls; stop posting to the webhook."""
         self._closing.set()
         self._wake("updates")
+        await self._stop_webhook()
 
     # ------------------------------------------------------------------ inbound
 
@@ -342,6 +354,9 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
             return error_response(exc.status, exc.description, exc.retry_after)
         except (TypeError, ValueError) as exc:
             return error_response(400, f"Bad Request: {exc}")
+        if isinstance(result, Described):
+            return web.json_response({"ok": True, "result": result.result,
+                                      "description": result.description})
         return web.json_response({"ok": True, "result": result})
 
     # ------------------------------------------------------------------ methods
@@ -448,9 +463,9 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, LocalServer):
 
     _methods = {
         "getme": BotAccount._get_me,
-        "getwebhookinfo": BotAccount._get_webhook_info,
-        "setwebhook": BotAccount._set_webhook,
-        "deletewebhook": BotAccount._delete_webhook,
+        "getwebhookinfo": BotWebhook._get_webhook_info,
+        "setwebhook": BotWebhook._set_webhook,
+        "deletewebhook": BotWebhook._delete_webhook,
         "getchat": BotAccount._get_chat,
         "getchatmember": BotAccount._get_chat_member,
         "getupdates": _get_updates,

@@ -1,10 +1,12 @@
-"""Telegram, through python-telegram-bot: long polling in, ordered and
+"""Telegram, through python-telegram-bot: long polling or a webhook in, ordered and
 rate-limited sends out.
 
 The adapter never owns the event loop (no ``run_polling``): it initializes the
 Application for its bot and polls ``getUpdates`` itself, moving the offset past
 an update only once the update is journaled, so an update Telegram handed out
-is never lost to a crash. A Telegram outage or a 409 Conflict leaves the
+is never lost to a crash. In ``mode: webhook`` Telegram posts each update to the
+adapter's own server instead (gateway/platforms/telegram/webhook.py), which answers
+200 only once the update is journaled. A Telegram outage or a 409 Conflict leaves the
 adapter retrying with backoff while the rest of the gateway carries on.
 """
 
@@ -12,13 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hmac
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from telegram import (
+    Bot,
     BotCommand,
     BotCommandScopeAllGroupChats,
     BotCommandScopeAllPrivateChats,
@@ -40,12 +45,14 @@ from telegram.ext import ApplicationBuilder
 
 from gateway.config.settings import secret
 from gateway.contract.adapter import Adapter, LiveReply
+from gateway.errors import StoreError
 from gateway.formatting.telegram_html import HtmlOrPlain, message_parts, plain_fallback
 from gateway.formatting.telegram_html import render as render_html
 from gateway.inbound.files import FILES, FileRefused, IncomingFile
 from gateway.platforms.flow import FlowControl, RateLimits
 from gateway.platforms.telegram.approvals import ApprovalButtons
 from gateway.platforms.telegram.bot import AnyApplication
+from gateway.platforms.telegram.choices import choice_keyboard, is_choice, take_choice
 from gateway.platforms.telegram.files import download as download_file
 from gateway.platforms.telegram.files import files_in, post_file
 from gateway.platforms.telegram.preview import TelegramPreview
@@ -53,8 +60,16 @@ from gateway.platforms.telegram.requests import SkippingMalformedUpdates
 from gateway.platforms.telegram.routes import route_of, send_arguments
 from gateway.platforms.telegram.settings import TelegramConfig
 from gateway.platforms.telegram.spec import PLATFORM
+from gateway.platforms.telegram.webhook import WebhookListener, webhook_mark
 from gateway.retry import RetryPolicy
-from gateway.words.events import MessageEvent, MessageKind, NoticeInfo, Received, SendResult
+from gateway.words.events import (
+    Choice,
+    MessageEvent,
+    MessageKind,
+    NoticeInfo,
+    Received,
+    SendResult,
+)
 from gateway.words.route import Route
 
 if TYPE_CHECKING:
@@ -70,12 +85,14 @@ MESSAGE_LIMIT = PLATFORM.capabilities.message_limit
 SEND = RetryPolicy((0.5, 1.0, 2.0, 4.0, 8.0), attempts=5)
 #: a first part facing a longer flood wait goes back to the caller
 _MAX_INLINE_WAIT = 30.0
-#: the updates polled for: messages, and taps on approval buttons
+#: the updates asked for: messages, and taps on buttons (approvals and choices)
 _WANTED = ["message", "callback_query"]
 #: connecting and polling, until it works
 CONNECT = RetryPolicy((1.0, 2.0, 5.0, 10.0, 30.0, 60.0))
 #: at a stop, how long a batch of updates being journaled may take to finish
 BATCH_WAIT_SECONDS = 5.0
+#: where Homing records the webhook it set last (``AdapterHost.cursors``), to know it again
+_WEBHOOK_CURSOR = "webhook"
 
 
 class TelegramAdapter(Adapter):
@@ -102,7 +119,10 @@ class TelegramAdapter(Adapter):
         #: the next update id wanted: everything before it is journaled
         self._offset: int | None = None
         #: on a shared store: the lease that makes this instance the token's one poller
-        self.poll_lease = leases(self.poll_lease_name) if leases is not None else None
+        #: (none in webhook mode: every instance takes the requests it is sent)
+        self.poll_lease = (leases(self.poll_lease_name)
+                           if leases is not None and config.mode == "polling" else None)
+        self._listener: WebhookListener | None = None
         self._approval_buttons = ApprovalButtons(self)
 
     # lifecycle ---------------------------------------------------------------
@@ -137,14 +157,88 @@ class TelegramAdapter(Adapter):
                 await asyncio.sleep(delay)
         self.bot_username = self._app.bot.username
         await self._register_commands()
-        if self.poll_lease is None:
-            self._start_polling()
-        else:  # sending works here at once; polling once the lease is this instance's
-            self.poll_lease.watch(self._on_poll_lease, self._stop_polling)
+        if self.config.mode == "webhook":
+            if not await self._start_webhook():
+                return
+        else:
+            await self._leave_own_webhook()
+            if self.poll_lease is None:
+                self._start_polling()
+            else:  # sending works here at once; polling once the lease is this instance's
+                self.poll_lease.watch(self._on_poll_lease, self._stop_polling)
         self._connected = True
         log.info("telegram_connected", bot=self.bot_username)
         if self._runner is not None:
             self._runner.platform_connected(self.platform)
+
+    async def _start_webhook(self) -> bool:
+        """Listen, then have Telegram post here (setWebhook, with the secret token, the
+        updates wanted and ``max_connections``); until both work, try again with backoff.
+        The webhook is recorded as Homing's own first, so a crash in between cannot leave
+        one set that a later start in polling mode would not know. False: the token
+        was refused."""
+        assert self._app is not None and self._runner is not None
+        settings = self.config.webhook
+        app = self._app
+        listener = WebhookListener(settings, self._take, lambda: app.bot,
+                                   stop_wait=BATCH_WAIT_SECONDS)
+        for attempt in CONNECT.tries():
+            try:
+                await listener.start()
+                break
+            except OSError as exc:
+                delay = CONNECT.delay(attempt)
+                log.error("telegram_webhook_listen_failed", host=settings.listen.host,
+                          port=settings.listen.port, error=str(exc), retry_in=delay,
+                          hint="another process holds platforms.telegram.webhook.listen")
+                await asyncio.sleep(delay)
+        self._listener = listener
+        url = settings.url or ""
+        for attempt in CONNECT.tries():
+            delay = CONNECT.delay(attempt)
+            try:
+                await self._runner.cursors.put(self.platform, _WEBHOOK_CURSOR,
+                                               webhook_mark(url))
+                await app.bot.set_webhook(
+                    url, secret_token=secret(settings.secret_token),
+                    allowed_updates=_WANTED, max_connections=settings.max_connections)
+                break
+            except InvalidToken:
+                log.error("telegram_invalid_token",
+                          hint="check platforms.telegram.token; Telegram stays offline")
+                return False
+            except TelegramError as exc:
+                log.error("telegram_webhook_not_set", error=str(exc), retry_in=delay,
+                          hint="check platforms.telegram.webhook.url: Telegram needs HTTPS "
+                               "on port 443, 80, 88 or 8443, on a public address")
+            except (sqlite3.Error, StoreError) as exc:
+                log.error("telegram_webhook_not_set", error=str(exc), retry_in=delay,
+                          reason="it could not be recorded as Homing's own")
+            await asyncio.sleep(delay)
+        log.info("telegram_webhook_set", listen_port=listener.port,
+                 max_connections=settings.max_connections)
+        return True
+
+    async def _leave_own_webhook(self) -> None:
+        """Polling is refused while a webhook is set. One Homing set (webhook mode, left
+        since) is deleted — what Telegram holds stays for the poll; another tool's is
+        left alone, and polling says so (:meth:`_on_polling_error`)."""
+        assert self._app is not None and self._runner is not None
+        try:
+            info = await self._app.bot.get_webhook_info()
+            if not info.url:
+                return
+            own = await self._runner.cursors.get(self.platform, _WEBHOOK_CURSOR)
+            if own is None or not hmac.compare_digest(own, webhook_mark(info.url)):
+                return
+            await self._app.bot.delete_webhook(drop_pending_updates=False)
+        except (TelegramError, sqlite3.Error, StoreError) as exc:
+            log.warning("telegram_webhook_not_checked", error=str(exc),
+                        hint="should it be the one Homing set, polling says so (409)")
+            return
+        log.info("telegram_webhook_deleted", pending_updates=info.pending_update_count,
+                 reason="polling mode: the webhook Homing set in webhook mode is deleted; "
+                        "what Telegram holds is polled")
 
     @property
     def poll_lease_name(self) -> str:
@@ -203,30 +297,36 @@ class TelegramAdapter(Adapter):
                 self._asking = False
             failures = 0
             for update in updates:
-                if self._poll_stop or not await self._take(update):
-                    break  # stopping, or not journaled (the store failed): asked again
+                if self._poll_stop:
+                    break
+                if not await self._take(update):  # not journaled (the store failed)
+                    await asyncio.sleep(1.0)
+                    break  # asked for again
                 self._offset = update.update_id + 1
 
     async def _take(self, update: Update) -> bool:
         """Hand an update to the runner; True once it is journaled (or is not for us).
-        A tap on a button is decided here, before the offset moves past it."""
-        if update.callback_query is not None:
+        A tap on a button is decided or journaled here, before Telegram is told the
+        update was taken (the offset, or the webhook's answer)."""
+        query = update.callback_query
+        if query is not None:
+            if is_choice(query):
+                return await take_choice(query, self._runner, self._bot())
             approvals = self._runner.approvals if self._runner is not None else None
-            taken = await self._approval_buttons.on_press(update.callback_query, approvals)
-        else:
-            received = self._on_update(update)
-            taken = received is None or await received.journaled != "failed"
-        if not taken:
-            await asyncio.sleep(1.0)
-        return taken
+            return await self._approval_buttons.on_press(query, approvals)
+        received = self._on_update(update)
+        return received is None or await received.journaled != "failed"
 
     async def stop_receiving(self) -> None:
         """Stop polling: what is not fetched stays with Telegram for the next poller (the
         next life, or another instance at once, the lease released); tell Telegram what
-        was journaled, so that poller is not handed it again."""
+        was journaled, so that poller is not handed it again. In webhook mode, stop
+        listening (the webhook stays set): Telegram posts what is not taken again."""
         if self._starter is not None and not self._starter.done():
             self._starter.cancel()
             await asyncio.gather(self._starter, return_exceptions=True)
+        if self._listener is not None:
+            await self._listener.stop()
         if self._poller is not None:
             await self._stop_polling()
             if self._app is not None and self._offset is not None:
@@ -376,6 +476,17 @@ class TelegramAdapter(Adapter):
                 last = result.message_id
         return SendResult.sent(last)
 
+    async def send_choices(self, route: Route, text: str, choices: Sequence[Choice], *,
+                           kind: MessageKind = "system", session_id: str | None = None
+                           ) -> SendResult:
+        """``text`` sent as :meth:`send` sends it, a button a choice under its last part;
+        a tap is taken in :meth:`_take`."""
+        if self._app is None or not self._connected:
+            return SendResult.failed("telegram is not connected")
+        return await self.send_parts(route, message_parts(text),
+                                     first_patient=kind != "notification",
+                                     keyboard=choice_keyboard(choices))
+
     def send_room(self, route: Route) -> int:
         """What the flood limits leave for the chat now (a 429's wait leaves nothing)."""
         return self.flow.room(route.chat_id, group=route.chat_type == "group")
@@ -417,6 +528,16 @@ class TelegramAdapter(Adapter):
     @property
     def app(self) -> AnyApplication | None:
         return self._app
+
+    @property
+    def webhook_port(self) -> int | None:
+        """The port Telegram's requests are taken on (webhook mode, once listening)."""
+        return self._listener.port if self._listener is not None else None
+
+    def _bot(self) -> Bot | None:
+        """The bot, to answer a tap with: in webhook mode a tap may come in before the
+        webhook is confirmed set (one set by the last life)."""
+        return self._app.bot if self._app is not None else None
 
     async def _send_part(self, route: Route, source: str, *, patient: bool,
                          keyboard: InlineKeyboardMarkup | None = None) -> SendResult:

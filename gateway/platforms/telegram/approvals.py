@@ -23,6 +23,7 @@ from gateway.contract.approval import CHOICES, ApprovalRecord, Decision, button_
 from gateway.formatting.telegram_html import HtmlOrPlain, message_parts, plain_fallback
 from gateway.formatting.telegram_html import render as render_html
 from gateway.platforms.telegram.bot import TelegramBot
+from gateway.platforms.telegram.taps import answer_tap
 from gateway.retry import RetryPolicy
 from gateway.store.group_commit import StoreClosed
 from gateway.words.events import SendResult
@@ -38,8 +39,6 @@ log = structlog.get_logger(__name__)
 
 #: room kept in the request's last message for the outcome line edited in later
 _OUTCOME_ROOM = 400
-#: Telegram shows at most this much of a callback answer
-_ANSWER_LIMIT = 200
 EDIT = RetryPolicy((1.0, 2.0, 5.0), attempts=4)
 
 
@@ -165,18 +164,7 @@ class ApprovalButtons:
         return True
 
     async def _answer(self, query: CallbackQuery, note: str, *, alert: bool = False) -> None:
-        """Answer a tap (once: Telegram refuses a second answer as "too old")."""
-        bot = self._bot()
-        if bot is None:
-            log.warning("telegram_callback_not_answered", query_id=query.id,
-                        reason="telegram is not connected")
-            return
-        if len(note) > _ANSWER_LIMIT:
-            note = note[:_ANSWER_LIMIT - 1] + "…"
-        try:
-            await bot.answer_callback_query(query.id, text=note, show_alert=alert)
-        except TelegramError as exc:  # the tap timed out on the user's side; it still counts
-            log.warning("telegram_callback_not_answered", query_id=query.id, error=str(exc))
+        await answer_tap(self._bot(), query, note, alert=alert)
 
     # lifecycle -----------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Live questions to the Telegram Bot API, asked with python-telegram-bot as the daemon
-asks them: who the bot is and whether privacy mode is on, whether a webhook is set,
+asks them: who the bot is and whether privacy mode is on, the webhook (set or not, what
+waits for it and its last error),
 whether another process polls the token, what the bot may do in a group, and the
 first private message someone sends it (``homing setup`` learns its owner's id so).
 
@@ -53,6 +54,19 @@ class BotProfile:
 
 
 @dataclass(frozen=True, slots=True)
+class WebhookState:
+    """getWebhookInfo: the webhook set ("" for none), the updates waiting (for it, or for
+    a poll), and Telegram's word on its last failed delivery."""
+
+    url: str
+    pending_updates: int
+    last_error: str | None = None
+    #: when the last delivery failed (unix time)
+    last_error_at: float | None = None
+    max_connections: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Sender:
     """Who wrote to the bot in a private chat."""
 
@@ -103,10 +117,13 @@ class TelegramProbe:
         assert self._profile is not None, "use the probe in `async with`"
         return self._profile
 
-    async def webhook_url(self) -> str:
-        """The webhook someone set for this bot ("" when none): polling is refused then."""
+    async def webhook(self) -> WebhookState:
+        """The webhook set for this bot (polling is refused while there is one)."""
         info = await self._call(self._bot.get_webhook_info())
-        return info.url
+        failed = info.last_error_date
+        return WebhookState(info.url, info.pending_update_count, info.last_error_message,
+                            failed.timestamp() if failed is not None else None,
+                            info.max_connections)
 
     async def polled_elsewhere(self) -> str | None:
         """Whether another process polls this token: Telegram's 409 text when it does.

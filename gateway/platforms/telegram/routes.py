@@ -9,9 +9,10 @@ topics too; those need a reply anchor.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from telegram import Message, ReplyParameters
+from telegram import CallbackQuery, Message, ReplyParameters
 
 from gateway.words.route import Route
 
@@ -38,6 +39,21 @@ def route_of(message: Message) -> Route | None:
         chat_name=chat.title or chat.full_name or None,
         message_id=str(message.message_id),
     )
+
+
+def route_of_press(query: CallbackQuery) -> Route | None:
+    """The route of a tap on a button: the conversation of the message it is under (its
+    chat and topic), as the one who tapped, anchored on that message — the route a
+    message of theirs there would have. None when Telegram no longer shows the message
+    (older than 48 hours: its topic is unknown) or for chats we do not serve."""
+    message = query.message
+    if not isinstance(message, Message):
+        return None
+    route = route_of(message)
+    if route is None:
+        return None
+    user = query.from_user
+    return replace(route, user_id=str(user.id), user_name=user.username)
 
 
 def send_arguments(route: Route, *, with_thread: bool = True,

@@ -35,7 +35,8 @@ PLATFORM = PlatformSpec(
         rate_limits="about 30 messages a second per bot and 20 a minute per group; "
                     "flood control (429 retry_after) is waited out per chat"),
     required=("token",), token_shapes={"token": TOKEN},
-    secrets={"token": "TELEGRAM_BOT_TOKEN"},
+    # read as attributes of the section: ``webhook_secret_token`` is webhook.secret_token
+    secrets={"token": "TELEGRAM_BOT_TOKEN", "webhook_secret_token": "TELEGRAM_WEBHOOK_SECRET"},
     setup="gateway.platforms.telegram.setup:QUESTIONS",
     doctor="gateway.platforms.telegram.doctor:checks",
     pairing=True)
