@@ -24,6 +24,7 @@ import structlog
 
 from gateway.approvals.rules import ApprovalPolicy, Need
 from gateway.cluster.lives import ALONE, Life, life_alive
+from gateway.config.platform import platform_of
 from gateway.contract.approval import (
     APPROVAL_MOVES,
     COLUMNS,
@@ -219,7 +220,9 @@ class Approvals:
             return False
         if platform == record.platform and user_id == record.requester:
             return True
-        return user_id in self.config.approvers.get(platform, [])
+        approvers = self.config.approvers
+        # one of several bots: its own approvers if listed, else its platform's
+        return user_id in approvers.get(platform, approvers.get(platform_of(platform), []))
 
     async def press(self, approval_id: str, decision: Decision, *, platform: str,
                     user_id: str | None, user_name: str | None = None) -> Pressed:

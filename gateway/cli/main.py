@@ -170,7 +170,8 @@ def _parser() -> argparse.ArgumentParser:
                              help="let unknown users in: list and approve pairing codes")
     pairing_sub = pairing.add_subparsers(dest="pairing_command", required=True, metavar="ACTION")
     approve = pairing_sub.add_parser("approve", parents=[common], help="approve a pairing code")
-    approve.add_argument("platform", choices=_pairing_platforms())
+    approve.add_argument("platform", type=_pairing_platform,
+                         help="the platform, or platform/account for one of several bots")
     approve.add_argument("code")
     approve.set_defaults(func=_pairing_approve)
     pending = pairing_sub.add_parser("list", parents=[common],
@@ -180,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
     pending.set_defaults(func=_pairing_list)
     revoke = pairing_sub.add_parser("revoke", parents=[common],
                                     help="take a paired user's access away")
-    revoke.add_argument("platform", choices=_pairing_platforms())
+    revoke.add_argument("platform", type=_pairing_platform,
+                        help="the platform, or platform/account for one of several bots")
     revoke.add_argument("user", help="the user id")
     revoke.set_defaults(func=_pairing_revoke)
     return parser
@@ -192,6 +194,23 @@ def _pairing_platforms() -> list[str]:
 
     return [name for spec in platforms().specs if spec.pairing
             for name in (spec.name, *spec.cli_names)]
+
+
+def _pairing_platform(given: str) -> str:
+    """A pairing platform by any of its CLI names, with its account when one of several
+    bots is meant (``telegram/team``), as its conversations name it."""
+    from gateway.config.platform import ACCOUNT_NAME, DEFAULT_ACCOUNT, account_platform
+    from gateway.config.registry import platforms
+
+    name, _, account = given.partition("/")
+    spec = platforms().get(name)
+    if spec is None or not spec.pairing:
+        raise argparse.ArgumentTypeError(
+            f"{given!r}: choose from {', '.join(_pairing_platforms())} "
+            f"(or platform/account)")
+    if account and not ACCOUNT_NAME.fullmatch(account):
+        raise argparse.ArgumentTypeError(f"{account!r} is not an account name")
+    return account_platform(spec.name, account or DEFAULT_ACCOUNT)
 
 
 def _version() -> str:

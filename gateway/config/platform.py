@@ -17,7 +17,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gateway.config.fields import Strict
 
@@ -34,16 +41,86 @@ class PlatformSettings(Strict):
         return []
 
 
+#: the account a section's own bot is (the single-bot form): its conversations' routes
+#: and session keys name the platform alone, as they always have
+DEFAULT_ACCOUNT = "default"
+#: an account's name: lower-case letters, digits, ``_`` and ``-``
+ACCOUNT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+
+
+def account_platform(platform: str, account: str) -> str:
+    """The platform part of an account's routes and session keys: the platform's name
+    for its default account, ``<platform>/<account>`` for another — so the same chat
+    seen by two bots is two conversations, and a notice goes back through its own bot."""
+    return platform if account == DEFAULT_ACCOUNT else f"{platform}/{account}"
+
+
+def platform_of(key: str) -> str:
+    """The platform a route's platform part names, its account left off."""
+    return key.split("/", 1)[0]
+
+
 class BotSettings(PlatformSettings):
-    """A bot platform's section: one token, and who may talk to the bot."""
+    """A bot platform's section: one token, and who may talk to the bot — or, under
+    ``accounts``, several bots, each with its own (the section's other settings are
+    every account's defaults)."""
 
     token: SecretStr | None = None
     allowed_users: list[str] = Field(default_factory=list)
+    #: this bot's account name (``accounts`` entries give theirs)
+    name: str = DEFAULT_ACCOUNT
+    #: several bots of this platform in one daemon: each entry is this section's
+    #: settings, with its own ``name`` and token, over the section's own values
+    accounts: list[dict[str, Any]] = Field(default_factory=list)
+    _bots: list[Any] = PrivateAttr(default_factory=list)
 
     @field_validator("allowed_users", mode="before")
     @classmethod
     def _ids_as_strings(cls, value: Any) -> Any:
         return [str(v) for v in value] if isinstance(value, list) else value
+
+    @field_validator("name")
+    @classmethod
+    def _account_name(cls, value: str) -> str:
+        if not ACCOUNT_NAME.fullmatch(value):
+            raise ValueError(f"{value!r}: an account name is lower-case letters, digits, "
+                             f"_ and - (at most 32)")
+        return value
+
+    @model_validator(mode="after")
+    def _each_account(self) -> BotSettings:
+        """Every account validated now, as the section would be, its place named."""
+        if not self.accounts:
+            self._bots = [self]
+            return self
+        if self.token is not None:
+            raise ValueError("give either token (one bot) or accounts (several bots, each "
+                             "with its own token), not both")
+        base = self.model_dump(exclude={"accounts", "name"}, exclude_unset=True)
+        bots: list[BotSettings] = []
+        for index, entry in enumerate(self.accounts):
+            if not isinstance(entry, dict) or "name" not in entry:
+                raise ValueError(f"accounts[{index}]: each account needs a name")
+            if "accounts" in entry or "enabled" in entry:
+                raise ValueError(f"accounts[{index}] ({entry['name']}): accounts and "
+                                 f"enabled belong to the section, not to an account")
+            try:
+                bot = type(self).model_validate({**base, **entry, "enabled": self.enabled})
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                                     for e in exc.errors())
+                raise ValueError(f"accounts[{index}] ({entry['name']}): {problems}") from None
+            bots.append(bot)
+        names = [b.name for b in bots]
+        if len(set(names)) != len(names):
+            raise ValueError(f"accounts: each name once ({', '.join(names)})")
+        self._bots = bots
+        return self
+
+    def bots(self) -> list[BotSettings]:
+        """Each bot the section runs, as the settings it runs with: its accounts, or
+        the section itself (the account ``default``)."""
+        return list(self._bots) or [self]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +209,15 @@ class PlatformSpec:
     origin: str = "built-in"
 
     def secret_values(self, settings: PlatformSettings) -> list[str]:
-        """The secrets set in ``settings``, to mask in logs."""
+        """The secrets set in ``settings`` (every account's), to mask in logs."""
         values = []
-        for name in self.secrets:
-            value = getattr(settings, name, None)
-            if isinstance(value, SecretStr):
-                value = value.get_secret_value()
-            if isinstance(value, str) and value:
-                values.append(value)
+        for bot in bots_of(settings):
+            for name in self.secrets:
+                value = getattr(bot, name, None)
+                if isinstance(value, SecretStr):
+                    value = value.get_secret_value()
+                if isinstance(value, str) and value:
+                    values.append(value)
         return values
 
     def problems(self, settings: PlatformSettings,
@@ -148,15 +226,20 @@ class PlatformSpec:
         (setting, problem). ``others``: the other platforms, whose token a wrong one may be."""
         if not settings.enabled:
             return []
-        found = settings.problems()
-        for name in self.required:
-            if not _value(settings, name):
-                found.append((name, f"required when {self.name} is enabled"))
-        for name, shape in self.token_shapes.items():
-            value = _value(settings, name)
-            if value and not shape.matches(value):
-                found.append((name, f"does not look like a {self.title} {shape.what} "
-                                    f"({shape.expected}): {self._hint(shape, value, others)}"))
+        bots = bots_of(settings)
+        found: list[tuple[str, str]] = []
+        for index, bot in enumerate(bots):
+            place = f"accounts.{index}." if len(bots) > 1 or bot is not settings else ""
+            found += [(place + name, problem) for name, problem in bot.problems()]
+            for name in self.required:
+                if not _value(bot, name):
+                    found.append((place + name, f"required when {self.name} is enabled"))
+            for name, shape in self.token_shapes.items():
+                value = _value(bot, name)
+                if value and not shape.matches(value):
+                    found.append((place + name, f"does not look like a {self.title} "
+                                  f"{shape.what} ({shape.expected}): "
+                                  f"{self._hint(shape, value, others)}"))
         return found
 
     def _hint(self, shape: TokenShape, token: str, others: Iterable[PlatformSpec]) -> str:
@@ -178,6 +261,11 @@ class PlatformSpec:
             return "it looks like a URL or a path — give just the token"
         specific = shape.hint(token) if shape.hint is not None else None
         return specific or "it has characters a token does not have, or is too short or too long"
+
+
+def bots_of(settings: PlatformSettings) -> list[PlatformSettings]:
+    """Each bot a section runs (its accounts), or the section itself."""
+    return list(settings.bots()) if isinstance(settings, BotSettings) else [settings]
 
 
 def _value(settings: PlatformSettings, name: str) -> str | None:

@@ -34,7 +34,13 @@ from gateway.config.file import DEFAULT_HOME as DEFAULT_HOME
 from gateway.config.file import ConfigError as ConfigError
 from gateway.config.file import dotted, read_config_file, substitute
 from gateway.config.file import find_config_file as find_config_file
-from gateway.config.platform import PlatformSettings
+from gateway.config.platform import (
+    DEFAULT_ACCOUNT,
+    PlatformSettings,
+    account_platform,
+    bots_of,
+    platform_of,
+)
 from gateway.config.registry import platforms
 from gateway.config.timezones import check_zone
 
@@ -56,6 +62,21 @@ class PlatformSections(Strict):
     def enabled(self) -> list[str]:
         """The names of the enabled platforms, in the registry's order."""
         return [spec.name for spec in platforms().specs if self.section(spec.name).enabled]
+
+    def bots(self, name: str) -> list[tuple[str, PlatformSettings]]:
+        """Each bot of the platform ``name``: (the platform part of its routes, the
+        settings it runs with) — one for a single bot, one per account."""
+        return [(account_platform(name, getattr(bot, "name", DEFAULT_ACCOUNT)), bot)
+                for bot in bots_of(self.section(name))]
+
+    def settings_for(self, key: str) -> PlatformSettings | None:
+        """The settings of the bot whose routes' platform part is ``key``
+        (``telegram``, ``telegram/team``); None when no bot has it."""
+        try:
+            found = self.bots(platform_of(key))
+        except KeyError:
+            return None
+        return next((bot for bot_key, bot in found if bot_key == key), None)
 
 
 def _sections() -> type[PlatformSections]:
@@ -88,7 +109,8 @@ class TranscriptionConfig(Strict):
 
 
 def _known_platform(name: str) -> str:
-    if platforms().get(name) is None:
+    """A registered platform, or one of its bots (``telegram/team``)."""
+    if platforms().get(platform_of(name)) is None:
         raise PydanticCustomError("platform", "{name!r} is not a platform (known: {known})",
                                   {"name": name, "known": ", ".join(platforms().names)})
     return name

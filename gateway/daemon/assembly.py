@@ -113,11 +113,14 @@ def build_adapters(config: Config, scheduler: Scheduler | None = None,
         except ImportError as exc:
             raise StartupError(f"platforms.{name}: its adapter ({spec.adapter}) cannot be "
                                f"imported: {exc} (is its package installed?)") from None
-        adapter = make(config.platforms.section(name), context)
-        if not isinstance(adapter, Adapter) or adapter.platform != name:
-            raise StartupError(f"platforms.{name}: {spec.adapter} made "
-                               f"{type(adapter).__name__}, not an Adapter for {name!r}")
-        adapters.append(adapter)
+        for key, settings in config.platforms.bots(name):  # one adapter a bot (account)
+            adapter = make(settings, context)
+            if not isinstance(adapter, Adapter) or adapter.platform != key:
+                raise StartupError(
+                    f"platforms.{name}: {spec.adapter} made {type(adapter).__name__} for "
+                    f"{getattr(adapter, 'platform', None)!r}, not an Adapter for {key!r}"
+                    + (" (does the platform take accounts?)" if key != name else ""))
+            adapters.append(adapter)
     return adapters
 
 

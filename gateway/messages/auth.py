@@ -37,7 +37,7 @@ def authorize(event: MessageEvent, config: Config, *, vouched: bool) -> Verdict:
     if vouched:
         return Verdict(True)
     route = event.route
-    settings = getattr(config.platforms, route.platform, None)
+    settings = config.platforms.settings_for(route.platform)  # its own bot's (account's)
     chats = list(getattr(settings, "allowed_chats", None) or [])
     if route.chat_type == "group" and chats and route.chat_id not in chats:
         return Verdict(False)

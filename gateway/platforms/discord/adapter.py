@@ -22,6 +22,7 @@ import discord
 import structlog
 import yarl
 
+from gateway.config.platform import account_platform
 from gateway.config.settings import secret
 from gateway.contract.adapter import Adapter, LiveReply
 from gateway.formatting.discord_text import NO_MENTIONS, message_parts
@@ -75,6 +76,9 @@ class DiscordAdapter(Adapter):
         if not config.token:
             raise ValueError("platforms.discord.token is required when Discord is enabled")
         self.config = config
+        #: the bot's routes' platform: ``discord``, or ``discord/<account>`` for one of
+        #: several bots (gateway/config/platform.py)
+        self.platform = account_platform(PLATFORM.name, config.name)
         # discord.py rate-limits REST itself; this keeps each channel's order
         self.flow = FlowControl(RateLimits(per_second=50, group_per_minute=10_000))
         self._runner: AdapterHost | None = None
@@ -331,7 +335,7 @@ class DiscordAdapter(Adapter):
         if message.guild is not None and not self._wanted_in_channel(message):
             return
         kind, parent = await self._channel_kind(message)
-        route = route_of(message, kind, parent)
+        route = route_of(message, kind, parent, self.platform)
         assert self._runner is not None
         files = [IncomingFile("attachment", a.filename, a.content_type, a.size, a.url)
                  for a in message.attachments]
@@ -523,7 +527,7 @@ class DiscordAdapter(Adapter):
         of theirs would be."""
         user = interaction.user
         click = log.bind(command=command, user_id=user.id, interaction_id=interaction.id)
-        route = click_route(interaction)
+        route = click_route(interaction, self.platform)
         if self._runner is None or route is None:
             # unanswered, the click shows "This interaction failed": it did
             click.warning("discord_choice_click_not_taken",

@@ -14,6 +14,7 @@ import discord
 import yarl
 
 from gateway.platforms.discord.settings import DiscordConfig
+from gateway.platforms.discord.spec import PLATFORM
 from gateway.words.route import Route
 
 _THREAD_TYPES = {discord.ChannelType.public_thread, discord.ChannelType.private_thread,
@@ -60,13 +61,15 @@ def rate_limit_report(method: str, url: yarl.URL, status: int,
 
 
 def route_of(message: discord.Message, kind: discord.ChannelType | None,
-             parent: int | None) -> Route:
-    """A guild channel is a group, a thread its own conversation, a DM a dm."""
+             parent: int | None, platform: str = PLATFORM.name) -> Route:
+    """A guild channel is a group, a thread its own conversation, a DM a dm.
+    ``platform``: the bot's (``discord``, or ``discord/<account>``)."""
     return _route(message.channel, kind, parent, in_guild=message.guild is not None,
-                  user=message.author, anchor=message.id)
+                  user=message.author, anchor=message.id, platform=platform)
 
 
-def click_route(interaction: discord.Interaction) -> Route | None:
+def click_route(interaction: discord.Interaction, platform: str = PLATFORM.name
+                ) -> Route | None:
     """The conversation of the message a button was clicked on, as the one who clicked:
     the route a message of theirs there would have, anchored on the clicked message.
     None when the interaction names no channel or no message."""
@@ -75,21 +78,21 @@ def click_route(interaction: discord.Interaction) -> Route | None:
         return None
     return _route(channel, getattr(channel, "type", None), getattr(channel, "parent_id", None),
                   in_guild=interaction.guild_id is not None, user=interaction.user,
-                  anchor=message.id)
+                  anchor=message.id, platform=platform)
 
 
 def _route(channel: Any, kind: discord.ChannelType | None, parent: int | None, *,
-           in_guild: bool, user: discord.abc.User, anchor: int) -> Route:
+           in_guild: bool, user: discord.abc.User, anchor: int, platform: str) -> Route:
     user_id, user_name, message_id = str(user.id), user.name, str(anchor)
     if not in_guild:
-        return Route("discord", "dm", str(channel.id), user_id=user_id, user_name=user_name,
+        return Route(platform, "dm", str(channel.id), user_id=user_id, user_name=user_name,
                      message_id=message_id)
     if kind in _THREAD_TYPES:
-        return Route("discord", "thread", str(channel.id), thread_id=str(channel.id),
+        return Route(platform, "thread", str(channel.id), thread_id=str(channel.id),
                      user_id=user_id, user_name=user_name,
                      chat_name=getattr(channel, "name", None),
                      parent_chat_id=str(parent) if parent else None, message_id=message_id)
-    return Route("discord", "group", str(channel.id), user_id=user_id, user_name=user_name,
+    return Route(platform, "group", str(channel.id), user_id=user_id, user_name=user_name,
                  chat_name=getattr(channel, "name", None), message_id=message_id)
 
 

@@ -43,6 +43,7 @@ from telegram.error import (
 )
 from telegram.ext import ApplicationBuilder
 
+from gateway.config.platform import account_platform
 from gateway.config.settings import secret
 from gateway.contract.adapter import Adapter, LiveReply
 from gateway.errors import StoreError
@@ -106,6 +107,9 @@ class TelegramAdapter(Adapter):
         if not config.token:
             raise ValueError("platforms.telegram.token is required when Telegram is enabled")
         self.config = config
+        #: the bot's routes' platform: ``telegram``, or ``telegram/<account>`` for one of
+        #: several bots (gateway/config/platform.py)
+        self.platform = account_platform(PLATFORM.name, config.name)
         self.flow = FlowControl(RateLimits(config.messages_per_second,
                                            config.group_messages_per_minute))
         self.bot_username: str | None = None
@@ -311,7 +315,7 @@ class TelegramAdapter(Adapter):
         query = update.callback_query
         if query is not None:
             if is_choice(query):
-                return await take_choice(query, self._runner, self._bot())
+                return await take_choice(query, self._runner, self._bot(), self.platform)
             approvals = self._runner.approvals if self._runner is not None else None
             return await self._approval_buttons.on_press(query, approvals)
         received = self._on_update(update)
@@ -398,7 +402,7 @@ class TelegramAdapter(Adapter):
             return None
         if message.from_user is None or message.from_user.is_bot:
             return None  # bots (ourselves included) are never served
-        route = route_of(message)
+        route = route_of(message, self.platform)
         if route is None:
             return None
         if route.chat_type == "group" and not self._wanted_in_group(message):

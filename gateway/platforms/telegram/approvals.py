@@ -146,7 +146,8 @@ class ApprovalButtons:
                       decision: Decision) -> bool:
         user = query.from_user
         try:
-            pressed = await approvals.press(approval_id, decision, platform="telegram",
+            pressed = await approvals.press(approval_id, decision,
+                                            platform=self.adapter.platform,
                                             user_id=str(user.id),
                                             user_name=user.username or user.first_name)
         except (sqlite3.Error, StoreClosed) as exc:

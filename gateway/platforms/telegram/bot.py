@@ -24,6 +24,8 @@ class TelegramBot(Protocol):
     config: TelegramConfig
     flow: FlowControl
     message_limit: int
+    #: the bot's routes' platform (``telegram``, or ``telegram/<account>``)
+    platform: str
 
     @property
     def app(self) -> AnyApplication | None: ...

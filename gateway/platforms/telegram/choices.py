@@ -49,12 +49,12 @@ def is_choice(query: CallbackQuery) -> bool:
     return bool(query.data) and parse_choice(query.data or "") is not None
 
 
-async def take_choice(query: CallbackQuery, host: AdapterHost | None, bot: Bot | None
-                      ) -> bool:
+async def take_choice(query: CallbackQuery, host: AdapterHost | None, bot: Bot | None,
+                      platform: str) -> bool:
     """The tap as its command from the one who tapped; False while it is not journaled
     (the store failed), so Telegram hands it out again."""
     command = parse_choice(query.data or "")
-    route = route_of_press(query)
+    route = route_of_press(query, platform)
     if command is None or route is None:
         log.info("telegram_choice_skipped", query_id=query.id,
                  reason="no command" if command is None else "the message is not shown")

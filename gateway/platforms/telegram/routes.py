@@ -14,13 +14,15 @@ from typing import Any
 
 from telegram import CallbackQuery, Message, ReplyParameters
 
+from gateway.platforms.telegram.spec import PLATFORM
 from gateway.words.route import Route
 
 GENERAL_TOPIC = 1
 
 
-def route_of(message: Message) -> Route | None:
-    """The route of an inbound message, or None for chats we do not serve (channels)."""
+def route_of(message: Message, platform: str = PLATFORM.name) -> Route | None:
+    """The route of an inbound message, or None for chats we do not serve (channels).
+    ``platform``: the bot's (``telegram``, or ``telegram/<account>``)."""
     chat = message.chat
     if chat.type == "private":
         chat_type = "dm"
@@ -33,7 +35,7 @@ def route_of(message: Message) -> Route | None:
         thread_id = str(message.message_thread_id)
     user = message.from_user
     return Route(
-        platform="telegram", chat_type=chat_type, chat_id=str(chat.id), thread_id=thread_id,
+        platform=platform, chat_type=chat_type, chat_id=str(chat.id), thread_id=thread_id,
         user_id=str(user.id) if user else None,
         user_name=user.username if user else None,
         chat_name=chat.title or chat.full_name or None,
@@ -41,7 +43,7 @@ def route_of(message: Message) -> Route | None:
     )
 
 
-def route_of_press(query: CallbackQuery) -> Route | None:
+def route_of_press(query: CallbackQuery, platform: str = PLATFORM.name) -> Route | None:
     """The route of a tap on a button: the conversation of the message it is under (its
     chat and topic), as the one who tapped, anchored on that message — the route a
     message of theirs there would have. None when Telegram no longer shows the message
@@ -49,7 +51,7 @@ def route_of_press(query: CallbackQuery) -> Route | None:
     message = query.message
     if not isinstance(message, Message):
         return None
-    route = route_of(message)
+    route = route_of(message, platform)
     if route is None:
         return None
     user = query.from_user
