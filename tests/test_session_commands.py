@@ -230,3 +230,40 @@ async def test_resume_gives_the_model_the_resumed_sessions_history(
     said = [m["content"] for m in model.requests[-1].messages if m["role"] == "user"]
     assert not any(is_summary(r) for r in model.requests)
     assert said == ["my name is Ada", "what is my name?"]
+
+
+async def test_on_telegram_resume_in_a_topic_reports_the_resumed_sessions_job_live(
+        tmp_path: Path) -> None:
+    """Through python-telegram-bot against the fake Bot API, in a forum topic: a job of
+    the resumed session reports live there, one of the replaced session labelled."""
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.test_telegram import ALICE, FORUM, telegram_config
+
+    topic = dict(chat_id=FORUM, chat_type="supergroup", is_forum=True, thread_id=7,
+                 is_topic_message=True, user_id=ALICE)
+    gate_1, gate_2 = Gate(tmp_path / "g1"), Gate(tmp_path / "g2")
+    async with FakeTelegram() as fake:
+        async with running_gateway(telegram_config(tmp_path / "home", fake)) as gw:
+            await gw.runner.adapters["telegram"].wait_connected(timeout=30)
+
+            async def say(text: str, answers: int) -> None:
+                fake.user_message(text=text, **topic)
+                await eventually(lambda: len(fake.sent) >= answers, timeout=30, what=text)
+
+            await say(f"/bg {gate_1.wait}; echo first-session-job", 1)
+            await say("/new", 2)
+            await say(f"/bg {gate_2.wait}; echo second-session-job", 3)
+            await say("/resume 1", 4)
+            assert fake.sent[-1].text.startswith("Resumed session 1")
+            await gate_1.open()
+            await gate_2.open()
+            await eventually(lambda: sum(s.text.startswith(("Job ", LATE))
+                                         for s in fake.sent) >= 2,
+                             timeout=30, what="both jobs' notices")
+            await settled(gw)
+    notices = {("first" if "first-session-job" in s.text else "second"): s
+               for s in fake.sent if "session-job" in s.text and "Started job" not in s.text}
+    assert set(notices) == {"first", "second"}
+    assert all((s.chat_id, s.message_thread_id) == (FORUM, 7) for s in notices.values())
+    assert not notices["first"].text.startswith(LATE)
+    assert notices["second"].text.startswith(LATE)
