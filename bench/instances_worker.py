@@ -113,11 +113,15 @@ async def measure_instances(url: str, count: int, total: int, sessions: int,
             for _, c in workers:
                 c.send("go")
             begin, cpu_begin = time.perf_counter(), time.process_time()
+            waits = LockWaits(url)
+            sampling = asyncio.create_task(waits.sample())
             await asyncio.gather(*(outbox.produce([n]) for n in notices))
             produced = time.perf_counter()
             delivered = await _wait_delivered(counter, total)
             elapsed = time.perf_counter() - begin
             cpu = time.process_time() - cpu_begin
+            sampling.cancel()
+            await asyncio.gather(sampling, return_exceptions=True)
             for _, c in workers:
                 c.send("report")
             reports: list[Report] = await asyncio.gather(
@@ -128,13 +132,44 @@ async def measure_instances(url: str, count: int, total: int, sessions: int,
                 gc.set_threshold(*DEFAULT_GC)
             await asyncio.to_thread(_end, workers)
     sends = sum(len(r.sent) for r in reports)
+    cpu_total = cpu + sum(r.cpu_seconds for r in reports)
     return {"per_second": total / elapsed,
-            "per_cpu_second": total / (cpu + sum(r.cpu_seconds for r in reports)),
+            "per_cpu_second": total / cpu_total,
+            # seconds backends of the run's database spent waiting on a lock, a notice's
+            # share, and that against the CPU a notice cost (the instances' and this one's)
+            "lock_wait_ms": waits.seconds * 1000 / total,
+            "lock_wait_share": waits.seconds / cpu_total,
             "produce_per_second": total / (produced - begin),
             "misroutes": sum(r.misroutes for r in reports), "delivered": delivered,
             "duplicates": sends - len({i for r in reports for i in r.sent}), "sent": sends,
             "shares": [len(r.sent) / max(1, sends) for r in reports],
             "peak_rss_mib": max(r.peak_rss_mib for r in reports)}
+
+
+class LockWaits:
+    """How long the run's connections wait on locks, sampled from ``pg_stat_activity``
+    every few milliseconds on a connection of its own: each backend seen waiting on a
+    lock (``wait_event_type = 'Lock'``: a row, a transaction, an advisory lock) counts
+    one sampling interval."""
+
+    INTERVAL = 0.002
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seconds = 0.0
+
+    async def sample(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            last = time.perf_counter()
+            while True:
+                cursor = await conn.execute(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'")
+                row = await cursor.fetchone()
+                now = time.perf_counter()
+                self.seconds += (int(row[0]) if row else 0) * (now - last)
+                last = now
+                await asyncio.sleep(self.INTERVAL)
 
 
 async def _every_router_listening(conn: psycopg.AsyncConnection[Any], count: int) -> None:

@@ -18,8 +18,11 @@ created beside the URL's (the user needs CREATEDB) and dropped after.
 a process of its own on the run's one database (bench/instances_worker.py); this
 process commits the notices and routes nothing. Every count in such a list, 1
 included, is measured that way, so the rows compare; the default (``1`` alone) is
-the single process above. Besides the figures: each instance's share of the
-notices, and duplicates (a notice sent by two instances; must be 0).
+the single process above. Besides the figures: the notices per CPU-second summed
+over the instances (and this process, which commits the notices), how long the run's
+database connections waited on locks per notice (sampled from ``pg_stat_activity``)
+and that as a share of a notice's CPU, each instance's share of the notices, and
+duplicates (a notice sent by two instances; must be 0).
 """
 
 from __future__ import annotations
@@ -148,8 +151,9 @@ async def main_instances(args: argparse.Namespace, instances: list[int]) -> None
     # (here: psycopg and multiprocessing stay out of the SQLite run's peak RSS)
     from bench.instances_worker import measure_instances
 
-    print(f"{'sessions':>8}  {'instances':>9}  {'routed/s':>22}  {'per CPU-s':>22}  "
-          f"{'committed/s':>22}  misroutes  duplicates  undelivered")
+    print(f"{'sessions':>8}  {'instances':>9}  {'routed/s':>22}  {'per CPU-s (all)':>22}  "
+          f"{'lock wait a notice':>22}  {'committed/s':>22}  misroutes  duplicates  "
+          f"undelivered")
     peak = 0.0
     for sessions in (int(x) for x in args.sessions.split(",")):
         for count in instances:
@@ -160,12 +164,15 @@ async def main_instances(args: argparse.Namespace, instances: list[int]) -> None
                     runs.append(await measure_instances(url, count, args.notifications,
                                                         sessions, settled=not args.plain_gc))
             figures = {key: [r[key] for r in runs]
-                       for key in ("per_second", "per_cpu_second", "produce_per_second")}
+                       for key in ("per_second", "per_cpu_second", "produce_per_second",
+                                   "lock_wait_ms", "lock_wait_share")}
+            waited = (f"{spread(figures['lock_wait_ms'], ',.3f')} ms "
+                      f"({spread(figures['lock_wait_share'], '.1%')})")
             misroutes = sum(r["misroutes"] for r in runs)
             duplicates = sum(r["duplicates"] for r in runs)
             undelivered = sum(args.notifications - r["delivered"] for r in runs)
             print(f"{sessions:>8}  {count:>9}  {spread(figures['per_second']):>22}  "
-                  f"{spread(figures['per_cpu_second']):>22}  "
+                  f"{spread(figures['per_cpu_second']):>22}  {waited:>22}  "
                   f"{spread(figures['produce_per_second']):>22}  {misroutes:>9}  "
                   f"{duplicates:>10}  {undelivered:>11}")
             shares = ", ".join(f"bench-{i + 1} {spread([r['shares'][i] for r in runs], '.0%')}"
