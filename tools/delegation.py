@@ -24,7 +24,7 @@ from gateway.cluster.lives import (
     Acting,
     Life,
     instance_life,
-    life_alive,
+    lives_over,
     still_acting,
     still_live_here,
 )
@@ -226,24 +226,48 @@ class DelegationManager:
     async def recover(self) -> int:
         """Delegations an earlier daemon process was running when it stopped are lost;
         tell each owner once. Only those: this process's own, and any of a process
-        that still runs, are left alone."""
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM delegations "
-            f"WHERE state IN ('{DelegationState.DISPATCHED}', '{DelegationState.RUNNING}')")
-        lost = 0
-        for row in rows:
-            record = DelegationRecord.from_row(row)
-            if record.id in self._records or record.owner == self.owner or (
-                    await _runs_elsewhere(self.db, record.owner)):
-                continue
-            lost += 1
-            text = (f"Delegation {record.id} was lost: the gateway stopped while it ran, so "
-                    f"its result never came back.\nTask: {record.task}")
-            await self.outbox.produce([_result_notice(record, text, "lost", "failed")], with_ops=[(
-                f"UPDATE delegations SET state = '{DelegationState.LOST}', finished_at = ? "
-                f"WHERE id = ? AND state IN ('{DelegationState.DISPATCHED}', "
-                f"'{DelegationState.RUNNING}')", (time.time(), record.id))])
-        return lost
+        that still runs, are left alone. On a shared store, a life's are taken with its
+        row locked, in one transaction (gateway/cluster/lives.py): none it began while it
+        still counted live is missed, and none is reported lost while it lives."""
+        me = self.owner  # (what runs here is this owner's)
+
+        def take(conn: sqlite3.Connection) -> list[DelegationRecord]:
+            owners: list[str | None] = []
+
+            def instance_lives() -> list[str | None]:
+                owners.extend(r[0] for r in conn.execute(
+                    "SELECT DISTINCT owner FROM delegations "
+                    f"WHERE state IN ('{DelegationState.DISPATCHED}', "
+                    f"'{DelegationState.RUNNING}') AND (owner IS NULL OR owner <> ?)", (me,)))
+                return [o for o in owners if o is not None and instance_life(o) is not None]
+
+            over = set(lives_over(conn, instance_lives))
+            over.update(o for o in owners if (o is None or instance_life(o) is None)
+                        and not _process_runs(o))
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM delegations WHERE state IN "
+                f"('{DelegationState.DISPATCHED}', '{DelegationState.RUNNING}')").fetchall()
+            lost: list[DelegationRecord] = []
+            now = time.time()
+            for record in map(DelegationRecord.from_row, rows):
+                if record.owner not in over:
+                    continue
+                if conn.execute(
+                        f"UPDATE delegations SET state = '{DelegationState.LOST}', "
+                        "finished_at = ? WHERE id = ? AND state IN "
+                        f"('{DelegationState.DISPATCHED}', '{DelegationState.RUNNING}')",
+                        (now, record.id)).rowcount != 1:
+                    continue
+                text = (f"Delegation {record.id} was lost: the gateway stopped while it ran, "
+                        f"so its result never came back.\nTask: {record.task}")
+                conn.execute(*Outbox.insert_op(_result_notice(record, text, "lost", "failed")))
+                lost.append(record)
+            return lost
+
+        lost = await self.db.write(take)
+        if lost:
+            self.outbox.wake()
+        return len(lost)
 
     async def drain(self, timeout: float) -> None:
         """Let running delegations finish for up to ``timeout`` seconds (a graceful stop
@@ -267,11 +291,8 @@ class DelegationManager:
         return DelegationRecord.from_row(row) if row else None
 
 
-async def _runs_elsewhere(db: StateDatabase, owner: str | None) -> bool:
-    """The owner is a manager in another daemon process, or on a shared store another
-    instance's life (gateway/cluster/lives.py), that still runs."""
-    if owner is not None and instance_life(owner) is not None:
-        return await life_alive(db, owner)
+def _process_runs(owner: str | None) -> bool:
+    """The owner is a manager in another daemon process on this host that still runs."""
     process = (owner or "").rsplit("-", 1)[0]
     return process != process_identity() and identity_alive(process)
 

@@ -4,46 +4,60 @@ A job runs on the host of the instance that started it: only that instance can f
 it, re-attaching it after a restart. When the instance's lease has run out — it
 crashed, or its host went away — a survivor tells each of its running jobs' owners once
 that the job's end cannot be known. The instance may come back first: its start takes
-a new, live epoch, and then the survivor's conditional update finds the instance alive
-and does nothing, so a job is either re-attached or reported lost, never both (both
-writes go through the store's write lock).
+a new, live epoch, and then the survivor finds the instance alive and does nothing, so
+a job is either re-attached or reported lost, never both: the survivor decides with the
+instance's row locked (gateway/cluster/rows.py), which the new life's start changes. The
+jobs to report are read under that lock too, so a job its life registered while it still
+counted live has committed by then and is not missed (its registration holds the row
+shared: gateway/cluster/lives.py).
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gateway.cluster.rows import writer_now
+from gateway.cluster.rows import lock_instance, lock_instances
 from gateway.delivery.notifications import NewNotification
 from gateway.delivery.outbox import Outbox
 from tools.job_notices import EndDetails, completion_text
 from tools.job_record import JOB_COLUMNS, JobRecord, JobState
 
 if TYPE_CHECKING:
+    from gateway.cluster.rows import Conn
     from tools.jobs import JobManager
 
 log = structlog.get_logger(__name__)
 
-#: only while the job's instance is still dead (not stopped cleanly, not back)
-_MARK_LOST = (
-    f"UPDATE jobs SET state = '{JobState.LOST}', ended_at = ? "
-    f"WHERE id = ? AND state = '{JobState.RUNNING}' AND instance = ? "
-    "AND EXISTS (SELECT 1 FROM instances i WHERE i.name = jobs.instance "
-    "AND i.stopped_at IS NULL AND i.lease_expires_at < ?)")
+#: only while the job's instance is still dead (decided under its row's lock)
+_MARK_LOST = (f"UPDATE jobs SET state = '{JobState.LOST}', ended_at = ? "
+              f"WHERE id = ? AND state = '{JobState.RUNNING}' AND instance = ?")
+
+
+def _dead(conn: Conn, instances: list[str]) -> list[str]:
+    """Of ``instances``, those whose lease ran out without a clean stop, decided with
+    their rows locked alone until the transaction ends (a new life waits to start)."""
+    records, now = lock_instances(conn, instances, exclusive=True)
+    return [name for name, record in records.items() if record.state(now) == "expired"]
 
 
 async def report_lost(jobs: JobManager, instances: list[str]) -> int:
     """Report the running jobs of the dead ``instances`` lost; how many were."""
     if not instances:
         return 0
-    marks = ",".join("?" * len(instances))
-    rows = await jobs.db.fetchall(
-        f"SELECT {JOB_COLUMNS}, instance FROM jobs WHERE state = '{JobState.RUNNING}' "
-        f"AND instance IN ({marks}) ORDER BY started_at", tuple(instances))
+
+    def running(conn: Conn) -> list[Any]:
+        dead = _dead(conn, instances)
+        if not dead:
+            return []
+        return conn.execute(
+            f"SELECT {JOB_COLUMNS}, instance FROM jobs WHERE state = '{JobState.RUNNING}' "
+            f"AND instance IN ({','.join('?' * len(dead))}) ORDER BY started_at",
+            dead).fetchall()
+
+    rows = await jobs.db.write(running)
     lost = 0
     for *row, instance in rows:
         record = JobRecord.from_row(row)
@@ -68,9 +82,10 @@ async def _report(jobs: JobManager, record: JobRecord, instance: str) -> bool:
         idempotency_key=completion_key(record.id), kind="completion",
         address=record.address, job_id=record.id, outcome="failed", text=text)
 
-    def commit(conn: sqlite3.Connection) -> bool:
-        now = writer_now(conn)
-        if conn.execute(_MARK_LOST, (now, record.id, instance, now)).rowcount != 1:
+    def commit(conn: Conn) -> bool:
+        found, now = lock_instance(conn, instance, exclusive=True)
+        if found is None or found.state(now) != "expired" or conn.execute(
+                _MARK_LOST, (now, record.id, instance)).rowcount != 1:
             return False  # its instance came back (and re-attached it), or it ended
         for op in note.ops:
             conn.execute(*op)

@@ -36,6 +36,7 @@ from gateway.delivery.notifications import NewNotification, Notification
 from gateway.delivery.outbox import Outbox
 from gateway.inbound.journal import acted_ops
 from gateway.sessions.store import SessionStore
+from gateway.store.row_locks import lock_key, locking
 from gateway.store.state import StateDatabase
 from gateway.words.return_address import ReturnAddress
 from tools.job_notices import describe_exit
@@ -120,6 +121,9 @@ class Scheduler:
         acted = acted_ops()
 
         def insert(conn: sqlite3.Connection) -> None:
+            # the conversation's count decides, and no row stands for it: held until this
+            # commits, so two schedules made at once do not both fit in the last place
+            lock_key(conn, f"schedules:{record.session_key}")
             (count,) = conn.execute("SELECT COUNT(*) FROM schedules WHERE session_key = ?",
                                     (record.session_key,)).fetchone()
             if count >= limit:
@@ -254,8 +258,9 @@ class Scheduler:
                 for busy in (False, True)}
 
         def claim(conn: sqlite3.Connection) -> bool:
-            current = conn.execute("SELECT next_run_at, paused FROM schedules WHERE id = ?",
-                                   (s.id,)).fetchone()
+            # held until this commits: an instance firing it too waits, then finds it moved
+            current = conn.execute("SELECT next_run_at, paused FROM schedules "
+                                   f"WHERE id = ?{locking(conn)}", (s.id,)).fetchone()
             if current is None or current[0] != s.next_run_at or current[1]:
                 return False  # changed meanwhile (removed, paused, or fired elsewhere)
             conn.execute("UPDATE schedules SET next_run_at = ? WHERE id = ?", (following, s.id))

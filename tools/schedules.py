@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.delivery.notifications import NotificationState
+from gateway.store.row_locks import locking
 from gateway.store.state import StateDatabase
 from gateway.words.route import Route
 from tools.schedule_spec import ScheduleError, Spec, format_time
@@ -172,8 +173,10 @@ def cancel_claimed_op(schedule_id: str) -> tuple[str, tuple[str]]:
 
 
 def select_schedule(conn: sqlite3.Connection, schedule_id: str) -> ScheduleRecord:
-    """The schedule, inside a transaction; ScheduleNotFound when there is none."""
-    row = conn.execute(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
+    """The schedule, inside a transaction, held until it commits (a change, a firing or
+    a run of it elsewhere waits, then reads what this did); ScheduleNotFound when there
+    is none."""
+    row = conn.execute(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?{locking(conn)}",
                        (schedule_id,)).fetchone()
     if row is None:
         raise ScheduleNotFound(f"no schedule {schedule_id!r}")

@@ -28,9 +28,10 @@ rows and statements). The local half of self-fencing uses the monotonic clock on
 instance counts its lease from before it asked for the renewal, which is never later
 than the store's count, so it stops acting before anyone else may start.
 
-Renewals go through the store's ordinary write queue (``db.write``: group commit, and
-on PostgreSQL the cluster-wide write lock), so a long queue delays them; the statements
-need neither, and docs/postgres-plan.md moves them to a connection of their own later.
+Renewals go through the store's ordinary write queue (``db.write``: group commit), so
+a long queue delays them; the statements need no more than their own row's lock
+(gateway/cluster/rows.py), and docs/postgres-plan.md moves them to a connection of their
+own later.
 """
 
 from __future__ import annotations

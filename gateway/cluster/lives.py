@@ -6,24 +6,37 @@ that process is gone. On a shared store it is an epoch of an instance
 (``i:<instance name>:<epoch>:…``): over once that epoch's lease ran out, it stopped,
 or its name started again — on any host. A life that is over never comes back, so a
 survivor may act on what it left without a race against its return.
+
+The fence between a life and its survivors, on a shared store whose write transactions
+run side by side, is that life's row in ``instances``. The life writes work that holds
+only while it is live (a job, a delegation, a claim) in a transaction that first locks
+its row shared and finds it live (:func:`lock_life`, :func:`still_live_here`); a
+survivor takes a life's work over in a transaction that first locks the rows of the
+lives that look over alone and finds them over (:func:`lives_over`). Either the
+survivor waits until the life's write has committed, and then reads it; or the life
+waits until the survivor has finished, and then finds itself over. Each decides by
+the store's clock read after its lock (gateway/cluster/rows.py), and a renewal locks the
+row before it reads the clock too, so no renewal brings back a life a survivor found
+over. On SQLite (one writer) the same functions decide the same way without locks.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
-from gateway.cluster.rows import store_now, writer_now
+from gateway.cluster.rows import lock_instance, lock_instances, store_now, writer_now
 from gateway.errors import HomingError
 from gateway.machine.processes import identity_alive, process_identity
+from gateway.store.row_locks import locking
 from gateway.words.events import SendResult
 
 if TYPE_CHECKING:
+    from gateway.cluster.rows import Conn
     from gateway.store.state import StateDatabase
     from gateway.words.route import Route
 
@@ -74,15 +87,76 @@ def claimer_alive(claimer: str | None) -> bool:
     return identity != process_identity() and identity_alive(identity)
 
 
-def claim_alive(conn: sqlite3.Connection, claimer: str | None, now: float) -> bool:
-    """Whether the life named still runs, inside a write transaction (``now``: the
-    store's clock there). An unnamed or unreadable name belongs to nobody alive."""
+def claim_alive(conn: Conn, claimer: str | None, now: float) -> bool:
+    """Whether the life named still runs, by a read inside a write transaction (``now``:
+    the store's clock there). An unnamed or unreadable name belongs to nobody alive.
+    Nothing is locked: on a shared store a decision to write, or to take over, asks
+    :func:`lock_life` or :func:`lives_over`."""
     if claimer is None:
         return False
     life = instance_life(claimer)
     if life is None:
         return claimer_alive(claimer)
     return conn.execute(_INSTANCE_LIVE, (*life, now)).fetchone() is not None
+
+
+def lock_life(conn: Conn, claimer: str | None, *, taking_over: bool) -> bool:
+    """Whether the life named still runs, as a decision that holds until this write
+    transaction commits — one side of the fence (see the module's story):
+
+    - the life itself, about to write work under its name that holds only while it is
+      live (``taking_over=False``): its instance's row is locked shared, so no survivor
+      finds it over until this write has committed;
+    - a survivor about to take that life's work over (``taking_over=True``): the row is
+      locked alone, so a write of the life that found itself live first has committed
+      before the survivor reads what it left, and one that asks after finds it over.
+      Take the work over in this same transaction.
+
+    The row is locked whether the answer is yes or no, and the clock read after the
+    lock. A name of a process on one host (``router-…``) is asked of that host, and
+    None belongs to nobody alive; neither locks anything."""
+    if claimer is None:
+        return False
+    life = instance_life(claimer)
+    if life is None:
+        return claimer_alive(claimer)
+    name, epoch = life
+    record, now = lock_instance(conn, name, exclusive=taking_over)
+    return record is not None and record.epoch == epoch and record.state(now) == "live"
+
+
+def lives_over(conn: Conn, holders: Callable[[], Iterable[str | None]]) -> list[str | None]:
+    """For a survivor, inside the transaction that takes over what lives that are over
+    left: of the names ``holders()`` reads (who holds the work: a claim's, a journal
+    entry's handler), those whose lives are over. Take over only theirs, here.
+
+    First every instance whose lease has run out by the store's count has its row
+    locked alone (in name order): a write its life began while it still counted live
+    has committed before ``holders()`` reads, so none is missed, and none begins after.
+    Then a holder that looks live is left alone, and one that looks over is decided
+    again under its row's lock (:func:`lock_life`)."""
+    now = writer_now(conn)
+    conn.execute("SELECT name FROM instances WHERE stopped_at IS NULL "
+                 f"AND lease_expires_at < ? ORDER BY name{locking(conn)}", (now,)).fetchall()
+    named = list(dict.fromkeys(holders()))
+    now = writer_now(conn)
+    looks_over = {h: life for h in named if h is not None
+                  and (life := instance_life(h)) is not None and not claim_alive(conn, h, now)}
+    records, now = lock_instances(conn, [name for name, _ in looks_over.values()],
+                                  exclusive=True)
+
+    def over(holder: str | None) -> bool:
+        if holder is None:
+            return True
+        life = instance_life(holder)
+        if life is None:
+            return not claimer_alive(holder)
+        if holder not in looks_over:
+            return False
+        record = records.get(life[0])
+        return record is None or record.epoch != life[1] or record.state(now) != "live"
+
+    return [holder for holder in named if over(holder)]
 
 
 async def life_alive(db: StateDatabase, claimer: str | None) -> bool:
@@ -139,12 +213,14 @@ async def still_acting(acting: Acting) -> None:
         raise LifeOver("this instance's lease ran out; another instance takes over")
 
 
-def still_live_here(conn: sqlite3.Connection, claimer: str | None, what: str) -> None:
+def still_live_here(conn: Conn, claimer: str | None, what: str) -> None:
     """Inside the write that begins ``what`` (a job, a delegation): raise
     :class:`LifeOver` when ``claimer`` is an instance's life the store no longer counts
-    live. The check before the write is not enough: the write may wait out a stall."""
-    if instance_life(claimer or "") is not None and not claim_alive(conn, claimer,
-                                                                    writer_now(conn)):
+    live; else that life stays live, for a survivor, until this write has committed
+    (:func:`lock_life`). The check before the write is not enough: the write may wait
+    out a stall."""
+    if instance_life(claimer or "") is not None and not lock_life(conn, claimer,
+                                                                  taking_over=False):
         raise LifeOver(f"this instance's lease ran out before {what}")
 
 

@@ -5,23 +5,29 @@ self-fencing, watching a lease.
 
 Every statement is one text for SQLite 3.40 and PostgreSQL 15 (``?`` placeholders, an
 upsert with ``ON CONFLICT … DO UPDATE … WHERE``, ``RETURNING``), and each guard is in
-the statement itself, so it holds without the PostgreSQL backend's cluster-wide write
-lock too (tests/test_cluster.py races the acquiring statement on bare connections).
+the statement itself, so it holds while PostgreSQL runs write transactions side by
+side (tests/test_cluster.py races the acquiring statement on bare connections).
 
 Time is the store's. On SQLite it is this host's clock (one file, one host); on
 PostgreSQL the database server's, ``clock_timestamp()``, so instances on hosts whose
 clocks disagree still agree on when a lease ran out. It is read inside the write
-transaction (:func:`writer_now`, after the write lock is taken, so times follow the
-order of the transactions) and passed as a parameter.
+transaction (:func:`writer_now`) and passed as a parameter. A decision about a life —
+renew it, write new work under it, take its work over — reads it only once the
+instance's row is locked (:func:`lock_instance`): so the times of the transactions that
+decide about one life follow the order in which they commit, and a survivor that found
+the lease run out is never followed by a renewal, or a write of that life, that read an
+earlier time.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from gateway.store.row_locks import locking, locks_rows
 from gateway.store.sqlite import Database
 from gateway.store.state import StateDatabase
 
@@ -31,7 +37,8 @@ if TYPE_CHECKING:
     Store: TypeAlias = StateDatabase
     Conn: TypeAlias = sqlite3.Connection | PgConnection
 
-_PG_NOW = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+_PG_CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+_PG_NOW = f"SELECT {_PG_CLOCK}"
 _INSTANCE_COLUMNS = ("name, epoch, host, pid, started_at, renewed_at, lease_expires_at, "
                      "stopped_at")
 _LEASE_COLUMNS = "name, holder, holder_epoch, epoch, acquired_at, expires_at"
@@ -134,9 +141,10 @@ class Renewal:
 
 def register(conn: Conn, name: str, host: str, pid: int, lease_seconds: float
              ) -> tuple[int, InstanceRecord | None, float]:
-    """Start a new life of ``name``: (its epoch, the previous life's row, the store's now)."""
-    now = writer_now(conn)
-    previous = _instance(conn, name)
+    """Start a new life of ``name``: (its epoch, the previous life's row, the store's now).
+    The previous life's writes that checked it live have committed by then, and a
+    survivor taking it over has finished (both hold its row)."""
+    previous, now = lock_instance(conn, name, exclusive=True)
     row = conn.execute(_REGISTER, (name, host, pid, now, now, now + lease_seconds)).fetchone()
     assert row is not None  # an upsert without a condition always writes
     return int(row[0]), previous, now
@@ -144,8 +152,10 @@ def register(conn: Conn, name: str, host: str, pid: int, lease_seconds: float
 
 def renew(conn: Conn, name: str, epoch: int, lease_seconds: float,
           held: list[tuple[str, int]]) -> Renewal:
-    """Extend this life's lease and the leases ``held`` (name, epoch) with it."""
-    now = writer_now(conn)
+    """Extend this life's lease and the leases ``held`` (name, epoch) with it — only
+    while it has not run out by the clock read after a survivor that locked the row
+    first has finished: a lease it found run out is never renewed after it."""
+    _, now = lock_instance(conn, name, exclusive=True)
     expires = now + lease_seconds
     if conn.execute(_RENEW, (now, expires, name, epoch, now)).rowcount != 1:
         return Renewal(ended=_why_ended(conn, name, epoch))
@@ -177,6 +187,43 @@ def mark_stopped(conn: Conn, name: str, epoch: int) -> None:
     now = writer_now(conn)
     conn.execute(_RELEASE_ALL, (now, name, epoch))
     conn.execute(_MARK_STOPPED, (now, now, name, epoch))
+
+
+def lock_instance(conn: Conn, name: str, *, exclusive: bool
+                  ) -> tuple[InstanceRecord | None, float]:
+    """Instance ``name``'s row (None: there is none) and the store's clock, for a
+    decision about its life that must hold until this transaction commits: on
+    PostgreSQL the row stays locked until then — alone (``exclusive``: to change it, or
+    to take over the work of a life that is over) or shared (a life writing work that
+    holds only while it is live) — and the clock is read after the lock was granted. The
+    row is locked whatever it says; the caller decides from what comes back.
+    (gateway/cluster/lives.py holds the fence built on it.)"""
+    records, now = lock_instances(conn, [name], exclusive=exclusive)
+    return records.get(name), now
+
+
+def lock_instances(conn: Conn, names: Iterable[str], *, exclusive: bool
+                   ) -> tuple[dict[str, InstanceRecord], float]:
+    """:func:`lock_instance` for several rows at once, locked in name order (so two
+    transactions locking some of the same rows do not wait for each other in a
+    circle); the rows found, by name, and the clock read after the last lock."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}, writer_now(conn)
+    marks = ",".join("?" * len(wanted))
+    select = (f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE name IN ({marks}) "
+              f"ORDER BY name{locking(conn, 'update' if exclusive else 'share')}")
+    if not locks_rows(conn):
+        found = conn.execute(select, wanted).fetchall()
+        return {r[0]: InstanceRecord(*r) for r in found}, writer_now(conn)
+    # one trip: the outer query's clock is read as each row comes up from the locking
+    # one, so after its lock was granted (a clock in the locking query itself could be
+    # read before a wait for the lock)
+    found = conn.execute(f"SELECT locked.*, {_PG_CLOCK} FROM ({select}) AS locked",
+                         wanted).fetchall()
+    if not found:
+        return {}, writer_now(conn)
+    return {r[0]: InstanceRecord(*r[:-1]) for r in found}, float(found[-1][-1])
 
 
 def writer_now(conn: Conn) -> float:

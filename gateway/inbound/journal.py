@@ -30,8 +30,7 @@ from typing import Any
 
 import structlog
 
-from gateway.cluster.lives import ALONE, Life, claim_alive
-from gateway.cluster.rows import writer_now
+from gateway.cluster.lives import ALONE, Life, lives_over
 from gateway.store.group_commit import Op
 from gateway.store.migrations import INBOUND_CHANNEL
 from gateway.store.state import StateDatabase
@@ -187,11 +186,10 @@ class Inbound:
             return [JournalEntry.from_row(r) for r in rows]
 
         def take(conn: sqlite3.Connection) -> list[Any]:
-            now = writer_now(conn)
-            handlers = [r[0] for r in conn.execute(
+            # the lives found over stay over until this commits (gateway/cluster/lives.py)
+            over = lives_over(conn, lambda: [r[0] for r in conn.execute(
                 f"SELECT DISTINCT handler FROM inbound WHERE state IN ({OPEN_STATES}) "
-                "AND (handler IS NULL OR handler <> ?)", (me,))]
-            over = [h for h in handlers if not claim_alive(conn, h, now)]
+                "AND (handler IS NULL OR handler <> ?)", (me,))])
             if not over:
                 return []
             named = [h for h in over if h is not None]

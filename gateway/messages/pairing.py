@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gateway.errors import RefusedInput
+from gateway.store.row_locks import lock_key, locking
 from gateway.store.state import StateDatabase
 from gateway.words.route import Route
 
@@ -106,6 +107,10 @@ class Pairing:
         where = json.dumps(route.to_dict()) if route is not None else None
 
         def issue(conn: sqlite3.Connection) -> PairingRequest | None:
+            # what is pending decides, and no row stands for it: the platform's pairing
+            # is held until this commits, so two messages at once make one code, and
+            # strangers no more than max_pending
+            lock_key(conn, f"pairing:{platform}")
             mine = conn.execute(
                 "SELECT code, last_sent_at, expires_at FROM pairing_codes WHERE platform = ? "
                 "AND user_id = ? AND approved_at IS NULL AND expires_at > ?",
@@ -145,9 +150,9 @@ class Pairing:
         wanted = code.strip().upper()
 
         def approve(conn: sqlite3.Connection) -> PairingRequest:
-            row = conn.execute(
+            row = conn.execute(  # held until this commits: a code is approved once
                 "SELECT code, platform, user_id, user_name, expires_at, approved_at, route "
-                "FROM pairing_codes WHERE code = ?", (wanted,)).fetchone()
+                f"FROM pairing_codes WHERE code = ?{locking(conn)}", (wanted,)).fetchone()
             if row is None or row[1] != platform:
                 raise PairingError(f"no pairing code {wanted} for {platform}")
             if row[5] is not None:

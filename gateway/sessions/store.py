@@ -26,6 +26,7 @@ from gateway.errors import RefusedInput, StoreError
 from gateway.sessions.cache import LiveSessionCache
 from gateway.store.group_commit import Op
 from gateway.store.migrations import SESSIONS_CHANNEL
+from gateway.store.row_locks import locking
 from gateway.store.state import open_state_database
 from gateway.words.events import NoticeInfo
 from gateway.words.route import Route
@@ -267,15 +268,17 @@ class SessionStore:
         chain (its own work's notices offered again). The ended and the resumed session.
         """
         def swap(conn: sqlite3.Connection) -> tuple[SessionEntry, SessionEntry, list[str]]:
-            current = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
-                                   (session_id,)).fetchone()
-            if current is None:
+            # the live session, then the one to resume, held until this commits: a second
+            # /resume (or /new) of this conversation waits, and then reads what this did
+            live = _locked(conn, session_id)
+            if live is None:
                 raise SessionNotFound(session_id)
-            live = _entry(current)
             chain = _chain_of(conn, earlier_id)
             if not chain:
                 raise SessionNotFound(earlier_id)
-            tip = chain[-1]
+            tip = _locked(conn, chain[-1].id)
+            if tip is None:
+                raise SessionNotFound(earlier_id)
             if tip.session_key != live.session_key:
                 raise CannotResume(f"session {earlier_id} belongs to another conversation")
             if tip.id == live.id:
@@ -492,6 +495,13 @@ def _chain_of(conn: sqlite3.Connection, session_id: str) -> list[SessionEntry]:
         f"(SELECT id FROM up UNION SELECT id FROM down) ORDER BY created_at, id",
         (session_id, session_id)).fetchall()
     return [_entry(r) for r in rows]
+
+
+def _locked(conn: sqlite3.Connection, session_id: str) -> SessionEntry | None:
+    """A session's row, held until the transaction ends (gateway/store/row_locks.py)."""
+    row = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?{locking(conn)}",
+                       (session_id,)).fetchone()
+    return _entry(row) if row is not None else None
 
 
 def _end(conn: sqlite3.Connection, session_id: str, reason: str) -> SessionEntry:
