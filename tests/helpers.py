@@ -82,8 +82,10 @@ def running_command(command: str, parent: int) -> bool:
 
 
 class write_lock_held:
-    """Another client holding the store's write lock: SQLite's, or the cluster-wide
-    advisory lock the PostgreSQL backend takes for every write."""
+    """Another client holding what a stalled store keeps a life's writes waiting on:
+    SQLite's write lock; on PostgreSQL (where writes run side by side) the ``instances``
+    table, locked so that renewals and every write fenced by its life's row wait
+    (reads of it go on)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -93,10 +95,8 @@ class write_lock_held:
         if self.url.startswith("postgresql://"):
             import psycopg  # (only the PostgreSQL tests need it)
 
-            from gateway.store.postgres import WRITE_LOCK
-
             pg = await psycopg.AsyncConnection.connect(self.url)
-            await pg.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            await pg.execute("LOCK TABLE instances IN EXCLUSIVE MODE")
 
             async def release_pg() -> None:
                 await pg.rollback()

@@ -9,8 +9,11 @@ A live instance's claims are left alone.
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.cluster.instances import Instance
 from gateway.cluster.lives import claimer_name
+from gateway.delivery import affinity
 from gateway.delivery.notifications import NewNotification
 from gateway.delivery.outbox import Outbox
 from gateway.sessions.store import SessionStore
@@ -18,6 +21,13 @@ from gateway.words.return_address import ReturnAddress
 from gateway.words.route import Route
 from tests.helpers import eventually_async
 from tests.test_cluster import LEASE, crash
+
+
+@pytest.fixture(autouse=True)
+def no_preference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about whose claims a survivor settles, not about which instance
+    prefers which conversation: every claim here may take every due notice at once."""
+    monkeypatch.setattr(affinity, "AFFINITY_GRACE", -3600.0)
 
 
 async def notices(store: SessionStore, count: int) -> Outbox:

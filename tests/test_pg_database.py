@@ -5,6 +5,7 @@ from SQLite's list, and write transactions one at a time across instances."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from gateway.store.group_commit import MAX_BATCH, StoreClosed
 from gateway.store.migrations import MIGRATIONS, TABLES, ForeignDatabase
 from gateway.store.postgres import PgConnection, PgDatabase, translate
+from gateway.store.row_locks import locking
 from gateway.store.sqlite import Database
 
 INSERT = ("INSERT INTO sessions (id, session_key, platform, route, created_at, last_active_at) "
@@ -148,17 +150,33 @@ async def test_flags_and_times_come_back_as_they_went_in(db: PgDatabase) -> None
     assert row == (1, 1767225600.123456)
 
 
-async def test_write_transactions_of_two_instances_take_turns(pg_fresh_url: str) -> None:
-    """A function that reads and then writes keeps SQLite's meaning across instances:
-    two of them counting up together lose no step."""
+async def test_write_transactions_of_two_instances_run_side_by_side(pg_fresh_url: str
+                                                                     ) -> None:
+    """No lock for every write: while one instance's transaction holds a row, the
+    other's writes to other rows commit. A function that reads and then decides locks
+    what it read (gateway/store/row_locks.py), and keeps SQLite's meaning: two
+    instances counting up one row together lose no step."""
     a, b = PgDatabase(pg_fresh_url), PgDatabase(pg_fresh_url)
     await a.open()
     await b.open()
     try:
         await a.write([("INSERT INTO store_health (id, checked_at) VALUES (1, 0)", ())])
+        holding, may_go = threading.Event(), threading.Event()
+
+        def hold_the_row(conn: PgConnection) -> None:
+            conn.execute("SELECT checked_at FROM store_health WHERE id = 1 FOR UPDATE")
+            holding.set()
+            assert may_go.wait(30), "the other instance's write never came through"
+
+        held = asyncio.ensure_future(a.write(hold_the_row))
+        await asyncio.to_thread(holding.wait, 30)
+        await b.write([(INSERT, ("s1", "k1"))])  # another row: not held up
+        may_go.set()
+        await held
 
         def count_up(conn: PgConnection) -> None:
-            (now,) = conn.execute("SELECT checked_at FROM store_health WHERE id = 1").fetchone()
+            (now,) = conn.execute("SELECT checked_at FROM store_health WHERE id = 1"
+                                  + locking(conn)).fetchone()
             conn.execute("UPDATE store_health SET checked_at = ? WHERE id = 1", (now + 1,))
 
         await asyncio.gather(*(db.write(count_up) for _ in range(50) for db in (a, b)))

@@ -13,13 +13,24 @@ turns of one session at once, and a busy owner getting its mail mid-turn. So:
   conversation.
 
 Both questions are answered from rows the instances write anyway (the journal's
-handler, the outbox's claim), each in the store's own write order, so no new lock is
-needed; what a dead instance held counts until a survivor takes it over.
+handler, the outbox's claim); what a dead instance held counts until a survivor takes
+it over. Two claims made at the same moment by two instances cannot see each other's
+rows yet (write transactions run side by side on PostgreSQL), so a claim also holds a
+lock on each conversation it takes rows of, for its own short transaction, and skips a
+conversation another claim holds (:data:`CONVERSATION_LOCK`): one claim at a time per
+conversation, and once it commits its claimed rows keep the others away.
+
+Conversations are spread across the live instances: each prefers the conversations
+whose key hashes to its place among them (:data:`PREFERRED`), and takes another's only
+once a notice has waited :data:`AFFINITY_GRACE` for it (that instance is busy, or gone,
+or the instances changed and the hashes with them). So two instances rarely want one
+conversation; when they do, the rules above decide.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import structlog
 
@@ -59,3 +70,30 @@ async def wait_until_not_delivered_elsewhere(db: StateDatabase, session_key: str
             log.info("turn_waits_for_another_instance", session_key=session_key)
             told = True
         await asyncio.sleep(POLL_SECONDS)
+
+
+#: Homing's namespace of PostgreSQL advisory locks (the two-key form: namespace, key)
+LOCK_NAMESPACE = 0x686F6D69
+#: the claim's condition on its candidate ``n``, last: holds its conversation for this
+#: transaction, or skips it while another claim holds it (1 parameter: the namespace)
+CONVERSATION_LOCK = " AND pg_try_advisory_xact_lock(?, hashtext(n.session_key))"
+#: the claim's condition on its candidate ``n``: one of this instance's conversations —
+#: its key's hash falls to it, or a message of it is in this instance's hands — or one
+#: that waited past the grace (5 parameters: see :func:`place`)
+PREFERRED = (" AND (((hashtext(n.session_key)::bigint & 2147483647) % ?) = ? "
+             "OR EXISTS (SELECT 1 FROM inbound h WHERE h.session_key = n.session_key "
+             f"AND h.state IN ({OPEN_STATES}) AND substr(h.handler, 1, ?) = ?) "
+             "OR n.created_at < ?)")
+#: how long a notice waits for the instance its conversation hashes to before any other
+#: may take it
+AFFINITY_GRACE = 1.0
+_LIVE_NAMES = ("SELECT name FROM instances WHERE stopped_at IS NULL "
+               "AND lease_expires_at >= ? ORDER BY name")
+
+
+def place(conn: Any, name: str, now: float) -> tuple[int, int]:
+    """(how many instances are live, this one's place among them by name), inside the
+    claim's transaction; (1, 0) when it is not among them (a claim then prefers every
+    conversation: the fence decides whether it may claim at all)."""
+    names = [row[0] for row in conn.execute(_LIVE_NAMES, (now,)).fetchall()]
+    return (len(names), names.index(name)) if name in names else (1, 0)

@@ -14,9 +14,17 @@ from dataclasses import dataclass
 
 import structlog
 
-from gateway.cluster.lives import ALONE, Life, claim_alive
+from gateway.cluster.lives import ALONE, Life, instance_life, lives_over, lock_life
 from gateway.cluster.rows import writer_now
-from gateway.delivery.affinity import NOT_BUSY_ELSEWHERE, elsewhere
+from gateway.delivery import affinity
+from gateway.delivery.affinity import (
+    CONVERSATION_LOCK,
+    LOCK_NAMESPACE,
+    NOT_BUSY_ELSEWHERE,
+    PREFERRED,
+    elsewhere,
+    place,
+)
 from gateway.delivery.notifications import (
     NOTIFICATION_COLUMNS,
     STATES,
@@ -128,11 +136,12 @@ def claim_statement(*, shared: bool) -> str:
     A row waits while an earlier one of its conversation waits for a retry, so a
     conversation's notices arrive in the order they were made. On a shared store, rows
     another instance is taking are left to it, and so is a conversation another
-    instance has in hand (gateway/delivery/affinity.py).
+    instance has in hand or is claiming this moment; an instance prefers its own
+    conversations (gateway/delivery/affinity.py).
     """
     skip_taken = " FOR UPDATE OF n SKIP LOCKED" if shared else ""
     skip_taken_s = " FOR UPDATE OF s SKIP LOCKED" if shared else ""
-    not_elsewhere = NOT_BUSY_ELSEWHERE if shared else ""
+    not_elsewhere = NOT_BUSY_ELSEWHERE + PREFERRED + CONVERSATION_LOCK if shared else ""
     # (materialized: a subquery that locks rows may run more than once, and give more
     # than ``limit``, when it is left in the UPDATE's WHERE)
     return (
@@ -156,9 +165,20 @@ def claim_statement(*, shared: bool) -> str:
 
 
 def claim_parameters(now: float, limit: int, claimer: str,
-                     not_elsewhere: Sequence[object] = ()) -> tuple[object, ...]:
-    """:func:`claim_statement`'s parameters (``not_elsewhere``: a shared store's)."""
-    return (now, now, *not_elsewhere, limit, claimer, now)
+                     shared: Sequence[object] = ()) -> tuple[object, ...]:
+    """:func:`claim_statement`'s parameters (``shared``: a shared store's, see
+    :func:`shared_parameters`)."""
+    return (now, now, *shared, limit, claimer, now)
+
+
+def shared_parameters(own_claims: str, place: tuple[int, int], now: float
+                      ) -> tuple[object, ...]:
+    """The parameters of a shared store's conditions, in their order: not busy
+    elsewhere, preferred (this instance's place among the live ones, its own messages'
+    conversations), the lock."""
+    live, index = place
+    return (*elsewhere(own_claims), live, index, len(own_claims), own_claims,
+            now - affinity.AFFINITY_GRACE, LOCK_NAMESPACE)
 
 
 #: told of a notification's settled state: (notification, state, reason, detail)
@@ -220,14 +240,19 @@ class Outbox:
         """Atomically take up to ``limit`` due pending notifications, oldest first, and
         with any of them marked as one message (``merged_into``) the rest of that
         message's rows: a merged message is never claimed, and so sent, in parts."""
-        now = time.time()
         shared = self.db.shared
         sql = claim_statement(shared=shared)
-        params = claim_parameters(now, limit, claimer,
-                                  elsewhere(self.own_claims) if shared else ())
+        life = instance_life(claimer) if shared else None
 
         def take(conn: sqlite3.Connection) -> list[Notification]:
-            rows = conn.execute(sql, params).fetchall()
+            if life is not None and not lock_life(conn, claimer, taking_over=False):
+                return []  # a life that is over claims nothing: a survivor has its work
+            now = time.time()  # (the clock the rows' times were written with)
+            extra: tuple[object, ...] = ()
+            if shared:  # (the instances' leases count in the store's clock)
+                extra = shared_parameters(self.own_claims, place(conn, life[0], writer_now(conn))
+                                          if life is not None else (1, 0), now)
+            rows = conn.execute(sql, claim_parameters(now, limit, claimer, extra)).fetchall()
             return sorted((Notification(*row) for row in rows), key=lambda n: n.id)
 
         return await self.db.write(take)
@@ -386,11 +411,11 @@ class Outbox:
         may see it twice — the one window no platform lets us check.
         """
         def settle(conn: sqlite3.Connection) -> tuple[int, int]:
-            claimers = [r[0] for r in conn.execute(
+            # (a claim a dying life made while it still counted live has committed
+            # before the claimers are read: lives_over locks their rows first)
+            dead = [c for c in lives_over(conn, lambda: [r[0] for r in conn.execute(
                 "SELECT DISTINCT claimed_by FROM notifications "
-                f"WHERE state = '{NotificationState.CLAIMED}'")]
-            now = writer_now(conn)
-            dead = [c for c in claimers if not claim_alive(conn, c, now)]
+                f"WHERE state = '{NotificationState.CLAIMED}'")]) if c is not None]
             marks = ",".join("?" * len(dead))
             if not dead:
                 return 0, 0

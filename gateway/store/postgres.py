@@ -6,10 +6,12 @@ aiosqlite's thread plays for SQLite — so a batch is one transaction in one tri
 that thread, and a function of the connection runs there as it does on SQLite, given
 a small adapter (:class:`PgConnection`). Inside the transaction, statements go out in
 pipeline mode: a batch of plain statements costs about one round trip and the
-commit. Every write transaction first takes one advisory lock that all instances
-share, so write transactions run one at a time across the cluster, as under SQLite's
-single writer: a function that reads and then writes keeps the meaning it has there.
-Reads go through a second connection, in autocommit, and never see uncommitted writes.
+commit. The write transactions of every instance run side by side, at READ
+COMMITTED: order is kept where the promise needs it — per conversation, per job, per
+schedule — by the statements themselves (conditional updates, unique keys, ``FOR
+UPDATE SKIP LOCKED`` claims) and, where a function reads and then decides, by locking
+what it read (gateway/store/row_locks.py), never by one lock for every write. Reads go
+through a second connection, in autocommit, and never see uncommitted writes.
 
 The SQL is the callers' own; only its placeholders are translated (``?`` → ``%s``).
 The schema comes from the same list of migrations as SQLite's
@@ -36,10 +38,11 @@ from gateway.retry import RetryPolicy
 from gateway.store.group_commit import GroupCommit, Queued, StoreClosed, run_statements
 from gateway.store.migrations import MIGRATIONS, TABLES, ForeignDatabase, postgres_statements
 
-#: the advisory lock every write transaction and every migration takes ("homing")
 log = structlog.get_logger(__name__)
 
-WRITE_LOCK = 0x686F6D696E67
+#: the advisory lock every migration takes ("homing"): two instances starting at once
+#: do not both apply one
+MIGRATION_LOCK = 0x686F6D696E67
 CONNECT_SECONDS = 10
 #: a lost LISTEN connection is made again after these pauses (the last one repeats)
 LISTEN_RETRY = RetryPolicy((0.5, 1.0, 2.0, 5.0), attempts=None)
@@ -49,6 +52,10 @@ class PgConnection:
     """The writer connection as a function of the connection sees it: sqlite3's
     ``execute`` and ``executemany``, with ``?`` placeholders; what comes back is
     psycopg's cursor (``fetchone``, ``fetchall``, ``rowcount``, iteration)."""
+
+    #: write transactions run side by side here: a function that reads, decides and then
+    #: writes locks what it reads (gateway/store/row_locks.py; sqlite3's has no such flag)
+    locks_rows = True
 
     def __init__(self, raw: psycopg.Connection[TupleRow]) -> None:
         self.raw = raw
@@ -250,11 +257,10 @@ def _adapt(conn: psycopg.Connection[TupleRow] | psycopg.AsyncConnection[TupleRow
 
 
 def _run_batch(conn: PgConnection, batch: list[Queued[PgConnection]]) -> list[Any]:
-    """One transaction (in the writer thread), behind the cluster-wide write lock."""
+    """One transaction (in the writer thread), beside the other instances' own."""
     with conn.raw.pipeline() as pipeline, conn.raw.transaction():
         conn.pipeline = pipeline
         try:
-            conn.raw.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             return run_statements(conn, batch)
         finally:
             conn.pipeline = None
@@ -262,11 +268,11 @@ def _run_batch(conn: PgConnection, batch: list[Queued[PgConnection]]) -> list[An
 
 def migrate(conn: psycopg.Connection[TupleRow]) -> int:
     """Bring the schema up to date, one version per transaction; return the version
-    reached. The write lock keeps two instances starting at once from both applying
+    reached. The migration lock keeps two instances starting at once from both applying
     one migration (PostgreSQL's DDL is transactional: a failed one leaves nothing)."""
     while True:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             version = _schema_version(conn)
             if version > len(MIGRATIONS):
                 raise RuntimeError(
