@@ -152,7 +152,7 @@ class LockWaits:
     lock (``wait_event_type = 'Lock'``: a row, a transaction, an advisory lock) counts
     one sampling interval."""
 
-    INTERVAL = 0.002
+    INTERVAL = 0.05
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -17,7 +17,7 @@ handler, the outbox's claim); what a dead instance held counts until a survivor 
 it over. Two claims made at the same moment by two instances cannot see each other's
 rows yet (write transactions run side by side on PostgreSQL), so a claim also holds a
 lock on each conversation it takes rows of, for its own short transaction, and skips a
-conversation another claim holds (:data:`CONVERSATION_LOCK`): one claim at a time per
+conversation another claim holds (:func:`conversation_locked`): one claim at a time per
 conversation, and once it commits its claimed rows keep the others away.
 
 Conversations are spread across the live instances: each prefers the conversations
@@ -74,9 +74,15 @@ async def wait_until_not_delivered_elsewhere(db: StateDatabase, session_key: str
 
 #: Homing's namespace of PostgreSQL advisory locks (the two-key form: namespace, key)
 LOCK_NAMESPACE = 0x686F6D69
-#: the claim's condition on its candidate ``n``, last: holds its conversation for this
-#: transaction, or skips it while another claim holds it (1 parameter: the namespace)
-CONVERSATION_LOCK = " AND pg_try_advisory_xact_lock(?, hashtext(n.session_key))"
+def conversation_locked(conditions: str) -> str:
+    """The claim's conditions on its candidate ``n`` (``conditions``: ``" AND …"``
+    each), and then its conversation held for this transaction — or the candidate
+    skipped while another claim holds it. The lock is asked only of a candidate that
+    passed the rest (a CASE keeps the order: a conversation the claim would not take is
+    never held, so the claim that would is never kept from it). The parameters:
+    ``conditions``' own, then the namespace."""
+    return (f" AND CASE WHEN TRUE{conditions} "
+            f"THEN pg_try_advisory_xact_lock(?, hashtext(n.session_key)) ELSE FALSE END")
 #: the claim's condition on its candidate ``n``: one of this instance's conversations —
 #: its key's hash falls to it, or a message of it is in this instance's hands — or one
 #: that waited past the grace (5 parameters: see :func:`place`)

@@ -18,10 +18,10 @@ from gateway.cluster.lives import ALONE, Life, instance_life, lives_over, lock_l
 from gateway.cluster.rows import writer_now
 from gateway.delivery import affinity
 from gateway.delivery.affinity import (
-    CONVERSATION_LOCK,
     LOCK_NAMESPACE,
     NOT_BUSY_ELSEWHERE,
     PREFERRED,
+    conversation_locked,
     elsewhere,
     place,
 )
@@ -141,7 +141,7 @@ def claim_statement(*, shared: bool) -> str:
     """
     skip_taken = " FOR UPDATE OF n SKIP LOCKED" if shared else ""
     skip_taken_s = " FOR UPDATE OF s SKIP LOCKED" if shared else ""
-    not_elsewhere = NOT_BUSY_ELSEWHERE + PREFERRED + CONVERSATION_LOCK if shared else ""
+    not_elsewhere = conversation_locked(NOT_BUSY_ELSEWHERE + PREFERRED) if shared else ""
     # (materialized: a subquery that locks rows may run more than once, and give more
     # than ``limit``, when it is left in the UPDATE's WHERE)
     return (

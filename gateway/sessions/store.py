@@ -184,6 +184,8 @@ class SessionStore:
             if entry is not None:
                 found[session_id] = entry
         missing = sorted(wanted - found.keys())
+        generation = self._live.generation
+        read: list[SessionEntry] = []
         for start in range(0, len(missing), 500):
             chunk = missing[start:start + 500]
             rows = await self.db.fetchall(
@@ -192,6 +194,10 @@ class SessionStore:
             for row in rows:
                 entry = _entry(row)
                 found[entry.id] = entry
+                read.append(entry)
+        # the live ones are known live from now on (the router asks again of each notice
+        # it delivers), unless a session ended while this read was under way
+        self._live.put_read(read, generation)
         return found
 
     async def lineage_tip(self, session_id: str) -> SessionEntry | None:
