@@ -62,13 +62,16 @@ def instance_env(home: Path, fake: FakeTelegram, url: str, name: str,
 
 
 async def kill_the_poller(root: Path, url: str, rounds: int, seed: int,
-                          lease_seconds: float = LEASE_SECONDS) -> Rounds:
-    """Run ``rounds`` rounds, then wait until nothing is left to do."""
+                          lease_seconds: float = LEASE_SECONDS, *,
+                          names: tuple[str, ...] = NAMES, any_instance: bool = False
+                          ) -> Rounds:
+    """Run ``rounds`` rounds, then wait until nothing is left to do. ``any_instance``:
+    each round kills one of ``names`` at random, the poller or not (bench/chaos.py)."""
     rng = random.Random(seed)
     result = Rounds(seed)
     async with FakeTelegram() as fake:
         envs = {name: instance_env(root / name, fake, url, name, lease_seconds)
-                for name in NAMES}
+                for name in names}
         procs = {name: (await start_daemon(env))[0] for name, env in envs.items()}
 
         async def restart_ended() -> None:
@@ -98,14 +101,16 @@ async def kill_the_poller(root: Path, url: str, rounds: int, seed: int,
                                       thread_id=topic, is_topic_message=True, text=text)
                 await asyncio.sleep(rng.uniform(0, 0.8))  # a random point of its work
                 await restart_ended()
-                name = held_by[0]
+                name = rng.choice(names) if any_instance else held_by[0]
                 procs[name].send_signal(signal.SIGKILL)
                 result.kills.append(time.monotonic())
                 await procs[name].wait()
                 procs[name] = (await start_daemon(envs[name]))[0]  # systemd's restart
-                held_by = await eventually_async(lambda old=held_by: poller(old),
+                gone = held_by if name == held_by[0] else None
+                held_by = await eventually_async(lambda old=gone: poller(old),
                                                  timeout=60, what=f"a poller after {round_}")
-                result.takeovers.append(time.monotonic() - result.kills[-1])
+                if gone is not None:
+                    result.takeovers.append(time.monotonic() - result.kills[-1])
             async def acknowledged() -> bool:
                 await restart_ended()
                 return not fake.pending_updates
