@@ -40,6 +40,7 @@ class CrashPoint:
     def crash(self, where: str) -> NoReturn:
         self._task = asyncio.current_task()
         self.happened.set()
+        _unmourned(asyncio.get_running_loop())
         raise SimulatedCrash(where)
 
     async def wait(self, timeout: float = 10.0) -> None:
@@ -50,6 +51,28 @@ class CrashPoint:
             assert self._task is not None
             await asyncio.wait([self._task])
         assert isinstance(self._task.exception(), SimulatedCrash)
+
+
+def _unmourned(loop: asyncio.AbstractEventLoop) -> None:
+    """The tasks a simulated crash ends (the one that reached it, and any that awaited
+    it: a conversation's lane) died with the process: asyncio is not to log them as an
+    "exception never retrieved" when they are collected — which may happen at any later
+    allocation, even inside another test's ``ast.parse``, whose AST state the
+    traceback's formatting (itself an ``ast.parse`` in 3.11) would then upset."""
+    earlier = loop.get_exception_handler()
+    if getattr(earlier, "unmourned", False):
+        return
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), SimulatedCrash):
+            return
+        if earlier is not None:
+            earlier(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handle.unmourned = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handle)
 
 
 class KilledAt(CrashPoint):

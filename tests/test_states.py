@@ -6,6 +6,7 @@ enums put in), so a new query is checked the day it is written."""
 from __future__ import annotations
 
 import ast
+import gc
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -36,6 +37,19 @@ SQL = re.compile(r"\b(SELECT|UPDATE|INSERT|DELETE)\b")
 COMPARED = re.compile(r"\bstate\s*(?:=|<>|!=)\s*'([a-z_]+)'|\bstate\s+(?:NOT\s+)?IN\s*\(([^)]*)\)")
 
 
+def _parse(source: str) -> ast.AST:
+    """``ast.parse`` with the collector held off: a finalizer it would run meanwhile (an
+    earlier test's task, logged as it is collected) may format a traceback — itself an
+    ``ast.parse`` in 3.11 — and upset this one's AST state (CPython gh-106905)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def sql_strings() -> list[tuple[str, int, str, str]]:
     """Every SQL string of the code: (file, line, as spelled, as run) — "as spelled"
     keeps the enums' placeholders, "as run" has their values."""
@@ -45,7 +59,7 @@ def sql_strings() -> list[tuple[str, int, str, str]]:
         rel = path.relative_to(ROOT).as_posix()
         if rel in FROZEN:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 spelled = run = node.value
             elif isinstance(node, ast.JoinedStr):

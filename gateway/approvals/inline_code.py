@@ -38,10 +38,21 @@ def effects(language: Language, code: str) -> list[Effect]:
     at and gives no effect; code it runs from a computed string is ``runs_computed``."""
     if language == "python":
         try:
-            return _python(ast.parse(code), depth=0)
+            return _python(_parse(code), depth=0)
         except (SyntaxError, ValueError, RecursionError):
             pass  # Python 2, or not Python: read it like the other languages
     return _by_literals(code)
+
+
+def _parse(source: str) -> ast.AST:
+    """``ast.parse``, once more when CPython 3.11 says its AST state went astray
+    (``SystemError: AST constructor recursion depth mismatch``, gh-106905: another
+    ``ast.parse`` ran inside this one — a traceback formatted by a finalizer the
+    collector ran meanwhile); the second reading stands."""
+    try:
+        return ast.parse(source)
+    except SystemError:
+        return ast.parse(source)
 
 
 # Python --------------------------------------------------------------------------
@@ -77,7 +88,7 @@ def _python_call(call: ast.Call, depth: int) -> list[Effect]:
         if source is None or depth >= _MAX_DEPTH:
             return [Effect(runs_computed=True)]
         try:
-            return _python(ast.parse(source), depth + 1)
+            return _python(_parse(source), depth + 1)
         except (SyntaxError, ValueError, RecursionError):
             return []
     if name in _DELETE_TREE:
