@@ -37,6 +37,7 @@ from gateway.sessions.store import SessionStore
 from gateway.store.group_commit import Op
 from gateway.store.row_states import check_move
 from gateway.store.state import StateDatabase
+from gateway.tracing import tracing
 from gateway.words.events import Outcome
 from gateway.words.return_address import ReturnAddress
 from gateway.words.session_entry import SessionEntry
@@ -47,7 +48,7 @@ log = structlog.get_logger(__name__)
 SubAgent = Callable[[str], Awaitable[str]]
 
 _COLUMNS = ("id, task, state, session_key, session_id, tab_id, return_address, result, "
-            "created_at, started_at, finished_at, owner")
+            "created_at, started_at, finished_at, owner, trace_parent")
 
 
 class DelegationState(StrEnum):
@@ -90,13 +91,15 @@ class DelegationRecord:
     finished_at: float | None
     #: the daemon process running it (``process_identity``)
     owner: str | None = None
+    #: its trace (gateway/tracing.py): its end and its result notice join it
+    trace_parent: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> DelegationRecord:
         (did, task, state, key, sid, tab, address, result, created, started, finished,
-         owner) = row
+         owner, trace_parent) = row
         return cls(did, task, state, key, sid, tab, ReturnAddress.from_json(address), result,
-                   created, started, finished, owner)
+                   created, started, finished, owner, trace_parent)
 
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,20 +150,25 @@ class DelegationManager:
                 f"{len(running)} delegations are already running in this conversation "
                 f"({ids}); the limit is {self.max_running}. Wait for one to finish.")
         await still_acting(self.acting)  # (LifeOver: a survivor's turn starts it)
+        delegation_id = "d" + uuid.uuid4().hex[:7]
+        with tracing.span("delegation.start", delegation_id=delegation_id,
+                          session_key=address.session_key, platform=address.route.platform,
+                          thread_id=address.route.thread_id, task=tracing.text(task)) as span:
+            trace_parent = span.traceparent
         record = DelegationRecord(
-            id="d" + uuid.uuid4().hex[:7], task=task, state="dispatched",
+            id=delegation_id, task=task, state="dispatched",
             session_key=address.session_key, session_id=address.session_id,
             tab_id=address.tab_id, address=address, result=None, created_at=time.time(),
-            started_at=None, finished_at=None, owner=self.owner)
+            started_at=None, finished_at=None, owner=self.owner, trace_parent=trace_parent)
         acted, owner = acted_ops(), self.owner
 
         def register(conn: sqlite3.Connection) -> None:
             still_live_here(conn, owner, "the delegation began")
             conn.execute(f"INSERT INTO delegations ({_COLUMNS}) VALUES "
-                         "(?,?,?,?,?,?,?,?,?,?,?,?)",
+                         "(?,?,?,?,?,?,?,?,?,?,?,?,?)",
                          (record.id, record.task, record.state, record.session_key,
                           record.session_id, record.tab_id, address.to_json(), None,
-                          record.created_at, None, None, owner))
+                          record.created_at, None, None, owner, trace_parent))
             for op in acted:
                 conn.execute(*op)
         await self.db.write(register)
@@ -200,6 +208,8 @@ class DelegationManager:
                       notify: bool, outcome: Outcome = "ok") -> None:
         check_move(DELEGATION_MOVES, _RUNNING, DelegationState(state))
         record.state, record.result, record.finished_at = state, result, time.time()
+        tracing.event("delegation.end", parent=record.trace_parent, delegation_id=record.id,
+                      state=state, outcome=outcome if notify else None)
         ops: list[Op] = [("UPDATE delegations SET state = ?, result = ?, finished_at = ? "
                           f"WHERE id = ? AND state IN ('{DelegationState.DISPATCHED}', "
                           f"'{DelegationState.RUNNING}')",
@@ -265,6 +275,9 @@ class DelegationManager:
             return lost
 
         lost = await self.db.write(take)
+        for record in lost:
+            tracing.event("delegation.end", parent=record.trace_parent, delegation_id=record.id,
+                          state=DelegationState.LOST.value)
         if lost:
             self.outbox.wake()
         return len(lost)
@@ -301,7 +314,7 @@ def _result_notice(record: DelegationRecord, text: str, sequence: str,
                    outcome: Outcome) -> NewNotification:
     return NewNotification(idempotency_key=f"{record.id}:async_delegation:{sequence}",
                            kind="async_delegation", address=record.address, text=text,
-                           job_id=record.id, outcome=outcome)
+                           job_id=record.id, outcome=outcome, trace_parent=record.trace_parent)
 
 
 async def delegate_task(manager: DelegationManager, task: str) -> DelegationRecord:

@@ -15,7 +15,8 @@ from tools.job_process import JobFiles
 JOB_COLUMNS = (
     "id, command, cwd, state, pid, proc_start, started_at, ended_at, exit_code, killed, "
     "notify_on_complete, watch_patterns, watch_notices, watch_disabled, session_key, "
-    "session_id, return_address, log_path, exit_path, watch_offset, left_running, origin"
+    "session_id, return_address, log_path, exit_path, watch_offset, left_running, origin, "
+    "trace_parent"
 )
 
 class JobState(StrEnum):
@@ -64,18 +65,22 @@ class JobRecord:
     watch_offset: int = 0
     #: processes the job left running when its shell ended
     left_running: int = 0
-    #: what started it, when not a person: ``{"schedule_id": …, "scheduled_for": …}``
+    #: what started it, when not a person: ``{"schedule_id": …, "scheduled_for": …}``;
+    #: the journal entry of the message that asked for it (``inbound_id``)
     origin: dict[str, Any] | None = None
+    #: the trace its work belongs to (gateway/tracing.py; None: untraced)
+    trace_parent: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
         (jid, command, cwd, state, pid, proc_start, started, ended, code, killed, notify,
          patterns, notices, disabled, key, sid, address, log_path, exit_path, offset,
-         left, origin) = row
+         left, origin, trace_parent) = row
         return cls(jid, command, cwd, state, pid, proc_start, started, ended, code, bool(killed),
                    bool(notify), json.loads(patterns), notices, bool(disabled), key, sid,
                    ReturnAddress.from_json(address), Path(log_path), Path(exit_path),
-                   offset or 0, left or 0, json.loads(origin) if origin else None)
+                   offset or 0, left or 0, json.loads(origin) if origin else None,
+                   trace_parent)
 
     @property
     def kind(self) -> str:
@@ -110,12 +115,13 @@ class JobRecord:
         """``instance``: on a shared store, the instance whose host runs the job."""
         return (
             f"INSERT INTO jobs ({JOB_COLUMNS}, instance) "
-            f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (self.id, self.command, self.cwd, self.state, self.pid, self.proc_start,
              self.started_at, self.ended_at, self.exit_code, int(self.killed),
              int(self.notify_on_complete), json.dumps(self.watch_patterns), self.watch_notices,
              int(self.watch_disabled), self.session_key, self.session_id,
              self.address.to_json(), str(self.log_path), str(self.exit_path),
              self.watch_offset, self.left_running,
-             json.dumps(self.origin) if self.origin is not None else None, instance),
+             json.dumps(self.origin) if self.origin is not None else None,
+             self.trace_parent, instance),
         )

@@ -109,7 +109,8 @@ class WatchReporter:
             idempotency_key=f"{record.id}:{notice.kind}:{sequence}", kind=notice.kind,
             address=record.address, job_id=record.id,
             text=watch_text(record, notice, self.limits),
-            outcome="match" if notice.kind != "watch_disabled" else "info")
+            outcome="match" if notice.kind != "watch_disabled" else "info",
+            trace_parent=record.trace_parent)
 
 
 def _matching(watch: JobWatch, texts: list[str]) -> list[int]:

@@ -32,13 +32,14 @@ from gateway.config.settings import Config
 from gateway.delivery.notifications import NewNotification
 from gateway.delivery.outbox import Outbox
 from gateway.errors import RefusedInput
-from gateway.inbound.journal import acted_ops
+from gateway.inbound.journal import acted_ops, current_entry
 from gateway.machine.off_loop import OffLoop
 from gateway.machine.private_files import private_dir
 from gateway.machine.processes import ORIGINAL_OPEN_FILES, process_start_time
 from gateway.retry import RetryPolicy
 from gateway.store.group_commit import Op
 from gateway.store.state import StateDatabase
+from gateway.tracing import tracing
 from gateway.words.return_address import ReturnAddress
 from gateway.words.route import Route
 from tools.job_kill import kill_group, kill_wait_seconds
@@ -160,6 +161,13 @@ class JobManager:
         job_id = "j" + uuid.uuid4().hex[:10]
         files = JobFiles(self.jobs_dir / job_id)
         private_dir(files.folder)
+        with tracing.span("job.start", job_id=job_id, session_key=address.session_key,
+                          platform=address.route.platform, thread_id=address.route.thread_id,
+                          command=tracing.text(command)) as span:
+            trace_parent = span.traceparent  # its end and notices join this trace
+        entry_id = current_entry()
+        if entry_id is not None:  # what `homing trace` starts the story with
+            origin = {**(origin or {}), "inbound_id": entry_id}
         record = JobRecord(
             id=job_id, command=command, cwd=str(workdir), state="running", pid=None,
             proc_start=None, started_at=time.time(), ended_at=None, exit_code=None,
@@ -168,7 +176,7 @@ class JobManager:
             notify_on_complete=notify_on_complete or bool(patterns),
             watch_notices=0, watch_disabled=False, session_key=address.session_key,
             session_id=address.session_id, address=address, log_path=files.log,
-            exit_path=files.exit_code, origin=origin)
+            exit_path=files.exit_code, origin=origin, trace_parent=trace_parent)
         try:
             await self._register(record, in_registration)
         except asyncio.CancelledError:
@@ -286,6 +294,9 @@ class JobManager:
                     log.exception("job_kill_failed", job_id=record.id)
             record.state, record.exit_code = end.state, end.exit_code
             record.ended_at = max(end.ended_at, record.started_at)
+            tracing.event("job.end", parent=record.trace_parent, job_id=record.id,
+                          state=record.state, exit_code=record.exit_code,
+                          killed=record.killed)
             notify = self._should_notify_completion(record)
             # what is left of its process group, and its output's last lines: one hop
             count_left = live.kill is None and end.observed and bool(record.pid)
@@ -308,6 +319,7 @@ class JobManager:
                     idempotency_key=completion_key(record.id), kind="completion",
                     address=record.address, job_id=record.id, outcome=job_outcome(record),
                     file_path=(record.origin or {}).get("artifact"),
+                    trace_parent=record.trace_parent,
                     text=completion_text(record, tail, details, cut=cut, header=note.header,
                                          footer=note.footer)))
             ops: list[Op] = [(

@@ -38,6 +38,7 @@ from gateway.inbound.journal import acted_ops
 from gateway.sessions.store import SessionStore
 from gateway.store.row_locks import lock_key, locking
 from gateway.store.state import StateDatabase
+from gateway.tracing import tracing
 from gateway.words.return_address import ReturnAddress
 from tools.job_notices import describe_exit
 from tools.job_process import check_command
@@ -321,12 +322,19 @@ class Scheduler:
                 self._start_failures.pop(schedule_id, None)
 
     async def _start_run(self, s: ScheduleRecord, run: runs.Claim) -> None:
+        """A run is a trace of its own: its job (a child of this span) or its prompt."""
+        with tracing.span("schedule.run", schedule_id=s.id, scheduled_for=run.scheduled_for,
+                          reason=run.reason, session_key=s.session_key) as span:
+            await self._start_traced(s, run, span.traceparent)
+
+    async def _start_traced(self, s: ScheduleRecord, run: runs.Claim,
+                            trace_parent: str | None) -> None:
         address = await self.address(s)
         now = self.clock()
         if s.prompt is not None:
             notice = NewNotification(
                 idempotency_key=runs.prompt_key(s.id, run.scheduled_for), kind="schedule_prompt",
-                address=address, text=self._prompt_text(s, run))
+                address=address, text=self._prompt_text(s, run), trace_parent=trace_parent)
 
             def hand_over(conn: sqlite3.Connection) -> None:
                 runs.mark_started(conn, s.id, run.scheduled_for, None, now)
@@ -367,7 +375,7 @@ class Scheduler:
         text = f"{run_header(s, run.scheduled_for)} could not start: {why}"
         await self.outbox.produce(
             [NewNotification(f"{s.id}:failed:{run.scheduled_for}", "schedule_note", address,
-                             text, outcome="failed")],
+                             text, outcome="failed", trace_parent=tracing.current())],
             with_ops=runs.finish_ops(s, run.scheduled_for, f"could not start: {why}",
                                      self.clock()))
 

@@ -26,6 +26,7 @@ from gateway.cli.listings import (
     with_store,
 )
 from gateway.cli.setup_options import add_setup_arguments
+from gateway.cli.trace import trace_command
 from gateway.config.file import ignored_config_files
 from gateway.config.home_check import home_problem
 from gateway.config.settings import Config, ConfigError, find_config_file, load_config
@@ -140,6 +141,14 @@ def _parser() -> argparse.ArgumentParser:
     schedules.add_argument("schedule_id", nargs="?", metavar="ID")
     schedules.add_argument("--json", action="store_true", help="JSON on stdout")
     schedules.set_defaults(func=schedules_command)
+
+    trace = sub.add_parser("trace", parents=[common],
+                           help="the story of a job, notice or schedule: where it started, "
+                                "whom its notices went to, each attempt, where it is now")
+    trace.add_argument("what", metavar="ID",
+                       help="a job id, a notice id, a schedule id or a delegation id")
+    trace.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    trace.set_defaults(func=trace_command)
 
     status = sub.add_parser("status", parents=[common],
                             help="whether the daemon runs, its platforms, sessions, jobs, notices")

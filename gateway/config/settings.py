@@ -99,6 +99,25 @@ class SessionsConfig(Strict):
     auto_title: bool = False
 
 
+class TelemetryConfig(Strict):
+    """``telemetry``: traces and metrics over OTLP/HTTP (``pip install 'homing[otel]'``)."""
+
+    #: the collector's OTLP/HTTP address, e.g. http://127.0.0.1:4318; empty: off
+    otlp_endpoint: str = ""
+    service_name: str = "homing"
+    #: the share of traces kept (each unit of background work is one trace)
+    sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
+    #: spans may carry message text and command lines (off: ids and outcomes only)
+    include_text: bool = False
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _a_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"`{value}` has no scheme: write http://{value} (OTLP/HTTP)")
+        return value
+
+
 class TranscriptionConfig(Strict):
     """An OpenAI-compatible ``/audio/transcriptions`` endpoint for voice notes."""
 
@@ -346,6 +365,7 @@ class Config(Strict):
     store: StoreConfig = Field(default_factory=StoreConfig)
     instance: InstanceConfig = Field(default_factory=InstanceConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     @property
     def home_path(self) -> Path:

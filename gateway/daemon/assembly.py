@@ -36,6 +36,8 @@ from gateway.sessions.store import SessionStore
 from gateway.store.state import StateDatabase, is_postgres
 from gateway.store.status_file import keep_status, write_status
 from gateway.systemd.notify import Notifier
+from gateway.telemetry.otlp_metrics import OtlpMetrics, export_metrics, export_seconds
+from gateway.tracing import configure_tracing, tracing
 from tools.delegation import DelegationManager, SubAgent
 from tools.jobs import JobManager
 from tools.jobs_elsewhere import JobsElsewhere
@@ -374,8 +376,13 @@ async def run_daemon(config: Config) -> None:
         loop.add_signal_handler(sig, on_signal)
     started_at = time.time()
     ended: str | None = None
+    configure_tracing(config.telemetry)  # (off, and nothing imported, without an endpoint)
+    exported: OtlpMetrics | None = None
     try:
         async with running_gateway(config) as gw:
+            exported = export_metrics(config.telemetry, gw.runner.metrics.registry)
+            refreshing = (asyncio.create_task(_refresh_gauges(gw), name="metrics-refresh")
+                          if exported is not None else None)
             write_status(config.home_path, {}, "starting", started_at)
             notifier.status("starting: connecting platforms")
             missing = await _wait_for_platforms(gw, READY_WAIT)
@@ -393,6 +400,8 @@ async def run_daemon(config: Config) -> None:
             gw.runner.platform_listeners.append(back_online.platform_connected)
             await back_online.announce()
             ended = await _until_stopped(stop, gw.instance)
+            if refreshing is not None:
+                refreshing.cancel()
             status.cancel()
             await asyncio.gather(status, return_exceptions=True)
             write_status(config.home_path, {n: a.connected for n, a in gw.runner.adapters.items()},
@@ -409,12 +418,26 @@ async def run_daemon(config: Config) -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        if exported is not None:
+            await asyncio.to_thread(exported.stop)  # the last reading goes out
+        await asyncio.to_thread(tracing.shutdown)  # what spans are buffered go out
         await notifier.close()
         if config.home_path.exists():
             write_status(config.home_path, {}, "stopped", time.time())
     if ended is not None:
         raise InstanceEnded(f"this instance stopped taking part: {ended}; it starts again "
                             f"under a new epoch")
+
+
+async def _refresh_gauges(gw: Gateway) -> None:
+    """The gauges a ``/metrics`` scrape refreshes, refreshed for the OTLP export too."""
+    while True:
+        try:
+            await gw.runner.metrics.render(gw.store.db, gw.runner.adapters,
+                                           gw.runner.jobs_running())
+        except Exception as exc:  # a reading missed: the next one is in a few seconds
+            log.info("metrics_refresh_failed", error=str(exc))
+        await asyncio.sleep(export_seconds())
 
 
 async def _close_listeners(gw: Gateway) -> None:

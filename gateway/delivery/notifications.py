@@ -50,6 +50,8 @@ class NewNotification:
     outcome: Outcome | None = None
     #: a file posted with the notice (a job's artifact)
     file_path: str | None = None
+    #: the trace of the work it reports (gateway/tracing.py)
+    trace_parent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class Notification:
     #: the first notification of the one message this one goes out in, with others
     #: (gateway/delivery/merged_notices.py); None: it goes on its own
     merged_into: int | None = None
+    #: the trace of the work it reports (gateway/tracing.py)
+    trace_parent: str | None = None
 
     @property
     def info(self) -> NoticeInfo:
@@ -105,5 +109,5 @@ class Notification:
 NOTIFICATION_COLUMNS = (
     "id, idempotency_key, kind, job_id, session_key, session_id, tab_id, return_address, "
     "text, state, reason, attempts, last_error, not_before, claimed_by, sent_message_id, "
-    "created_at, delivered_at, outcome, file_path, merged_into"
+    "created_at, delivered_at, outcome, file_path, merged_into, trace_parent"
 )

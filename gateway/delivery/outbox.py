@@ -52,6 +52,8 @@ class DeliveryOutcome:
     reason: str | None = None
     detail: str | None = None
     retry_in: float = 0.0
+    #: a retry the platform asked to wait for (its flood limits: a 429's retry_after)
+    platform_wait: bool = False
 
 
 def delivered_op(notification_id: int, claimer: str, message_id: str | None,
@@ -64,11 +66,36 @@ def delivered_op(notification_id: int, claimer: str, message_id: str | None,
             (now, message_id, notification_id, claimer))
 
 
+#: a delivery attempt that did not deliver, for `homing trace` (the one that did is the
+#: row itself: its claimer, delivered_at and sent message)
+ATTEMPT = ("INSERT INTO delivery_attempts (notification_id, at, claimer, outcome, detail, "
+           "retry_in) VALUES (?, ?, ?, ?, ?, ?)")
+
+
 def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
                  now: float) -> list[Op]:
     """The write that records ``outcome``; a consumed row was recorded by its taker."""
     if outcome.state == "delivered":
         return [delivered_op(notification_id, claimer, outcome.message_id, now)]
+    if outcome.state in ("retry", "withheld", "held", "parked"):
+        return [*_state_ops(notification_id, claimer, outcome, now),
+                (ATTEMPT, (notification_id, now, claimer, attempt_outcome(outcome),
+                           outcome.detail or outcome.reason, outcome.retry_in or None))]
+    return []
+
+
+#: an attempt the platform's flood limits turned back, as ``delivery_attempts`` has it
+FLOOD_LIMITED = "flood_limited"
+
+
+def attempt_outcome(outcome: DeliveryOutcome) -> str:
+    """What ``delivery_attempts`` says became of an attempt: its outcome's state, and a
+    retry the platform asked for told apart from one after an error."""
+    return FLOOD_LIMITED if outcome.state == "retry" and outcome.platform_wait else outcome.state
+
+
+def _state_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
+               now: float) -> list[Op]:
     if outcome.state == "parked":
         return [(f"UPDATE notifications SET state = '{NotificationState.PARKED}', reason = ?, "
                  "last_error = ? "
@@ -215,10 +242,10 @@ class Outbox:
         a = n.address
         return (
             "INSERT INTO notifications (idempotency_key, kind, job_id, session_key, "
-            "session_id, tab_id, return_address, text, created_at, outcome, file_path) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+            "session_id, tab_id, return_address, text, created_at, outcome, file_path, "
+            "trace_parent) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
             (n.idempotency_key, n.kind, n.job_id, a.session_key, a.session_id, a.tab_id,
-             a.to_json(), n.text, time.time(), n.outcome, n.file_path),
+             a.to_json(), n.text, time.time(), n.outcome, n.file_path, n.trace_parent),
         )
 
     async def produce(self, notices: Sequence[NewNotification], *, with_ops: Sequence[Op] = ()

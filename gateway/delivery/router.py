@@ -51,12 +51,13 @@ from gateway.delivery.merged_notices import (
 )
 from gateway.delivery.notifications import Notification
 from gateway.delivery.outbox import DeliveryOutcome as _Outcome
-from gateway.delivery.outbox import Outbox, delivered_op
+from gateway.delivery.outbox import Outbox, attempt_outcome, delivered_op
 from gateway.delivery.ownership import Decision, DeliverNotice, DeliverTurn, Park, find_owners
 from gateway.retry import RetryPolicy
 from gateway.sessions.store import TRANSCRIPT_LINE, SessionStore, transcript_row
 from gateway.store.group_commit import Op
 from gateway.store.migrations import OUTBOX_CHANNEL
+from gateway.tracing import tracing
 from gateway.words.events import MessageKind, NoticeInfo, SendResult
 from gateway.words.route import Route
 from gateway.words.session_key import SessionKeyError, parse_session_key, platform_prefix
@@ -334,6 +335,9 @@ class Router:
                                           DISCONNECTED_RETRY_SECONDS)
             return
         self._open += len(batch)
+        if tracing.enabled:
+            for n, decision in zip(batch, decisions, strict=True):
+                _trace_decision(n, decision, self.name)
         as_is = [not isinstance(d, Park) and self._posts_as_is(n, d)
                  for n, d in zip(batch, decisions, strict=True)]
         budgets = _Budgets(self.runner, Counter(
@@ -463,6 +467,8 @@ class Router:
         result = await self.runner.post(decision.route, text, kind="notification",
                                         session_id=decision.session.id,
                                         dedupe_key=f"{n.idempotency_key}:0", notice=info)
+        if tracing.enabled:
+            _trace_send(n, decision.route, result)
         outcome = _from_sends(n, [result])
         if outcome.state == "delivered":
             committed = self.outbox.db.gather([
@@ -578,6 +584,11 @@ class Router:
     def _after_recorded(self, batch: list[tuple[Notification, _Outcome]]) -> None:
         now = time.time()
         held = False
+        if tracing.enabled:
+            for n, outcome in batch:
+                tracing.event("notice.recorded", parent=n.trace_parent, notification_id=n.id,
+                              outcome=attempt_outcome(outcome), reason=outcome.reason,
+                              message_id=outcome.message_id, retry_in=outcome.retry_in or None)
         for n, outcome in batch:
             if outcome.state == "delivered":
                 self.runner.metrics.delivery_latency.observe(max(0.0, now - n.created_at))
@@ -699,8 +710,13 @@ class Router:
         if not self._connected(decision.route.platform):
             return _DISCONNECTED
         try:
-            turn = await self.runner.notification_turn(
-                decision.session, decision.route, n, sent_ops=self._sent_ops(n))
+            with tracing.span("notice.turn", parent=n.trace_parent, notification_id=n.id,
+                              session_id=decision.session.id):
+                turn = await self.runner.notification_turn(
+                    decision.session, decision.route, n, sent_ops=self._sent_ops(n))
+            if tracing.enabled:
+                for result in turn.sent:
+                    _trace_send(n, decision.route, result)
         except Exception as exc:
             log.exception("notification_turn_failed", notification_id=n.id)
             if n.attempts + 1 >= MAX_TURN_FAILURES:
@@ -715,6 +731,8 @@ class Router:
                                         notice_text(n, decision), kind="notification",
                                         recorded_with=self._sent_ops(n),
                                         dedupe_key=f"{n.idempotency_key}:0", notice=n.info)
+        if tracing.enabled:
+            _trace_send(n, decision.route, result)
         return _from_sends(n, [result])
 
     async def _deliver_together(self, going: Sequence[Member],
@@ -849,6 +867,26 @@ class _Budgets:
         return room - queued
 
 
+def _trace_decision(n: Notification, decision: Decision, claimer: str) -> None:
+    """The claim and the ownership rule's answer, in the notice's trace."""
+    owner = ("parked" if isinstance(decision, Park) else
+             "late" if isinstance(decision, DeliverNotice) else "live")
+    tracing.event("notice.claimed", parent=n.trace_parent, notification_id=n.id,
+                  kind=n.kind, claimer=claimer, attempt=n.attempts + 1)
+    tracing.event("notice.owner", parent=n.trace_parent, notification_id=n.id,
+                  owner=owner, session_id=None if isinstance(decision, Park)
+                  else decision.session.id,
+                  reason=decision.reason if isinstance(decision, Park) else None,
+                  detail=decision.detail if isinstance(decision, Park) else None)
+
+
+def _trace_send(n: Notification, route: Route, result: SendResult) -> None:
+    tracing.event("notice.send", parent=n.trace_parent, notification_id=n.id,
+                  platform=route.platform, chat_id=route.chat_id, thread_id=route.thread_id,
+                  ok=result.ok, error=result.error, retry_after=result.retry_after,
+                  message_id=result.message_id)
+
+
 def _chat_of(route: Route) -> tuple[str, str]:
     """What a platform's send budget belongs to."""
     return route.platform, route.chat_id
@@ -890,8 +928,10 @@ def _from_sends(n: Notification, results: Sequence[SendResult]) -> _Outcome:
     if result.permanent:
         return _Outcome("parked", reason="route_gone" if result.route_gone else "rejected",
                         detail=result.error)
-    retry_in = result.retry_after if result.retry_after is not None else _backoff(n)
-    return _Outcome("retry", reason=result.error, retry_in=retry_in)
+    if result.retry_after is not None:
+        return _Outcome("retry", reason=result.error, retry_in=result.retry_after,
+                        platform_wait=True)
+    return _Outcome("retry", reason=result.error, retry_in=_backoff(n))
 
 
 def _backoff(n: Notification) -> float:

@@ -279,6 +279,11 @@ def handling(entry_id: int | None) -> Iterator[None]:
         _handling.reset(token)
 
 
+def current_entry() -> int | None:
+    """The journal entry whose message's turn runs in this task (None outside one)."""
+    return _handling.get()
+
+
 def acted_ops() -> list[Op]:
     """For what a turn starts that lasts (a job, a delegation, a schedule), in that
     thing's own transaction: the message that asked for it must not be run again."""

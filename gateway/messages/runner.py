@@ -40,6 +40,7 @@ from gateway.messages.turn import Turn
 from gateway.sessions.store import SessionStore
 from gateway.store.group_commit import Op
 from gateway.telemetry.metrics import Metrics
+from gateway.tracing import tracing
 from gateway.words.context import SessionContext, session_context
 from gateway.words.events import (
     Choice,
@@ -322,7 +323,11 @@ class GatewayRunner:
             ctx = SessionContext(route=event.route, session_key=key, session_id=session.id,
                                  tab_id=event.tab_id)
             with session_context(ctx), handling(journal_id), \
-                    structlog.contextvars.bound_contextvars(session_id=session.id):
+                    structlog.contextvars.bound_contextvars(session_id=session.id), \
+                    tracing.span("message", inbound_id=journal_id, session_key=key,
+                                 session_id=session.id, platform=event.route.platform,
+                                 chat_id=event.route.chat_id, thread_id=event.route.thread_id,
+                                 text=tracing.text(event.text)):
                 try:
                     await self._run_turn(turn)
                 except Exception:

@@ -375,6 +375,25 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (platform, name)
     );
     """,
+    # 25: the trace a unit of background work belongs to (a W3C traceparent), kept with
+    # the rows it goes through (a schedule run's is its job's or its prompt notice's),
+    # so a notice delivered by another instance or after a restart joins it
+    # (gateway/tracing.py); and each delivery attempt that did not deliver, with what
+    # became of it, for `homing trace`
+    """
+    ALTER TABLE jobs ADD COLUMN trace_parent TEXT;
+    ALTER TABLE notifications ADD COLUMN trace_parent TEXT;
+    ALTER TABLE delegations ADD COLUMN trace_parent TEXT;
+    CREATE TABLE delivery_attempts (
+        notification_id INTEGER NOT NULL,
+        at              REAL NOT NULL,
+        claimer         TEXT,
+        outcome         TEXT NOT NULL,
+        detail          TEXT,
+        retry_in        REAL
+    );
+    CREATE INDEX delivery_attempts_notification ON delivery_attempts(notification_id);
+    """,
 ]
 
 #: every table the migrations make: the health check misses none of them
