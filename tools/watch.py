@@ -17,14 +17,22 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
-
-import re2
+from functools import lru_cache
+from typing import Any, Literal, Protocol
 
 MAX_LINE_CHARS = 500
 MAX_PROGRAM_SIZE = 2000  # RE2 instructions; ``ERROR|FATAL`` is about 20
-_OPTIONS = re2.Options()
-_OPTIONS.log_errors = False  # RE2 would write its own lines to stderr, past our logs
+
+
+@lru_cache(maxsize=1)
+def _re2() -> tuple[Any, Any]:
+    """RE2 and its options, loaded with the first pattern: a daemon nobody asks to
+    watch for one never holds it (about 2 MB resident; bench/idle_rss.py)."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # RE2 would write its own lines to stderr, past our logs
+    return re2, options
 
 
 class Pattern(Protocol):
@@ -144,8 +152,9 @@ def compile_patterns(patterns: list[str]) -> list[Pattern]:
     """Compile watch patterns; raise ValueError naming the bad one."""
     compiled: list[Pattern] = []
     for pattern in patterns:
+        re2, options = _re2()
         try:
-            program = re2.compile(pattern, options=_OPTIONS)
+            program = re2.compile(pattern, options=options)
         except re2.error as exc:
             reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) \
                 else str(exc)

@@ -22,16 +22,28 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import tree_sitter_bash
-from tree_sitter import Language, Node, Parser
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from gateway.approvals.inline_code import Language as CodeLanguage
 from gateway.approvals.inline_code import effects
 from gateway.approvals.shell_paths import UNKNOWN
 from gateway.errors import RefusedInput
 
-_BASH = Language(tree_sitter_bash.language())
+if TYPE_CHECKING:
+    from tree_sitter import Language, Node
+
+
+@lru_cache(maxsize=1)
+def _bash() -> Language:
+    """The Bash grammar, loaded with the first command read: a daemon whose agent runs
+    nothing asked about never holds the parser (bench/idle_rss.py)."""
+    import tree_sitter_bash
+    from tree_sitter import Language
+
+    return Language(tree_sitter_bash.language())
+
+
 #: scripts inside scripts (``sh -c "sh -c '…'"``) deeper than this are not read
 MAX_DEPTH = 8
 
@@ -183,7 +195,9 @@ class _Reader:
         except UnicodeEncodeError as exc:  # a lone surrogate: no shell is handed such text
             raise Unreadable(f"text that is not valid Unicode at character {exc.start}") \
                 from None
-        tree = Parser(_BASH).parse(source)
+        from tree_sitter import Parser
+
+        tree = Parser(_bash()).parse(source)
         if tree.root_node.has_error:
             raise Unreadable(_first_error(tree.root_node))
         self._visit(tree.root_node, None, depth)
