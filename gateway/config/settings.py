@@ -7,7 +7,6 @@ Finding and reading the file is ``gateway/config/file.py``'s.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -497,7 +496,10 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _close_names(parent: tuple[Any, ...], name: str) -> list[str]:
-    """The settings at ``parent`` spelt like ``name`` (``sesions``: ``sessions``)."""
+    """The settings at ``parent`` spelt like ``name`` (``sesions``: ``sessions``);
+    difflib is imported only for a config that has a name wrong."""
+    import difflib
+
     model = _model_at(parent)
     if model is None:
         return []

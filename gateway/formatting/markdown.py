@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 
 def new_parser() -> MarkdownIt:
+    """A parser of our dialect; markdown-it is imported with the first (about 1 MB
+    resident that an idle daemon, which has not replied yet, does not hold:
+    bench/idle_rss.py)."""
+    from markdown_it import MarkdownIt
+
     return MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(
         ["table", "strikethrough"])
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
-
-from markdown_it.token import Token
+from typing import TYPE_CHECKING
 
 from gateway.formatting.markdown import top_level_blocks
 from gateway.formatting.splitter import split_message
+
+if TYPE_CHECKING:
+    from markdown_it.token import Token
 
 _INLINE_TAGS = {"strong_open": "<b>", "strong_close": "</b>", "em_open": "<i>",
                 "em_close": "</i>", "s_open": "<del>", "s_close": "</del>"}

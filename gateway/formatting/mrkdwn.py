@@ -17,11 +17,13 @@ splitter, which keeps code blocks closed in each part.
 from __future__ import annotations
 
 import re
-
-from markdown_it.token import Token
+from typing import TYPE_CHECKING
 
 from gateway.formatting.markdown import block_end, monospace_table, parse, plain_inline, table_rows
 from gateway.formatting.splitter import split_message
+
+if TYPE_CHECKING:
+    from markdown_it.token import Token
 
 #: Slack truncates a message's text past 40,000 characters and asks that it be kept
 #: to 4,000: longer ones are hard to read and may be cut in notifications and threads

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-
-from markdown_it.token import Token
+from typing import TYPE_CHECKING
 
 from gateway.formatting.markdown import parse
+
+if TYPE_CHECKING:
+    from markdown_it.token import Token
 
 __all__ = ["GrowingPreview", "preview_markdown", "status_markdown"]
 

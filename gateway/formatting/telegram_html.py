@@ -14,9 +14,7 @@ import html
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
-
-from markdown_it.token import Token
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from gateway.formatting.markdown import (
     monospace_table,
@@ -24,6 +22,9 @@ from gateway.formatting.markdown import (
     top_level_blocks,
 )
 from gateway.formatting.splitter import split_message, utf16_len
+
+if TYPE_CHECKING:
+    from markdown_it.token import Token
 
 _INLINE_TAGS = {"strong_open": "<b>", "strong_close": "</b>", "em_open": "<i>",
                 "em_close": "</i>", "s_open": "<s>", "s_close": "</s>"}

@@ -4,22 +4,31 @@ as it is; nothing the agent or a job's output says can run there."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from markdown_it.renderer import RendererHTML
-from markdown_it.token import Token
-from markdown_it.utils import EnvType, OptionsDict
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from gateway.formatting.markdown import new_parser
 
-# an image in the agent's text would be fetched by every tab that shows it (a URL can
-# carry data out): shown as the Markdown it is written in
-_parser = new_parser().disable("image")
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.renderer import RendererHTML
+    from markdown_it.token import Token
+    from markdown_it.utils import EnvType, OptionsDict
 
 
 def render(text: str) -> str:
-    html: str = _parser.render(text)
+    html: str = _parser().render(text)
     return html
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    """Built with the first reply (markdown.new_parser says why not sooner). An image in
+    the agent's text would be fetched by every tab that shows it (a URL can carry data
+    out): shown as the Markdown it is written in."""
+    md = new_parser().disable("image")
+    md.add_render_rule("link_open", _link_open)
+    return md
 
 
 def _link_open(self: RendererHTML, tokens: list[Token], idx: int, options: OptionsDict,
@@ -27,10 +36,3 @@ def _link_open(self: RendererHTML, tokens: list[Token], idx: int, options: Optio
     tokens[idx].attrSet("target", "_blank")
     tokens[idx].attrSet("rel", "noopener noreferrer")
     return self.renderToken(tokens, idx, options, env)
-
-
-def _install(md: Any) -> None:
-    md.add_render_rule("link_open", _link_open)
-
-
-_install(_parser)
