@@ -18,13 +18,18 @@ one attribute check when tracing is off.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
 from typing import Any
 
 import structlog
 
 log = structlog.get_logger(__name__)
+
+#: how long one export may take (OpenTelemetry's default is 10 s, retried): a collector
+#: that does not answer must not hold a daemon's stop for long
+EXPORT_TIMEOUT_SECONDS = 5
 
 #: what an attribute may be: OpenTelemetry's own kinds
 Attribute = str | bool | int | float
@@ -42,14 +47,23 @@ class SpanRef:
 
     def set(self, **attributes: Attribute | None) -> None:
         if self._span is not None:
-            self._span.set_attributes(_clean(attributes))
+            try:
+                self._span.set_attributes(_clean(attributes))
+            except Exception as exc:  # tracing never breaks what it watches
+                _failed("span.set", exc)
 
 
 _NO_SPAN = SpanRef(None, None)
+#: what ``span`` is with tracing off: one object, nothing made per call
+_NO_SPAN_BLOCK: AbstractContextManager[SpanRef] = nullcontext(_NO_SPAN)
 
 
 class Tracing:
-    """The process's tracer: off (every call does nothing) until configured."""
+    """The process's tracer: off (every call does nothing) until configured.
+
+    Nothing it does may break what it watches: a span it fails to start or end, an
+    event it fails to record, is logged once and forgotten — a send between its
+    attempt and its record must not be sent again because an exporter stumbled."""
 
     def __init__(self) -> None:
         self._off()
@@ -61,27 +75,28 @@ class Tracing:
         self._propagator: Any = None
         self._provider: Any = None
 
-    @contextmanager
     def span(self, name: str, *, parent: str | None = None,
-             **attributes: Attribute | None) -> Iterator[SpanRef]:
+             expected: tuple[type[BaseException], ...] = (),
+             **attributes: Attribute | None) -> AbstractContextManager[SpanRef]:
         """A span around the block: a child of ``parent`` (a stored ``traceparent``), or
-        of the span current in this task; its own ``traceparent`` for rows made in it."""
+        of the span current in this task; its own ``traceparent`` for rows made in it.
+        An exception leaving the block marks the span failed with its type's name only
+        (an exception's message may quote what it was given) — unless it is one of
+        ``expected``: the way the block says "not mine" (a run another instance took)."""
         if not self.enabled:
-            yield _NO_SPAN
-            return
-        context = self._context(parent)
-        with self._tracer.start_as_current_span(name, context=context,
-                                                attributes=_clean(attributes)) as span:
-            yield SpanRef(span, self._traceparent_of(span))
+            return _NO_SPAN_BLOCK
+        return _Block(self, name, parent, attributes, expected)
 
     def event(self, name: str, *, parent: str | None,
               **attributes: Attribute | None) -> None:
         """A span for a moment (a decision, a record) in ``parent``'s trace."""
         if not self.enabled or parent is None:
             return
-        span = self._tracer.start_span(name, context=self._context(parent),
-                                       attributes=_clean(attributes))
-        span.end()
+        try:
+            self._tracer.start_span(name, context=self._context(parent),
+                                    attributes=_clean(attributes)).end()
+        except Exception as exc:
+            _failed(name, exc)
 
     def current(self) -> str | None:
         """The ``traceparent`` of the span current in this task (work started in a
@@ -89,10 +104,14 @@ class Tracing:
         off."""
         if not self.enabled:
             return None
-        from opentelemetry import trace
+        try:
+            from opentelemetry import trace
 
-        span = trace.get_current_span()
-        return self._traceparent_of(span) if span.get_span_context().is_valid else None
+            span = trace.get_current_span()
+            return self._traceparent_of(span) if span.get_span_context().is_valid else None
+        except Exception as exc:
+            _failed("current", exc)
+            return None
 
     def text(self, value: str) -> str | None:
         """``value`` as an attribute only where ``telemetry.include_text`` allows it."""
@@ -101,8 +120,11 @@ class Tracing:
     def shutdown(self) -> None:
         """Send what is buffered, then stop (the daemon's last step; a test's too, so
         the next one starts with tracing off)."""
-        if self._provider is not None:
-            self._provider.shutdown()
+        try:
+            if self._provider is not None:
+                self._provider.shutdown()
+        except Exception as exc:
+            _failed("shutdown", exc)
         self._off()
 
     # inside ------------------------------------------------------------------------
@@ -118,6 +140,65 @@ class Tracing:
         carrier: dict[str, str] = {}
         self._propagator.inject(carrier, context=trace.set_span_in_context(span))
         return carrier.get("traceparent")
+
+
+class _Block:
+    """One span around a block, current in the task while the block runs."""
+
+    __slots__ = ("_attributes", "_expected", "_name", "_parent", "_span", "_token",
+                 "_tracing")
+
+    def __init__(self, tracing: Tracing, name: str, parent: str | None,
+                 attributes: Mapping[str, Attribute | None],
+                 expected: tuple[type[BaseException], ...]) -> None:
+        self._tracing, self._name, self._parent = tracing, name, parent
+        self._attributes, self._expected = attributes, expected
+        self._span: Any = None
+        self._token: Any = None
+
+    def __enter__(self) -> SpanRef:
+        try:
+            from opentelemetry import context, trace
+
+            t = self._tracing
+            self._span = t._tracer.start_span(
+                self._name, context=t._context(self._parent),
+                attributes=_clean(self._attributes),
+                record_exception=False, set_status_on_exception=False)
+            self._token = context.attach(trace.set_span_in_context(self._span))
+            return SpanRef(self._span, t._traceparent_of(self._span))
+        except Exception as exc:
+            _failed(self._name, exc)
+            return _NO_SPAN
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._span is None:
+            return
+        try:
+            from opentelemetry import context
+            from opentelemetry.trace import Status, StatusCode
+
+            if kind is not None and not issubclass(kind, self._expected):
+                self._span.set_attribute("error.type", kind.__qualname__)
+                self._span.set_status(Status(StatusCode.ERROR, kind.__qualname__))
+            if self._token is not None:
+                context.detach(self._token)
+            self._span.end()
+        except Exception as failure:
+            _failed(self._name, failure)
+
+
+_complained: set[str] = set()
+
+
+def _failed(where: str, exc: Exception) -> None:
+    """A tracing step that failed: logged the first time for each step, then quiet (a
+    broken exporter must not fill the logs either)."""
+    if where not in _complained:
+        _complained.add(where)
+        log.warning("tracing_failed", step=where, error=type(exc).__name__,
+                    hint="the work goes on untraced where tracing fails")
 
 
 #: the process's tracing (off until :func:`configure_tracing`)
@@ -149,7 +230,8 @@ def configure_tracing(settings: Any, *, exporter: Any = None) -> bool:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
-            endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/traces")))
+            endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/traces",
+            timeout=EXPORT_TIMEOUT_SECONDS)))
     tracing._provider = provider
     tracing._tracer = provider.get_tracer("homing")
     tracing._propagator = TraceContextTextMapPropagator()

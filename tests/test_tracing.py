@@ -21,6 +21,7 @@ from gateway.cli.trace import lines, tell
 from gateway.config.settings import Config, TelemetryConfig
 from gateway.daemon.assembly import Gateway, running_gateway
 from gateway.delivery.notifications import NewNotification
+from gateway.sessions.store import SessionStore
 from gateway.tracing import configure_tracing, tracing
 from gateway.words.events import SendResult
 from gateway.words.return_address import ReturnAddress
@@ -340,3 +341,71 @@ async def test_a_schedule_run_and_a_delegation_are_each_one_trace_and_one_story(
     names = [s.name for s in trace]
     assert {"message", "delegation.start", "delegation.end", "notice.owner", "notice.send",
             "notice.recorded"} <= set(names)
+
+
+class _BrokenTracer:
+    """A tracer whose every span fails to start (an SDK bug, an exporter gone wrong)."""
+
+    def start_span(self, *args: object, **kwargs: object) -> object:
+        raise RuntimeError("tracer broken")
+
+
+async def test_a_tracer_that_breaks_mid_job_sends_its_notice_once_all_the_same(
+        tmp_path: Path, exported: InMemorySpanExporter,
+        memory_gateway: tuple[Gateway, MemoryAdapter]) -> None:
+    gw, adapter = memory_gateway
+    _traced(exported)
+    route = Route("memory", "dm", "c5", user_id="c5")
+    await adapter.receive("/bg sleep 1; echo once", route)
+    await eventually_async(gw.jobs.list, 20, what="the job running")
+    (job,) = await gw.jobs.list()
+    assert job.trace_parent  # started traced: its notice carries the trace
+    tracing._tracer = _BrokenTracer()  # every event the notice's delivery makes fails
+    await eventually(lambda: any(m.text.startswith("Job ") for m in adapter.sent),
+                     timeout=20, what="the completion")
+    await settled(gw)
+    assert [m.text.split()[:2] for m in adapter.sent if m.text.startswith("Job ")] == [
+        ["Job", job.id]]
+    (state, attempts), = await gw.store.db.fetchall(
+        "SELECT state, attempts FROM notifications WHERE job_id = ?", (job.id,))
+    assert (state, attempts) == ("delivered", 1)
+
+
+async def test_homing_trace_tells_repeated_attempts_once_with_their_count(
+        store: SessionStore) -> None:
+    """A platform down for an hour, retried every few seconds, is one line with its
+    count (on either store), not one a retry; an attempt never made, and one recorded
+    by a router that no longer holds the claim, are none."""
+    from gateway.delivery.outbox import DeliveryOutcome, Outbox
+
+    outbox = Outbox(store.db)
+    route = Route("memory", "dm", "c6", user_id="c6")
+    await outbox.produce([NewNotification(
+        "j1:completion:0", "completion",
+        ReturnAddress("agent:main:memory:dm:c6", "s1", route), "Job j1 finished",
+        job_id="j1")])
+    down = DeliveryOutcome("retry", reason="platform disconnected", retry_in=0.0)
+    for _ in range(3):
+        (n,) = await outbox.claim("router-a")
+        await outbox.record_outcomes("router-a", [(n, down)])
+    (n,) = await outbox.claim("router-a")
+    await outbox.record_outcomes("router-a", [(n, DeliveryOutcome(
+        "retry", reason="Too Many Requests", retry_in=0.0, platform_wait=True))])
+    (n,) = await outbox.claim("router-a")
+    await outbox.record_outcomes("router-a", [(n, DeliveryOutcome(
+        "retry", reason="gateway stopping", untried=True))])
+    await outbox.record_outcomes("router-b", [(n, down)])  # holds no claim
+
+    story = await tell(store, str(n.id))
+    assert story is not None
+    (told,) = story["notices"]
+    assert [(a["claimer"], a["outcome"], a["detail"], a["repeats"])
+            for a in told["not_delivered"]] == [
+        ("router-a", "retry", "platform disconnected", 3),
+        ("router-a", "flood_limited", "Too Many Requests", 1)]
+    text = "\n".join(lines(story))
+    assert "retry — platform disconnected; the same 2 more times, the last at " in text
+    assert "flood_limited — Too Many Requests\n" in text + "\n"
+    # what is not an id of the store is no notice (and no traceback)
+    assert await tell(store, "²") is None
+    assert await tell(store, "9" * 23) is None

@@ -22,6 +22,7 @@ import structlog
 from gateway.cluster.rows import lock_instance, lock_instances
 from gateway.delivery.notifications import NewNotification
 from gateway.delivery.outbox import Outbox
+from gateway.tracing import tracing
 from tools.job_notices import EndDetails, completion_text
 from tools.job_record import JOB_COLUMNS, JobRecord, JobState
 
@@ -64,6 +65,8 @@ async def report_lost(jobs: JobManager, instances: list[str]) -> int:
         record.state, record.ended_at = "lost", max(time.time(), record.started_at)
         if await _report(jobs, record, instance):
             lost += 1
+            tracing.event("job.end", parent=record.trace_parent, job_id=record.id,
+                          state=record.state, lost_with=instance)
             log.warning("job_lost_with_its_instance", job_id=record.id, instance=instance,
                         session_key=record.session_key)
             if jobs.observer is not None:
@@ -80,7 +83,8 @@ async def _report(jobs: JobManager, record: JobRecord, instance: str) -> bool:
                            header=note.header, footer=note.footer)
     notice = NewNotification(
         idempotency_key=completion_key(record.id), kind="completion",
-        address=record.address, job_id=record.id, outcome="failed", text=text)
+        address=record.address, job_id=record.id, outcome="failed", text=text,
+        trace_parent=record.trace_parent)
 
     def commit(conn: Conn) -> bool:
         found, now = lock_instance(conn, instance, exclusive=True)

@@ -88,4 +88,10 @@ def one_shot_done_op(schedule_id: str) -> Op:
 
 
 def prompt_key(schedule_id: str, scheduled_for: float) -> str:
+    """The notice a prompt run hands the agent."""
     return f"{schedule_id}:run:{scheduled_for}"
+
+
+def failed_key(schedule_id: str, scheduled_for: float) -> str:
+    """The notice that tells a run could not start."""
+    return f"{schedule_id}:failed:{scheduled_for}"

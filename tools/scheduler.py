@@ -311,21 +311,28 @@ class Scheduler:
                 continue
             run = runs.Claim(scheduled_for, reason)
             try:
-                await self._start_run(record, run)
+                if await self._start_run(record, run):
+                    self._start_failures.pop(schedule_id, None)
             except RunTaken:
                 continue
             except LifeOver:  # left claimed: a live instance (or the next life) starts it
                 return
-            except Exception as exc:
-                await self._start_failed(record, run, exc)
-            else:
-                self._start_failures.pop(schedule_id, None)
 
-    async def _start_run(self, s: ScheduleRecord, run: runs.Claim) -> None:
-        """A run is a trace of its own: its job (a child of this span) or its prompt."""
-        with tracing.span("schedule.run", schedule_id=s.id, scheduled_for=run.scheduled_for,
-                          reason=run.reason, session_key=s.session_key) as span:
-            await self._start_traced(s, run, span.traceparent)
+    async def _start_run(self, s: ScheduleRecord, run: runs.Claim) -> bool:
+        """A run is a trace of its own: its job (a child of this span) or its prompt, or
+        the note that it could not start. False when it could not."""
+        with tracing.span("schedule.run", expected=(RunTaken, LifeOver), schedule_id=s.id,
+                          scheduled_for=run.scheduled_for, reason=run.reason,
+                          session_key=s.session_key) as span:
+            try:
+                await self._start_traced(s, run, span.traceparent)
+            except (RunTaken, LifeOver):
+                raise
+            except Exception as exc:
+                span.set(outcome="not_started", error=type(exc).__name__)
+                await self._start_failed(s, run, exc, span.traceparent)
+                return False
+        return True
 
     async def _start_traced(self, s: ScheduleRecord, run: runs.Claim,
                             trace_parent: str | None) -> None:
@@ -352,9 +359,10 @@ class Scheduler:
             await self.jobs.start(s.command, address, in_registration=started,
                                   origin={"schedule_id": s.id, "scheduled_for": run.scheduled_for})
         except JobError as exc:  # told, once, and the schedule goes on
-            await self._tell_not_started(s, run, address, str(exc))
+            await self._tell_not_started(s, run, address, str(exc), trace_parent)
 
-    async def _start_failed(self, s: ScheduleRecord, run: runs.Claim, exc: Exception) -> None:
+    async def _start_failed(self, s: ScheduleRecord, run: runs.Claim, exc: Exception,
+                            trace_parent: str | None) -> None:
         """A run that cannot be started is told and finished, so it cannot hold its
         schedule up; after a few in a row the schedule pauses, saying why."""
         log.exception("schedule_run_not_started", schedule_id=s.id,
@@ -366,16 +374,17 @@ class Scheduler:
             await self.pause(s.id, reason=f"runs could not be started ({why})")
             why += f"; the schedule is paused after {failures} such failures"
         try:
-            await self._tell_not_started(s, run, await self.address(s), why)
+            await self._tell_not_started(s, run, await self.address(s), why, trace_parent)
         except Exception:
             log.exception("schedule_failure_not_told", schedule_id=s.id)
 
     async def _tell_not_started(self, s: ScheduleRecord, run: runs.Claim,
-                                address: ReturnAddress, why: str) -> None:
+                                address: ReturnAddress, why: str,
+                                trace_parent: str | None) -> None:
         text = f"{run_header(s, run.scheduled_for)} could not start: {why}"
         await self.outbox.produce(
-            [NewNotification(f"{s.id}:failed:{run.scheduled_for}", "schedule_note", address,
-                             text, outcome="failed", trace_parent=tracing.current())],
+            [NewNotification(runs.failed_key(s.id, run.scheduled_for), "schedule_note", address,
+                             text, outcome="failed", trace_parent=trace_parent)],
             with_ops=runs.finish_ops(s, run.scheduled_for, f"could not start: {why}",
                                      self.clock()))
 

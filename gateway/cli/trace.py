@@ -26,8 +26,11 @@ from gateway.inbound.journal import EntryState, event_from_json
 from gateway.sessions.store import SessionStore
 from gateway.words.return_address import ReturnAddress
 from tools.job_record import JOB_COLUMNS, JobRecord
+from tools.schedule_runs import failed_key, prompt_key
 
 TEXT_CHARS = 80
+#: the largest row id a store holds (a 64-bit integer); a longer number is no notice
+_MAX_ID = 2**63 - 1
 
 
 def trace_command(config: Config, args: argparse.Namespace) -> int:
@@ -53,7 +56,7 @@ def trace_command(config: Config, args: argparse.Namespace) -> int:
 async def tell(store: SessionStore, what: str) -> dict[str, Any] | None:
     """The story of ``what``: a notice (a number), a job, or a schedule."""
     what = what.strip()
-    if what.isdigit():
+    if what.isascii() and what.isdigit() and int(what) <= _MAX_ID:
         row = await store.db.fetchone(
             f"SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE id = ?", (int(what),))
         if row is None:
@@ -134,10 +137,11 @@ async def _origin(store: SessionStore, origin: dict[str, Any]) -> dict[str, Any]
 
 async def _notice(store: SessionStore, n: Notification) -> dict[str, Any]:
     attempts = [{"at": at, "claimer": claimer, "outcome": outcome, "detail": detail,
-                 "retry_in": retry_in}
-                for at, claimer, outcome, detail, retry_in in await store.db.fetchall(
-                    "SELECT at, claimer, outcome, detail, retry_in FROM delivery_attempts "
-                    "WHERE notification_id = ? ORDER BY at", (n.id,))]
+                 "retry_in": retry_in, "repeats": repeats, "last_at": last_at}
+                for at, claimer, outcome, detail, retry_in, repeats, last_at
+                in await store.db.fetchall(
+                    "SELECT at, claimer, outcome, detail, retry_in, repeats, last_at "
+                    "FROM delivery_attempts WHERE notification_id = ? ORDER BY id", (n.id,))]
     owner = await _owner(store, n)
     busy = (await _turn_under_way(store, n.session_key)
             if n.state in (NotificationState.PENDING, NotificationState.CLAIMED) else None)
@@ -161,7 +165,9 @@ async def _owner(store: SessionStore, n: Notification) -> str | None:
     if session is None or n.delivered_at is None:
         return None
     ended = session.ended_at is not None and session.ended_at <= n.delivered_at
-    return "late" if ended and session.end_reason != "compression" else "live"
+    if ended and session.end_reason == "compression":
+        return "live_successor"  # the session that carries on the compressed one
+    return "late" if ended else "live"
 
 
 async def _turn_under_way(store: SessionStore, session_key: str) -> int | None:
@@ -209,9 +215,13 @@ async def _schedule(store: SessionStore, schedule_id: str) -> dict[str, Any] | N
             await store.db.fetchall(
                 "SELECT scheduled_for, state, reason, job_id, started_at, finished_at, result "
                 "FROM schedule_runs WHERE schedule_id = ? ORDER BY scheduled_for", (sid,)):
+        told = await store.db.fetchall(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE idempotency_key IN (?, ?) "
+            "ORDER BY id", (prompt_key(sid, scheduled_for), failed_key(sid, scheduled_for)))
         runs.append({"scheduled_for": scheduled_for, "state": state, "reason": reason,
                      "started_at": started, "finished_at": finished, "result": result,
-                     "job": await _job(store, job_id) if job_id else None})
+                     "job": await _job(store, job_id) if job_id else None,
+                     "notices": [await _notice(store, Notification(*r)) for r in told]})
     return {"schedule": {"id": sid, "session_key": key, "kind": kind, "spec": spec,
                          "command": command, "prompt": _cut(prompt) if prompt else None,
                          "created_at": created, "next_run_at": next_run,
@@ -233,6 +243,8 @@ def lines(story: dict[str, Any]) -> list[str]:
                        + (f" ({run['reason']})" if run["reason"] else ""))
             if run["job"]:
                 out += ["    " + line for line in lines(run["job"])]
+            if run["notices"]:  # its prompt for the agent, or the note it could not start
+                out += ["  " + line for line in lines({"notices": run["notices"]})]
         return out
     if "delegation" in story:
         d = story["delegation"]
@@ -267,17 +279,23 @@ def lines(story: dict[str, Any]) -> list[str]:
         owner = n["owner"]
         if owner == "live":
             out.append(f"    owner: the live session {n['session_id']}")
+        elif owner == "live_successor":
+            out.append(f"    owner: the live session that carries on session "
+                       f"{n['session_id']} (compressed meanwhile)")
         elif owner == "late":
             out.append(f"    owner: session {n['session_id']} had ended: posted in its chat, "
                        f"labelled as late")
         elif owner == "nobody":
             out.append("    owner: none could be proven")
         for attempt in n["not_delivered"]:
+            repeats = attempt["repeats"]
             out.append(f"    attempt at {_when(attempt['at'])} by {attempt['claimer']}: "
                        f"{attempt['outcome']}"
                        + (f" — {attempt['detail']}" if attempt["detail"] else "")
                        + (f" (again in {attempt['retry_in']:g} s)" if attempt["retry_in"]
-                          else ""))
+                          else "")
+                       + (f"; the same {repeats - 1} more time{'s' if repeats > 2 else ''}"
+                          f", the last at {_when(attempt['last_at'])}" if repeats > 1 else ""))
         if n["state"] == NotificationState.DELIVERED and n["delivered_at"] is not None:
             out.append(f"    sent {_when(n['delivered_at'])} by {n['claimed_by']}, message "
                        f"{n['sent_message_id']} (attempt {n['attempts']})")

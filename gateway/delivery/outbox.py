@@ -54,6 +54,8 @@ class DeliveryOutcome:
     retry_in: float = 0.0
     #: a retry the platform asked to wait for (its flood limits: a 429's retry_after)
     platform_wait: bool = False
+    #: given back before anything was tried (the gateway stopping): no attempt to record
+    untried: bool = False
 
 
 def delivered_op(notification_id: int, claimer: str, message_id: str | None,
@@ -66,10 +68,42 @@ def delivered_op(notification_id: int, claimer: str, message_id: str | None,
             (now, message_id, notification_id, claimer))
 
 
-#: a delivery attempt that did not deliver, for `homing trace` (the one that did is the
-#: row itself: its claimer, delivered_at and sent message)
-ATTEMPT = ("INSERT INTO delivery_attempts (notification_id, at, claimer, outcome, detail, "
-           "retry_in) VALUES (?, ?, ?, ?, ?, ?)")
+#: an attempt that did not deliver, for `homing trace` (the one that did is the row
+#: itself: its claimer, delivered_at and sent message). One attempt like the one before
+#: it (same claimer, outcome and detail: a platform down for an hour, retried every few
+#: seconds) counts as a repeat of that row, so the table grows with what changed, not
+#: with time. Both statements write only while the claim is the writer's, and run
+#: before the claim is given back: the new row when the last one differs, then the
+#: repeat onto a last row from before this write (``at < ?``: not the one just made).
+_SAME_AS_LAST = (
+    "SELECT MAX(id) FROM delivery_attempts WHERE notification_id = ?")
+_CLAIM_HELD = (f"EXISTS (SELECT 1 FROM notifications WHERE id = ? "
+               f"AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?)")
+ATTEMPT = (
+    "INSERT INTO delivery_attempts (notification_id, at, claimer, outcome, detail, "
+    "retry_in, last_at) SELECT id, ?, claimed_by, ?, ?, ?, ? FROM notifications "
+    f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ? "
+    "AND NOT EXISTS (SELECT 1 FROM delivery_attempts d "
+    f"WHERE d.id = ({_SAME_AS_LAST}) AND d.claimer = ? AND d.outcome = ? "
+    "AND COALESCE(d.detail, '') = ?)")
+ATTEMPT_AGAIN = (
+    "UPDATE delivery_attempts SET repeats = repeats + 1, last_at = ?, retry_in = ? "
+    f"WHERE id = ({_SAME_AS_LAST}) AND claimer = ? AND outcome = ? "
+    f"AND COALESCE(detail, '') = ? AND at < ? AND {_CLAIM_HELD}")
+
+
+def _attempt_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
+                 now: float) -> list[Op]:
+    """The record of an attempt that did not deliver (none for one never tried)."""
+    if outcome.untried:
+        return []
+    what = attempt_outcome(outcome)
+    detail = outcome.detail or outcome.reason or ""
+    retry_in = outcome.retry_in or None
+    return [(ATTEMPT, (now, what, detail or None, retry_in, now, notification_id, claimer,
+                       notification_id, claimer, what, detail)),
+            (ATTEMPT_AGAIN, (now, retry_in, notification_id, claimer, what, detail, now,
+                             notification_id, claimer))]
 
 
 def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
@@ -78,9 +112,8 @@ def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
     if outcome.state == "delivered":
         return [delivered_op(notification_id, claimer, outcome.message_id, now)]
     if outcome.state in ("retry", "withheld", "held", "parked"):
-        return [*_state_ops(notification_id, claimer, outcome, now),
-                (ATTEMPT, (notification_id, now, claimer, attempt_outcome(outcome),
-                           outcome.detail or outcome.reason, outcome.retry_in or None))]
+        return [*_attempt_ops(notification_id, claimer, outcome, now),
+                *_state_ops(notification_id, claimer, outcome, now)]
     return []
 
 

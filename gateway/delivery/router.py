@@ -319,6 +319,15 @@ class Router:
     async def _decide(self, batch: list[Notification]) -> list[Decision]:
         return await find_owners(batch, self.store, self.runner.open_tabs, self.runner.adapters)
 
+    async def _decide_again(self, notices: list[Notification]) -> list[Decision]:
+        """The rule asked again for notices whose owner ended while they waited in its
+        lane: the new answer joins each notice's trace beside the first."""
+        decisions = await self._decide(notices)
+        if tracing.enabled:
+            for n, decision in zip(notices, decisions, strict=True):
+                _trace_owner(n, decision, again=True)
+        return decisions
+
     async def _dispatch_or_release(self, batch: list[Notification], claim: int) -> None:
         """Decide every row of a batch, then queue deliveries in outbox order.
 
@@ -419,7 +428,7 @@ class Router:
             fresh: dict[int, Decision] = {}
             if not all(self._still_live(m.decision) for m in members):
                 again = [m.notification for m in members if not self._still_live(m.decision)]
-                fresh = dict(zip((n.id for n in again), await self._decide(again),
+                fresh = dict(zip((n.id for n in again), await self._decide_again(again),
                                  strict=True))
             for index, m in enumerate(members):  # noqa: B007 - the finally reads it
                 n = m.notification
@@ -587,7 +596,7 @@ class Router:
         if tracing.enabled:
             for n, outcome in batch:
                 tracing.event("notice.recorded", parent=n.trace_parent, notification_id=n.id,
-                              outcome=attempt_outcome(outcome), reason=outcome.reason,
+                              outcome=attempt_outcome(outcome), reason=_reason(outcome.reason),
                               message_id=outcome.message_id, retry_in=outcome.retry_in or None)
         for n, outcome in batch:
             if outcome.state == "delivered":
@@ -699,7 +708,7 @@ class Router:
 
     async def _deliver(self, n: Notification, decision: Decision) -> _Outcome:
         if not self._still_live(decision):
-            (decision,) = await self._decide([n])
+            (decision,) = await self._decide_again([n])
         if isinstance(decision, Park):
             return _parked(decision)
         return await self._deliver_to(n, decision)
@@ -746,7 +755,7 @@ class Router:
         go back untried, behind it."""
         # as for one notice: an owner reset while these waited is asked about again
         again = [m.notification for m in going if not self._still_live(m.decision)]
-        fresh = dict(zip((n.id for n in again), await self._decide(again) if again else [],
+        fresh = dict(zip((n.id for n in again), await self._decide_again(again) if again else [],
                          strict=True))
         outcomes: dict[int, _Outcome] = {}
         sending: list[Outgoing] = []
@@ -797,6 +806,9 @@ class Router:
             dedupe_key=f"{first.session_key}:merged:{merged_into}")
         log.info("notices_sent_together", session_key=first.session_key,
                  notification_ids=ids, merged_into=merged_into, ok=result.ok)
+        if tracing.enabled:
+            for n in notices:
+                _trace_send(n, where.route, result, merged_into=merged_into)
         # one outcome for the set: one retry time, so it stays one message
         outcome = _from_sends(max(notices, key=lambda n: n.attempts), [result])
         return dict.fromkeys(ids, outcome)
@@ -869,22 +881,38 @@ class _Budgets:
 
 def _trace_decision(n: Notification, decision: Decision, claimer: str) -> None:
     """The claim and the ownership rule's answer, in the notice's trace."""
-    owner = ("parked" if isinstance(decision, Park) else
-             "late" if isinstance(decision, DeliverNotice) else "live")
     tracing.event("notice.claimed", parent=n.trace_parent, notification_id=n.id,
                   kind=n.kind, claimer=claimer, attempt=n.attempts + 1)
+    _trace_owner(n, decision)
+
+
+def _trace_owner(n: Notification, decision: Decision, again: bool = False) -> None:
+    owner = ("parked" if isinstance(decision, Park) else
+             "late" if isinstance(decision, DeliverNotice) else "live")
     tracing.event("notice.owner", parent=n.trace_parent, notification_id=n.id,
-                  owner=owner, session_id=None if isinstance(decision, Park)
+                  owner=owner, again=again or None, session_id=None if isinstance(decision, Park)
                   else decision.session.id,
                   reason=decision.reason if isinstance(decision, Park) else None,
-                  detail=decision.detail if isinstance(decision, Park) else None)
+                  detail=tracing.text(decision.detail or "") if isinstance(decision, Park)
+                  else None)
 
 
-def _trace_send(n: Notification, route: Route, result: SendResult) -> None:
+def _reason(reason: str | None) -> str | None:
+    """A reason as a span may carry it: its words before any quoted error ("turn failed:
+    ValueError('…')" is "turn failed"), whole only where telemetry.include_text allows."""
+    if reason is None or tracing.include_text:
+        return reason
+    return reason.split(":", 1)[0]
+
+
+def _trace_send(n: Notification, route: Route, result: SendResult,
+                merged_into: int | None = None) -> None:
+    """A send attempt in the notice's trace (``merged_into``: the message it went in
+    with others of its conversation)."""
     tracing.event("notice.send", parent=n.trace_parent, notification_id=n.id,
                   platform=route.platform, chat_id=route.chat_id, thread_id=route.thread_id,
                   ok=result.ok, error=result.error, retry_after=result.retry_after,
-                  message_id=result.message_id)
+                  message_id=result.message_id, merged_into=merged_into)
 
 
 def _chat_of(route: Route) -> tuple[str, str]:
@@ -896,7 +924,7 @@ _DISCONNECTED = _Outcome("retry", reason="platform disconnected",
                          retry_in=DISCONNECTED_RETRY_SECONDS)
 
 
-_STOPPING = _Outcome("retry", reason="gateway stopping", retry_in=0.0)
+_STOPPING = _Outcome("retry", reason="gateway stopping", retry_in=0.0, untried=True)
 
 
 def _by_owner(sending: list[Outgoing]

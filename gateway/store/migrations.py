@@ -385,12 +385,15 @@ MIGRATIONS: list[str] = [
     ALTER TABLE notifications ADD COLUMN trace_parent TEXT;
     ALTER TABLE delegations ADD COLUMN trace_parent TEXT;
     CREATE TABLE delivery_attempts (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
         notification_id INTEGER NOT NULL,
         at              REAL NOT NULL,
         claimer         TEXT,
         outcome         TEXT NOT NULL,
         detail          TEXT,
-        retry_in        REAL
+        retry_in        REAL,
+        repeats         INTEGER NOT NULL DEFAULT 1,
+        last_at         REAL
     );
     CREATE INDEX delivery_attempts_notification ON delivery_attempts(notification_id);
     """,

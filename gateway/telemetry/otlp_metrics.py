@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from gateway.tracing import otel_resource
+from gateway.tracing import EXPORT_TIMEOUT_SECONDS, otel_resource
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +62,8 @@ def export_metrics(settings: Any, registry: Any, *, reader: Any = None,
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
         reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/metrics"),
+            OTLPMetricExporter(endpoint=settings.otlp_endpoint.rstrip("/") + "/v1/metrics",
+                               timeout=EXPORT_TIMEOUT_SECONDS),
             export_interval_millis=export_seconds() * 1000)
     provider = MeterProvider(resource=otel_resource(settings), metric_readers=[reader])
     meter = provider.get_meter("homing")
