@@ -148,11 +148,11 @@ async def measure_instances(url: str, count: int, total: int, sessions: int,
 
 class LockWaits:
     """How long the run's connections wait on locks, sampled from ``pg_stat_activity``
-    every few milliseconds on a connection of its own: each backend seen waiting on a
+    every 10 ms on a connection of its own: each backend seen waiting on a
     lock (``wait_event_type = 'Lock'``: a row, a transaction, an advisory lock) counts
     one sampling interval."""
 
-    INTERVAL = 0.05
+    INTERVAL = 0.01
 
     def __init__(self, url: str) -> None:
         self.url = url
