@@ -225,3 +225,49 @@ async def test_setup_at_a_terminal_learns_the_owner_from_their_message(
     assert [(s.chat_id, s.text) for s in telegram.sent] == [
         (4242, "Homing setup: you are 4242 (@ada); this bot will answer you.")]
     assert telegram.pending_updates == []
+
+
+async def test_an_account_is_added_beside_the_bot_there_is_and_both_are_checked(
+        tmp_path: Path, telegram: FakeTelegram, discord: FakeDiscord) -> None:
+    """``--account``: the second bot's own questions (its token checked with its own
+    server), filed as an account; the first bot keeps every setting as ``default``."""
+    home = tmp_path / "home"
+    env = {**home_env(home), "TG_TOKEN": telegram.token, "DC_TOKEN": discord.token}
+    code, _, err = await run_cli(*scripted(telegram, discord, "--web-port", "0"), env=env)
+    assert code == 0, err
+    first = yaml.safe_load((home / "config.yaml").read_text())["platforms"]["telegram"]
+    async with FakeTelegram(token="7654321:" + "B" * 35, bot_username="team_bot") as team:
+        add = ["setup", "--yes", "--no-service", "--platforms", "telegram",
+               "--account", "team", "--telegram-token-env", "TEAM_TOKEN",
+               "--telegram-user-id", "55", "--telegram-base-url", team.base_url]
+        code, out, err = await run_cli(*add, env={**env, "TEAM_TOKEN": "1:" + "x" * 35})
+        assert code == 1 and "token" in err.lower()  # refused by its server: nothing added
+        assert yaml.safe_load((home / "config.yaml").read_text())["platforms"][
+            "telegram"] == first
+        code, out, err = await run_cli(*add, env={**env, "TEAM_TOKEN": team.token})
+        assert code == 0, err
+        assert "ok: the bot is @team_bot" in out
+        platforms = yaml.safe_load((home / "config.yaml").read_text())["platforms"]
+        assert platforms["telegram"] == {"enabled": True, "accounts": [
+            {"name": "default", **{k: v for k, v in first.items() if k != "enabled"}},
+            {"name": "team", "token": "${TELEGRAM_BOT_TOKEN_TEAM}", "allowed_users": ["55"],
+             "base_url": team.base_url, "base_file_url": team.base_file_url}]}
+        assert platforms["discord"]["token"] == "${DISCORD_BOT_TOKEN}"  # untouched
+        assert read_env_file(home / "homing.env") == {
+            "TELEGRAM_BOT_TOKEN": telegram.token, "DISCORD_BOT_TOKEN": discord.token,
+            "TELEGRAM_BOT_TOKEN_TEAM": team.token}
+        assert (home / "config.yaml.bak").exists()
+
+        code, _, err = await run_cli(*add, env={**env, "TEAM_TOKEN": team.token})
+        assert code == 1 and "has an account named 'team' already" in err
+        code, _, err = await run_cli("setup", "--yes", "--platforms", "web",
+                                     "--account", "ops", env=env)
+        assert code == 1 and "--account adds one bot: name its platform" in err
+        code, _, err = await run_cli("setup", "--yes", "--platforms", "slack",
+                                     "--account", "ops", env=env)
+        assert code == 1 and "slack has no accounts" in err
+        code, out, err = await run_cli("check-config", env=home_env(home))
+        assert code == 0, err
+        code, out, err = await run_cli("doctor", env=home_env(home))
+        assert "ok   telegram token: @homing_bot" in out, out
+        assert "ok   telegram/team token: @team_bot" in out, out

@@ -62,6 +62,8 @@ def _setup(args: argparse.Namespace, environ: Mapping[str, str], ask: Prompter) 
     explicit = args.config or environ.get("HOMING_CONFIG")
     config_path = Path(explicit).expanduser() if explicit else home / "config.yaml"
     env_path = env_file_path(home)
+    if args.account is not None:
+        return _add_account(args, environ, ask, config_path, env_path)
     if config_path.exists() and not args.force:
         if not ask.interactive:
             raise MissingAnswer("--force", f"{config_path} exists; replace it?")
@@ -90,6 +92,36 @@ def _setup(args: argparse.Namespace, environ: Mapping[str, str], ask: Prompter) 
     run = f"homing run --config {config_path}" if explicit else "homing run"
     # every homing command reads the environment file: no `set -a; . homing.env` needed
     ask.say(f"next: `homing doctor` checks it all live; to run it in this terminal: {run}")
+    return 0
+
+
+def _add_account(args: argparse.Namespace, environ: Mapping[str, str], ask: Prompter,
+                 config_path: Path, env_path: Path) -> int:
+    """``--account NAME``: one more bot, its questions asked as the platform's own, added
+    to the config there is (gateway/cli/setup_account.py)."""
+    from gateway.cli.setup_account import (
+        account_platform_of,
+        as_account,
+        checked,
+        existing_config,
+        with_account,
+    )
+
+    chosen = args.platforms or parse_platforms(ask.text(
+        "The platform of the new bot", flag="--platforms",
+        problem=lambda a: problem_with(parse_platforms, a)))
+    platform = account_platform_of(chosen)
+    raw = existing_config(config_path)
+    ask.say(f"Homing setup: adds the {platform} account {args.account!r} to {config_path}, "
+            f"its token to {env_path}.")
+    answers = as_account(setup_questions()[platform].ask(args, environ, ask), args.account)
+    raw = with_account(raw, platform, answers.section)
+    checked(raw, config_path, env_path, environ, answers.secrets)
+    for line in write_files(Answers(raw=raw, bots={platform: answers}), config_path,
+                            env_path):
+        ask.say(line)
+    ask.say(f"next: `homing doctor` checks {platform}/{args.account} live; a running "
+            f"homing takes the new bot at its restart (homing service restart)")
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -28,9 +29,14 @@ class Answers:
     web_port: int | None = None  # None: the web chat is off
     #: each other platform's section and secrets, by name
     bots: dict[str, PlatformAnswers] = field(default_factory=dict)
+    #: the whole config as it is to be written (an account added to one there was):
+    #: written as it is, the bots' secrets beside it
+    raw: dict[str, Any] | None = None
 
 
 def render_config(answers: Answers) -> str:
+    if answers.raw is not None:
+        return _HEADER + str(yaml.safe_dump(answers.raw, sort_keys=False))
     web: dict[str, object] = {"enabled": False} if answers.web_port is None \
         else {"enabled": True, "port": answers.web_port}
     platforms: dict[str, object] = {"web": web}

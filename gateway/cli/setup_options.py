@@ -60,6 +60,10 @@ def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platforms", metavar="LIST", type=parse_platforms,
                         help=f"comma-separated, of {', '.join(setup_platforms())} "
                              f"(default: web)")
+    parser.add_argument("--account", metavar="NAME", type=_parse_account,
+                        help="add one more bot of the one platform --platforms names to the "
+                             "existing config, as the account NAME (its token in "
+                             "homing.env as <VAR>_<NAME>)")
     parser.add_argument("--web-port", metavar="PORT", type=parse_port,
                         help=f"the web chat's port on 127.0.0.1 (default {DEFAULT_WEB_PORT}; "
                              f"0: any free one)")
@@ -83,6 +87,12 @@ def parse_platforms(value: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"{', '.join(unknown) or 'nothing'}: choose from {', '.join(known)}")
     return list(dict.fromkeys(names))
+
+
+def _parse_account(value: str) -> str:
+    from gateway.cli.setup_account import parse_account
+
+    return parse_account(value)
 
 
 def parse_port(value: str) -> int:
