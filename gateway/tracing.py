@@ -179,11 +179,13 @@ class _Block:
             from opentelemetry import context
             from opentelemetry.trace import Status, StatusCode
 
-            if kind is not None and not issubclass(kind, self._expected):
-                self._span.set_attribute("error.type", kind.__qualname__)
-                self._span.set_status(Status(StatusCode.ERROR, kind.__qualname__))
-            if self._token is not None:
-                context.detach(self._token)
+            try:
+                if kind is not None and not issubclass(kind, self._expected):
+                    self._span.set_attribute("error.type", kind.__qualname__)
+                    self._span.set_status(Status(StatusCode.ERROR, kind.__qualname__))
+            finally:  # the span is no longer current in the task, whatever happened
+                if self._token is not None:
+                    context.detach(self._token)
             self._span.end()
         except Exception as failure:
             _failed(self._name, failure)

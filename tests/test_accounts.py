@@ -65,6 +65,8 @@ def test_the_one_bot_form_is_the_account_default_with_the_keys_it_always_had() -
     ({"accounts": [{"name": "a", "token": TG_A, "colour": "red"}]},
      "accounts[0] (a): colour: Extra inputs are not permitted"),
     ({"accounts": [{"token": TG_A}]}, "each account needs a name"),
+    ({"accounts": [{"name": "a", "token": TG_A}, {"name": "b", "token": TG_A}]},
+     "accounts a and b have the same token: a bot can be one account only"),
 ])
 def test_a_wrong_account_is_refused_by_name(section: dict[str, object], words: str) -> None:
     with pytest.raises(ConfigError, match="platforms.telegram") as caught:

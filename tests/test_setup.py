@@ -260,6 +260,21 @@ async def test_an_account_is_added_beside_the_bot_there_is_and_both_are_checked(
 
         code, _, err = await run_cli(*add, env={**env, "TEAM_TOKEN": team.token})
         assert code == 1 and "has an account named 'team' already" in err
+        again = [*add[:6], "team_a", *add[7:]]
+        # the first bot's token again: one bot is one account
+        code, _, err = await run_cli(*again, "--telegram-base-url", telegram.base_url,
+                                     env={**env, "TEAM_TOKEN": telegram.token})
+        assert code == 1 and "have the same token: a bot can be one account only" in err
+        # team-a would take team_a's variable
+        code, _, err = await run_cli(*again, env={**env, "TEAM_TOKEN": team.token})
+        assert code == 1 and "same token" in err  # (team's token, already an account)
+        written = (home / "config.yaml").read_text()
+        (home / "homing.env").write_text((home / "homing.env").read_text()
+                                         + "TELEGRAM_BOT_TOKEN_TEAM_A=x\n")
+        code, _, err = await run_cli(*[*add[:6], "team-a", *add[7:]],
+                                     env={**env, "TEAM_TOKEN": team.token})
+        assert code == 1 and "the variable TELEGRAM_BOT_TOKEN_TEAM_A is in use already" in err
+        assert (home / "config.yaml").read_text() == written
         code, _, err = await run_cli("setup", "--yes", "--platforms", "web",
                                      "--account", "ops", env=env)
         assert code == 1 and "--account adds one bot: name its platform" in err
@@ -271,3 +286,19 @@ async def test_an_account_is_added_beside_the_bot_there_is_and_both_are_checked(
         code, out, err = await run_cli("doctor", env=home_env(home))
         assert "ok   telegram token: @homing_bot" in out, out
         assert "ok   telegram/team token: @team_bot" in out, out
+
+
+def test_an_account_is_not_added_beside_a_bot_that_is_off() -> None:
+    """Accounts share the section's ``enabled``: adding one would turn that bot on."""
+    from gateway.cli.setup_account import with_account
+    from gateway.platforms.questions import SetupFailed
+
+    for section in ({"enabled": False, "token": "${T}"}, {"token": "${T}"}):
+        with pytest.raises(SetupFailed, match="is off with a bot of its own"):
+            with_account({"platforms": {"telegram": section}}, "telegram", {"name": "team"})
+    # a section with no bot of its own keeps its settings as every account's defaults
+    raw = with_account({"platforms": {"telegram": {"require_mention": False}}}, "telegram",
+                       {"name": "team", "token": "${T_TEAM}"})
+    assert raw["platforms"]["telegram"] == {
+        "require_mention": False, "enabled": True,
+        "accounts": [{"name": "team", "token": "${T_TEAM}"}]}

@@ -104,6 +104,7 @@ def _add_account(args: argparse.Namespace, environ: Mapping[str, str], ask: Prom
         as_account,
         checked,
         existing_config,
+        unused_variables,
         with_account,
     )
 
@@ -112,9 +113,11 @@ def _add_account(args: argparse.Namespace, environ: Mapping[str, str], ask: Prom
         problem=lambda a: problem_with(parse_platforms, a)))
     platform = account_platform_of(chosen)
     raw = existing_config(config_path)
+    with_account(raw, platform, {"name": args.account})  # a name taken: refused before asking
     ask.say(f"Homing setup: adds the {platform} account {args.account!r} to {config_path}, "
             f"its token to {env_path}.")
     answers = as_account(setup_questions()[platform].ask(args, environ, ask), args.account)
+    unused_variables(answers.secrets, config_path, env_path)
     raw = with_account(raw, platform, answers.section)
     checked(raw, config_path, env_path, environ, answers.secrets)
     for line in write_files(Answers(raw=raw, bots={platform: answers}), config_path,

@@ -4,11 +4,12 @@ answers filed under ``platforms.<name>.accounts``.
 
 The bot the section ran until now becomes the account ``default`` with every setting
 it had (its conversations' session keys name the platform alone, as before, so
-nothing of theirs changes); the new account has what setup asked and the defaults,
-none of the other bot's settings. Its secrets go to ``homing.env`` under their own
-variables (``TELEGRAM_BOT_TOKEN_TEAM``), beside the others. The new config is checked
-whole before anything is written; the one it replaces is kept as ``config.yaml.bak``
-(comments in it are not carried over).
+nothing of theirs changes); the new account has what setup asked over the section's
+shared settings (none, after such a move), never the other bot's. Its secrets go to
+``homing.env`` under their own variables (``TELEGRAM_BOT_TOKEN_TEAM``), beside the
+others; a variable already in use, or a token another account has, is refused. The
+new config is checked whole before anything is written; the one it replaces is kept
+as ``config.yaml.bak`` (comments in it are not carried over).
 """
 
 from __future__ import annotations
@@ -96,9 +97,14 @@ def with_account(raw: dict[str, Any], platform: str, entry: dict[str, Any]) -> d
     section = dict(sections.get(platform) or {})
     accounts = list(section.get("accounts") or [])
     if not accounts and section.get("token") is not None:
-        own = {k: v for k, v in section.items() if k not in ("enabled", "name")}
+        if section.get("enabled") is not True:  # (off unless said: the section's default)
+            raise SetupFailed(
+                f"platforms.{platform} is off with a bot of its own: an account would turn "
+                f"that bot on too; set enabled: true, or remove its token, then add the "
+                f"account")
+        own = {k: v for k, v in section.items() if k not in ("enabled", "name", "accounts")}
         accounts = [{"name": section.get("name", DEFAULT_ACCOUNT), **own}]
-        section = {"enabled": section.get("enabled", True)}
+        section = {"enabled": True}
     names = [a.get("name") for a in accounts if isinstance(a, dict)]
     if entry["name"] in names:
         raise SetupFailed(f"platforms.{platform} has an account named {entry['name']!r} "
@@ -108,6 +114,17 @@ def with_account(raw: dict[str, Any], platform: str, entry: dict[str, Any]) -> d
     sections[platform] = section
     raw["platforms"] = sections
     return raw
+
+
+def unused_variables(secrets: Mapping[str, str], config_path: Path, env_path: Path) -> None:
+    """Refuse a variable the account's secrets would take from another (``team-a`` and
+    ``team_a`` both make ``…_TEAM_A``): writing it would hand that one this token."""
+    variables = read_env_file(env_path) if env_path.exists() else {}
+    text = config_path.read_text(encoding="utf-8")
+    for var in secrets:
+        if var in variables or "${" + var + "}" in text:
+            raise SetupFailed(f"the variable {var} is in use already (in {env_path} or "
+                              f"{config_path}): choose another account name")
 
 
 def checked(raw: dict[str, Any], config_path: Path, env_path: Path,

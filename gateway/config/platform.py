@@ -114,6 +114,15 @@ class BotSettings(PlatformSettings):
         names = [b.name for b in bots]
         if len(set(names)) != len(names):
             raise ValueError(f"accounts: each name once ({', '.join(names)})")
+        # one bot, one account: a token twice would be two pollers fighting (Telegram) or
+        # every message answered twice (Discord)
+        by_token: dict[str, str] = {}
+        for bot in bots:
+            if bot.token is not None:
+                other = by_token.setdefault(bot.token.get_secret_value(), bot.name)
+                if other != bot.name:
+                    raise ValueError(f"accounts {other} and {bot.name} have the same token: "
+                                     f"a bot can be one account only")
         self._bots = bots
         return self
 

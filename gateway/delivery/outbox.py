@@ -73,12 +73,16 @@ def delivered_op(notification_id: int, claimer: str, message_id: str | None,
 #: it (same claimer, outcome and detail: a platform down for an hour, retried every few
 #: seconds) counts as a repeat of that row, so the table grows with what changed, not
 #: with time. Both statements write only while the claim is the writer's, and run
-#: before the claim is given back: the new row when the last one differs, then the
-#: repeat onto a last row from before this write (``at < ?``: not the one just made).
+#: before the claim is given back: first the repeat onto a last row like it, then a new
+#: row only when the last one (repeated or not) differs.
 _SAME_AS_LAST = (
     "SELECT MAX(id) FROM delivery_attempts WHERE notification_id = ?")
 _CLAIM_HELD = (f"EXISTS (SELECT 1 FROM notifications WHERE id = ? "
                f"AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?)")
+ATTEMPT_AGAIN = (
+    "UPDATE delivery_attempts SET repeats = repeats + 1, last_at = ?, retry_in = ? "
+    f"WHERE id = ({_SAME_AS_LAST}) AND claimer = ? AND outcome = ? "
+    f"AND COALESCE(detail, '') = ? AND {_CLAIM_HELD}")
 ATTEMPT = (
     "INSERT INTO delivery_attempts (notification_id, at, claimer, outcome, detail, "
     "retry_in, last_at) SELECT id, ?, claimed_by, ?, ?, ?, ? FROM notifications "
@@ -86,10 +90,6 @@ ATTEMPT = (
     "AND NOT EXISTS (SELECT 1 FROM delivery_attempts d "
     f"WHERE d.id = ({_SAME_AS_LAST}) AND d.claimer = ? AND d.outcome = ? "
     "AND COALESCE(d.detail, '') = ?)")
-ATTEMPT_AGAIN = (
-    "UPDATE delivery_attempts SET repeats = repeats + 1, last_at = ?, retry_in = ? "
-    f"WHERE id = ({_SAME_AS_LAST}) AND claimer = ? AND outcome = ? "
-    f"AND COALESCE(detail, '') = ? AND at < ? AND {_CLAIM_HELD}")
 
 
 def _attempt_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
@@ -100,10 +100,10 @@ def _attempt_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
     what = attempt_outcome(outcome)
     detail = outcome.detail or outcome.reason or ""
     retry_in = outcome.retry_in or None
-    return [(ATTEMPT, (now, what, detail or None, retry_in, now, notification_id, claimer,
-                       notification_id, claimer, what, detail)),
-            (ATTEMPT_AGAIN, (now, retry_in, notification_id, claimer, what, detail, now,
-                             notification_id, claimer))]
+    return [(ATTEMPT_AGAIN, (now, retry_in, notification_id, claimer, what, detail,
+                             notification_id, claimer)),
+            (ATTEMPT, (now, what, detail or None, retry_in, now, notification_id, claimer,
+                       notification_id, claimer, what, detail))]
 
 
 def _outcome_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
