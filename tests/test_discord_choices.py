@@ -5,14 +5,10 @@ and journaled like a message. The real discord.py against the fake Discord.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 import tests.test_discord as discord_tests
 from gateway.daemon.assembly import Gateway, running_gateway
-from gateway.platforms.discord.adapter import DiscordAdapter
 from gateway.words.events import Choice
 from gateway.words.route import Route
 from gateway.words.session_entry import SessionEntry
@@ -21,19 +17,11 @@ from tests.helpers import eventually, eventually_async, settled
 from tests.test_discord import ALICE, THREAD_A, discord_config
 
 fake = discord_tests.fake  # the fixture: the fake Discord with its channel and threads
+gateway = discord_tests.gateway  # the fixture: a gateway on it, connected
 
 BOB = 2  # in the server, not among allowed_users
 DEPLOYERS = 900  # a role
 KEY = f"agent:main:discord:thread:{THREAD_A}:{THREAD_A}"
-
-
-@pytest.fixture
-async def gateway(tmp_path: Path, fake: FakeDiscord) -> AsyncIterator[Gateway]:
-    async with running_gateway(discord_config(tmp_path / "home", fake)) as gw:
-        adapter = gw.runner.adapters["discord"].inner  # the platform's own, behind the fence
-        assert isinstance(adapter, DiscordAdapter)
-        await adapter.wait_connected(timeout=30)
-        yield gw
 
 
 async def say(fake: FakeDiscord, text: str) -> SentRecord:

@@ -51,6 +51,16 @@ async def new_bot(homeserver: Homeserver, name: str = "homing") -> Account:
     return bot
 
 
+async def alice_and_a_bot(homeserver: Homeserver, matrix_user: MakeUser
+                          ) -> tuple[HumanClient, Account, str]:
+    """Alice, a bot of its own for the test, and a DM room between them (the bot
+    invited; a gateway started on it joins)."""
+    alice = await matrix_user("alice")
+    bot = await new_bot(homeserver)
+    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    return alice, bot, room
+
+
 @asynccontextmanager
 async def matrix_gateway(config: Config) -> AsyncIterator[Gateway]:
     async with running_gateway(config) as gw:
@@ -145,12 +155,10 @@ async def test_invites_from_anyone_but_an_allowed_user_are_refused(
 async def test_a_reply_is_html_with_a_plain_body_and_mentions_nobody(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser,
         model: FakeOpenAI) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     model.brain = lambda req: Say("**Build** done & `a<b` — see [the log](https://ci.example/"
                                   "run?id=1&x=2) and [no](javascript:alert(1)).\n\n@room "
                                   "<b>raw</b>")
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
     config = matrix_config(tmp_path / "home", bot, alice, agent__stream=False,
                            **model_settings(model))
     async with matrix_gateway(config) as gw:
@@ -171,9 +179,7 @@ async def test_a_reply_is_html_with_a_plain_body_and_mentions_nobody(
 
 async def test_a_long_output_arrives_in_parts_each_within_the_limit_code_blocks_closed(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     async with matrix_gateway(matrix_config(tmp_path / "home", bot, alice)) as gw:
         await bot_in(alice, room, bot)
         await alice.send_text(room, "/run for i in $(seq 1 70); do printf 'row %02d %0190d\\n'"
@@ -197,12 +203,10 @@ async def _has_row(alice: HumanClient, room: str, bot: Account) -> bool:
 async def test_a_streamed_reply_is_edited_as_it_grows_and_ends_as_one_message(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser,
         model: FakeOpenAI) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     answer = " ".join(f"word-{i}" for i in range(40))
     model.chunk_delay = 0.05
     model.brain = lambda req: Say(answer)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
     config = matrix_config(tmp_path / "home", bot, alice, **model_settings(model),
                            platforms__matrix__stream_edit_interval_seconds=0.2)
     async with matrix_gateway(config) as gw:
@@ -259,10 +263,8 @@ async def test_an_approval_is_decided_once_by_a_reaction_from_an_approver(
 async def test_an_approval_is_decided_by_approve_without_buttons(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser,
         model: FakeOpenAI, marker: Path) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     model.brain = runner_brain(marker)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
     async with matrix_gateway(matrix_config(tmp_path / "home", bot, alice,
                                             **model_settings(model))) as gw:
         await bot_in(alice, room, bot)
@@ -311,9 +313,7 @@ async def test_a_file_comes_in_through_the_media_api_and_one_goes_out_into_the_t
 
 async def test_m_limit_exceeded_is_waited_out_and_nothing_is_lost_doubled_or_reordered(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     async with matrix_gateway(matrix_config(tmp_path / "home", bot, alice)) as gw:
         await bot_in(alice, room, bot)
         await homeserver.limit_messages(bot.user_id, per_second=1, burst_count=1)
@@ -334,9 +334,7 @@ async def _len_at_least(get: Any, n: int) -> bool:
 
 async def test_what_was_said_while_stopped_is_handled_once_after_the_start(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     config = matrix_config(tmp_path / "home", bot, alice)
     async with matrix_gateway(config) as gw:
         await bot_in(alice, room, bot)
@@ -361,9 +359,7 @@ async def test_more_said_while_stopped_than_a_sync_brings_is_read_back_and_answe
     saved token, is read with ``/messages`` (here a sync brings 3 of 8)."""
     from gateway.platforms.matrix import adapter as matrix_adapter
 
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     config = matrix_config(tmp_path / "home", bot, alice)
     async with matrix_gateway(config) as gw:
         await bot_in(alice, room, bot)
@@ -397,9 +393,7 @@ async def test_more_said_while_stopped_than_a_sync_brings_is_read_back_and_answe
 
 async def test_the_first_start_ever_does_not_replay_the_rooms_history(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     await alice.send_text(room, "said before the bot ever ran")
     async with matrix_gateway(matrix_config(tmp_path / "home", bot, alice)) as gw:
         await bot_in(alice, room, bot)
@@ -412,9 +406,7 @@ async def test_the_first_start_ever_does_not_replay_the_rooms_history(
 
 async def test_the_sync_token_is_saved_only_after_its_batch_is_journaled(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser, monkeypatch) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     config = matrix_config(tmp_path / "home", bot, alice)
     text = "confirmed once written"
     async with matrix_gateway(config) as gw:

@@ -27,7 +27,13 @@ from tests.faults import KilledAt
 from tests.helpers import settled
 from tests.matrix_homeserver import Homeserver, MakeUser, Message
 from tests.model_support import model_settings
-from tests.test_matrix import bot_in, bot_messages, matrix_config, matrix_gateway, new_bot
+from tests.test_matrix import (
+    alice_and_a_bot,
+    bot_in,
+    bot_messages,
+    matrix_config,
+    matrix_gateway,
+)
 
 STOPPED = "(The gateway stopped while it was handling"
 
@@ -80,9 +86,7 @@ def holding(messages: list[Message], text: str) -> list[str]:
 async def test_a_command_answered_before_the_crash_is_neither_answered_again_nor_doubted(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     config = matrix_config(tmp_path / "home", bot, alice)
     async with matrix_gateway(config) as gw:
         await bot_in(alice, room, bot)
@@ -105,12 +109,10 @@ async def test_a_streamed_reply_out_before_the_crash_is_not_sent_again(
         monkeypatch: pytest.MonkeyPatch, model: FakeOpenAI) -> None:
     """The reply was a preview edited into its final text; the turn did nothing that
     lasts, so without a look at the room it would run again and post a second copy."""
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     answer = " ".join(f"streamed-{i}" for i in range(30))
     model.chunk_delay = 0.03
     model.brain = lambda req: Say(answer)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
     config = matrix_config(tmp_path / "home", bot, alice, **model_settings(model),
                            platforms__matrix__stream_edit_interval_seconds=0.2)
     async with matrix_gateway(config) as gw:
@@ -133,9 +135,7 @@ async def test_a_streamed_reply_out_before_the_crash_is_not_sent_again(
 async def test_a_command_whose_reply_never_went_out_is_said_to_have_been_interrupted(
         tmp_path: Path, homeserver: Homeserver, matrix_user: MakeUser,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    alice = await matrix_user("alice")
-    bot = await new_bot(homeserver)
-    room = await alice.create_room(invite=[bot.user_id], is_direct=True)
+    alice, bot, room = await alice_and_a_bot(homeserver, matrix_user)
     config = matrix_config(tmp_path / "home", bot, alice)
     async with matrix_gateway(config) as gw:
         await bot_in(alice, room, bot)

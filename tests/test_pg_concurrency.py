@@ -3,12 +3,11 @@ every write: what reads, decides and then writes locks what it reads, and a life
 the survivor taking its work over meet at the life's row in ``instances``.
 
 Each test runs two stores on one database (two instances), their write transactions
-really concurrent at the server: the cluster-wide write lock that
-``gateway.store.postgres._run_batch`` took around every write transaction is taken out
-here (:func:`side_by_side`), so these tests hold whether or not it is still there. The
-interleaving that would go wrong is forced, not hoped for: a transaction stops after
-its read (a ``threading`` wait in the writer thread) until the other has read too — or
-until PostgreSQL makes one of them wait for a lock, which is the fix at work.
+really concurrent at the server (``gateway.store.postgres._run_batch`` takes no
+cluster-wide write lock since issue 35). The interleaving that would go wrong is
+forced, not hoped for: a transaction stops after its read (a ``threading`` wait in
+the writer thread) until the other has read too — or until PostgreSQL makes one of
+them wait for a lock, which is the fix at work.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from typing import Any
 import psycopg
 import pytest
 
-import gateway.store.postgres as postgres
 import tools.delegation
 import tools.jobs
 from gateway.cluster import rows
@@ -35,7 +33,6 @@ from gateway.cluster.rows import lock_instance, store_now
 from gateway.delivery.outbox import Outbox
 from gateway.messages.pairing import Pairing, PairingError, PairingRequest
 from gateway.sessions.store import SessionStore
-from gateway.store.group_commit import Queued, run_statements
 from gateway.store.postgres import PgConnection
 from gateway.words.return_address import ReturnAddress
 from gateway.words.route import Route
@@ -52,24 +49,8 @@ MARGIN = 2.0
 DEADLINE = 30.0  # a generous bound for a wait, never a measured time
 
 
-def _run_batch_side_by_side(conn: PgConnection, batch: list[Queued[PgConnection]]
-                            ) -> list[Any]:
-    """``_run_batch`` without the cluster-wide write lock: one transaction, as is."""
-    with conn.raw.pipeline() as pipeline, conn.raw.transaction():
-        conn.pipeline = pipeline
-        try:
-            return run_statements(conn, batch)
-        finally:
-            conn.pipeline = None
-
-
 @pytest.fixture
-def side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(postgres, "_run_batch", _run_batch_side_by_side)
-
-
-@pytest.fixture
-async def two_instances(side_by_side: None, pg_fresh_url: str
+async def two_instances(pg_fresh_url: str
                         ) -> AsyncIterator[tuple[SessionStore, SessionStore]]:
     """Two stores on one database, as two instances have."""
     async with SessionStore(pg_fresh_url) as a, SessionStore(pg_fresh_url) as b:

@@ -80,6 +80,15 @@ def webhook_config(home: Path, fake: FakeTelegram, port: int,  # noqa: F811
                            platforms__telegram__webhook=webhook_section(port), **overrides)
 
 
+def write_webhook_config(home: Path, fake: FakeTelegram, port: int) -> None:  # noqa: F811
+    """``webhook_config`` as a config file, for a daemon of its own (and the CLI)."""
+    (home / "config.yaml").write_text(yaml.safe_dump({"platforms": {
+        "web": {"port": 0},
+        "telegram": {"enabled": True, "token": fake.token, "base_url": fake.base_url,
+                     "base_file_url": fake.base_file_url, "allowed_users": [str(ALICE)],
+                     "mode": "webhook", "webhook": webhook_section(port)}}}))
+
+
 def adapter_of(gw: Gateway) -> TelegramAdapter:
     adapter = gw.runner.adapters["telegram"].inner  # the platform's own, behind the fence
     assert isinstance(adapter, TelegramAdapter)
@@ -315,11 +324,7 @@ async def test_doctor_shows_what_telegram_says_of_the_webhook_and_the_fix(
         await adapter_of(gw).wait_connected()
     fake.user_message(chat_id=ALICE, text="while homing is down")  # refused: nobody listens
     await eventually(lambda: fake.last_webhook_error, what="the failed post")
-    (home / "config.yaml").write_text(yaml.safe_dump({"platforms": {
-        "web": {"port": 0},
-        "telegram": {"enabled": True, "token": fake.token, "base_url": fake.base_url,
-                     "base_file_url": fake.base_file_url, "allowed_users": [str(ALICE)],
-                     "mode": "webhook", "webhook": webhook_section(port)}}}))
+    write_webhook_config(home, fake, port)
     env = home_env(home)
 
     code, out, err = await run_cli("doctor", env=env)
@@ -374,11 +379,7 @@ async def test_a_kill_9_while_updates_are_posted_loses_none_and_handles_each_onc
     fake.reverse_proxy(ORIGIN, f"http://127.0.0.1:{port}")
     home = tmp_path / "home"
     home.mkdir()
-    (home / "config.yaml").write_text(yaml.safe_dump({"platforms": {
-        "web": {"port": 0},
-        "telegram": {"enabled": True, "token": fake.token, "base_url": fake.base_url,
-                     "base_file_url": fake.base_file_url, "allowed_users": [str(ALICE)],
-                     "mode": "webhook", "webhook": webhook_section(port)}}}))
+    write_webhook_config(home, fake, port)
     env = home_env(home)
     texts = [f"msg-{i}" for i in range(40)]
     first, _ = await start_daemon(env)

@@ -299,9 +299,14 @@ class DelegationManager:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def get(self, delegation_id: str) -> DelegationRecord | None:
-        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM delegations WHERE id = ?",
-                                     (delegation_id,))
-        return DelegationRecord.from_row(row) if row else None
+        return await get_delegation(self.db, delegation_id)
+
+
+async def get_delegation(db: StateDatabase, delegation_id: str) -> DelegationRecord | None:
+    """One delegation as the store has it (``homing trace`` reads it without a manager)."""
+    row = await db.fetchone(f"SELECT {_COLUMNS} FROM delegations WHERE id = ?",
+                            (delegation_id,))
+    return DelegationRecord.from_row(row) if row else None
 
 
 def _process_runs(owner: str | None) -> bool:

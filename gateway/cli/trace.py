@@ -24,9 +24,10 @@ from gateway.delivery.notifications import NOTIFICATION_COLUMNS, Notification, N
 from gateway.delivery.outbox import FLOOD_LIMITED
 from gateway.inbound.journal import EntryState, event_from_json
 from gateway.sessions.store import SessionStore
-from gateway.words.return_address import ReturnAddress
+from tools.delegation import get_delegation
 from tools.job_record import JOB_COLUMNS, JobRecord
 from tools.schedule_runs import failed_key, prompt_key
+from tools.schedules import get as get_schedule
 
 TEXT_CHARS = 80
 #: the largest row id a store holds (a 64-bit integer); a longer number is no notice
@@ -94,19 +95,16 @@ async def _job(store: SessionStore, job_id: str) -> dict[str, Any] | None:
 
 
 async def _delegation(store: SessionStore, delegation_id: str) -> dict[str, Any] | None:
-    row = await store.db.fetchone(
-        "SELECT id, task, state, session_key, session_id, return_address, created_at, "
-        "started_at, finished_at, trace_parent FROM delegations WHERE id = ?", (delegation_id,))
-    if row is None:
+    d = await get_delegation(store.db, delegation_id)
+    if d is None:
         return None
-    did, task, state, key, sid, address, created, started, finished, trace_parent = row
     story: dict[str, Any] = {
-        "delegation": {"id": did, "task": _cut(task), "state": state, "created_at": created,
-                       "started_at": started, "finished_at": finished, "session_key": key,
-                       "session_id": sid,
-                       "route": ReturnAddress.from_json(address).route.to_dict(),
-                       "trace_parent": trace_parent}}
-    story["notices"] = [await _notice(store, n) for n in await _notices_of(store, did)]
+        "delegation": {"id": d.id, "task": _cut(d.task), "state": d.state,
+                       "created_at": d.created_at, "started_at": d.started_at,
+                       "finished_at": d.finished_at, "session_key": d.session_key,
+                       "session_id": d.session_id, "route": d.address.route.to_dict(),
+                       "trace_parent": d.trace_parent}}
+    story["notices"] = [await _notice(store, n) for n in await _notices_of(store, d.id)]
     return story
 
 
@@ -204,12 +202,10 @@ def _now(n: Notification, attempts: list[dict[str, Any]], busy: int | None) -> s
 
 
 async def _schedule(store: SessionStore, schedule_id: str) -> dict[str, Any] | None:
-    row = await store.db.fetchone(
-        "SELECT id, session_key, kind, spec, command, prompt, created_at, next_run_at, "
-        "paused FROM schedules WHERE id = ?", (schedule_id,))
-    if row is None:
+    s = await get_schedule(store.db, schedule_id)
+    if s is None:
         return None
-    sid, key, kind, spec, command, prompt, created, next_run, paused = row
+    sid = s.id
     runs = []
     for scheduled_for, state, reason, job_id, started, finished, result in \
             await store.db.fetchall(
@@ -222,10 +218,11 @@ async def _schedule(store: SessionStore, schedule_id: str) -> dict[str, Any] | N
                      "started_at": started, "finished_at": finished, "result": result,
                      "job": await _job(store, job_id) if job_id else None,
                      "notices": [await _notice(store, Notification(*r)) for r in told]})
-    return {"schedule": {"id": sid, "session_key": key, "kind": kind, "spec": spec,
-                         "command": command, "prompt": _cut(prompt) if prompt else None,
-                         "created_at": created, "next_run_at": next_run,
-                         "paused": bool(paused)}, "runs": runs}
+    return {"schedule": {"id": sid, "session_key": s.session_key, "kind": s.spec.kind,
+                         "spec": s.spec.text, "command": s.command,
+                         "prompt": _cut(s.prompt) if s.prompt else None,
+                         "created_at": s.created_at, "next_run_at": s.next_run_at,
+                         "paused": s.paused}, "runs": runs}
 
 
 def lines(story: dict[str, Any]) -> list[str]:

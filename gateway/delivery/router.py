@@ -505,10 +505,7 @@ class Router:
                 self.outbox.settled(batch)
                 self._after_recorded(batch)
         finally:
-            self._open -= len(batch)
-            if not self._open:
-                self._recorded.set()
-            self._note_idle()
+            self._closed(len(batch))
 
     def _posts_as_is(self, n: Notification, decision: Decision) -> bool:
         """A notice whose delivery only posts its text (no turn of the model, no file)."""
@@ -585,10 +582,15 @@ class Router:
             else:
                 self._after_recorded(batch)
             finally:
-                self._open -= len(batch)
-                if not self._open:
-                    self._recorded.set()
-                self._note_idle()
+                self._closed(len(batch))
+
+    def _closed(self, count: int) -> None:
+        """``count`` notices whose outcomes are written (or given up on): the router is
+        settled once none is open."""
+        self._open -= count
+        if not self._open:
+            self._recorded.set()
+        self._note_idle()
 
     def _after_recorded(self, batch: list[tuple[Notification, _Outcome]]) -> None:
         now = time.time()

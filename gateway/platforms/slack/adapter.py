@@ -437,16 +437,16 @@ class SlackAdapter(Adapter):
         await ack()
 
     async def _on_interaction(self, payload: dict[str, Any]) -> None:
-        press = button_press(payload)
-        if press is None:
+        button = button_press(payload)
+        if button is None:
             return
-        if press.trigger_id in self._presses:
+        if button.press.trigger_id in self._presses:
             return  # the same press delivered again
-        self._presses[press.trigger_id] = None
+        self._presses[button.press.trigger_id] = None
         while len(self._presses) > _REMEMBERED:
             self._presses.popitem(last=False)
         host = self._host
-        await answer_press(press, host.approvals if host is not None else None, self._api)
+        await answer_press(button, host.approvals if host is not None else None, self._api)
 
     # outbound ------------------------------------------------------------------
 

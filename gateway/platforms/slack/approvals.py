@@ -28,7 +28,7 @@ from gateway.contract.approval import (
 )
 from gateway.formatting.mrkdwn import render
 from gateway.platforms.slack.api import SlackRefused, WebApi
-from gateway.platforms.slack.presses import press_of
+from gateway.platforms.slack.presses import Press, press_of
 from gateway.words.events import SendResult
 from gateway.words.route import Route
 
@@ -54,17 +54,11 @@ class Presses(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ButtonPress:
-    """One press of an approval button, read off a ``block_actions`` payload."""
+    """One press of an approval button: what it decides, and the press itself."""
 
     approval_id: str
     decision: Decision
-    user_id: str
-    user_name: str | None
-    channel: str
-    message_ts: str
-    thread_ts: str | None
-    #: unique per press: a redelivered envelope carries the same
-    trigger_id: str
+    press: Press
 
 
 def button_press(payload: dict[str, Any]) -> ButtonPress | None:
@@ -74,8 +68,7 @@ def button_press(payload: dict[str, Any]) -> ButtonPress | None:
     parsed = parse_button(press.action_id) if press is not None else None
     if press is None or parsed is None:
         return None
-    return ButtonPress(parsed[0], parsed[1], press.user_id, press.user_name, press.channel,
-                       press.message_ts, press.thread_ts, press.trigger_id)
+    return ButtonPress(parsed[0], parsed[1], press)
 
 
 async def post_request(api: WebApi | None, flow: FlowControl, route: Route,
@@ -118,23 +111,24 @@ async def show_outcome(api: WebApi | None, flow: FlowControl, route: Route,
                            "press on them is told it is already settled")
 
 
-async def answer_press(press: ButtonPress, approvals: Presses | None,
+async def answer_press(button: ButtonPress, approvals: Presses | None,
                        api: WebApi | None) -> None:
     """Decide, then tell a refused presser why (an accepted press shows in the update)."""
-    click = log.bind(approval_id=press.approval_id, decision=press.decision,
+    press = button.press
+    click = log.bind(approval_id=button.approval_id, decision=button.decision,
                      user_id=press.user_id)
     if approvals is None:
         pressed = Pressed(False, "Approvals are off in this gateway: nothing waits here.")
     else:
         try:
-            pressed = await approvals.press(press.approval_id, press.decision,
+            pressed = await approvals.press(button.approval_id, button.decision,
                                             platform="slack", user_id=press.user_id,
                                             user_name=press.user_name)
         except Exception:
             click.exception("slack_approval_press_failed")
             pressed = Pressed(False, f"Your choice could not be recorded. Try again, or "
-                                     f"answer with /approve {press.approval_id} or "
-                                     f"/deny {press.approval_id}.")
+                                     f"answer with /approve {button.approval_id} or "
+                                     f"/deny {button.approval_id}.")
     if pressed.ok or api is None:
         return
     try:
