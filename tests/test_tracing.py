@@ -356,7 +356,7 @@ async def test_a_tracer_that_breaks_mid_job_sends_its_notice_once_all_the_same(
     gw, adapter = memory_gateway
     _traced(exported)
     route = Route("memory", "dm", "c5", user_id="c5")
-    await adapter.receive("/bg sleep 1; echo once", route)
+    await adapter.receive("/bg sleep 2; echo once", route)
     await eventually_async(gw.jobs.list, 20, what="the job running")
     (job,) = await gw.jobs.list()
     assert job.trace_parent  # started traced: its notice carries the trace
