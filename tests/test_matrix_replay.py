@@ -43,15 +43,15 @@ def crash_at_the_reply_record(monkeypatch: pytest.MonkeyPatch, gw: Gateway) -> K
     written: after the reply went out, before anything of it was recorded."""
     point = KilledAt(gw.config.state_db)
     store = gw.runner.store
-    real = store.record_message
+    real = store.record_sent
 
-    def record_message(session_id: str, role: str, text: str, *,
-                       with_ops: Sequence[Op] = (), **kwargs: Any) -> None:
+    async def record_sent(session_id: str, role: str, text: str, *,
+                          with_ops: Sequence[Op], **kwargs: Any) -> None:
         if not point.happened.is_set() and any("'replied'" in sql for sql, _ in with_ops):
             point.crash("the reply went out; its record did not commit")
-        real(session_id, role, text, with_ops=with_ops, **kwargs)
+        await real(session_id, role, text, with_ops=with_ops, **kwargs)
 
-    monkeypatch.setattr(store, "record_message", record_message)
+    monkeypatch.setattr(store, "record_sent", record_sent)
     return point
 
 

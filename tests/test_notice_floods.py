@@ -294,17 +294,18 @@ async def a_merged_send_dies_before_its_record(
         session = await gw.store.live_session("agent:main:memory:dm:1")
         assert session is not None
         crash = CrashPoint()
-        record_message = gw.store.record_message
+        record_sent = gw.store.record_sent
 
-        def dies_before_the_record(session_id: str, role: str, text: str, **kw: Any) -> None:
+        async def dies_before_the_record(session_id: str, role: str, text: str,
+                                         **kw: Any) -> None:
             if "notices at once" not in text:
-                record_message(session_id, role, text, **kw)
+                await record_sent(session_id, role, text, **kw)
             # else: the process dies before this write (and the sent ids with it) commits
 
         async def crash_at_the_outcome(claimer: str, outcomes: Any) -> None:
             crash.crash("after the merged send, before anything of it was recorded")
 
-        monkeypatch.setattr(gw.store, "record_message", dies_before_the_record)
+        monkeypatch.setattr(gw.store, "record_sent", dies_before_the_record)
         monkeypatch.setattr(gw.outbox, "record_outcomes", crash_at_the_outcome)
         address = ReturnAddress(session.session_key, session.id, chat)
         await gw.outbox.produce([

@@ -90,6 +90,8 @@ class Delivery:
             return False
         if self.merged_into is not None or member.notification.merged_into is not None:
             return member.notification.merged_into == self.merged_into
+        if member.notification.interrupted:
+            return False
         # (counted, not rendered: rendering each join would stall the loop under a flood)
         texts = [m.text for m in self.members] + [member.text]
         return len(merged_text(texts)) <= self.limit

@@ -38,6 +38,12 @@ NOTIFICATION_MOVES: dict[NotificationState, frozenset[NotificationState]] = {
 STATES: tuple[str, ...] = tuple(NotificationState)
 
 
+#: ``last_error`` of a notification whose claim ended with its gateway, with no send
+#: recorded: it went back to pending, and it may have gone out just before the stop
+#: (the one window between a send and its record)
+INTERRUPTED = "claimed when its gateway stopped"
+
+
 @dataclass(frozen=True, slots=True)
 class NewNotification:
     """A notification about to be committed to the outbox."""
@@ -81,6 +87,13 @@ class Notification:
     merged_into: int | None = None
     #: the trace of the work it reports (gateway/tracing.py)
     trace_parent: str | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """Its last claim ended with its gateway before a send was recorded: it may have
+        gone out. It goes alone, as it went then (the same key, so a platform that can
+        tell or deduplicate does), never merged anew with others."""
+        return self.last_error == INTERRUPTED
 
     @property
     def info(self) -> NoticeInfo:

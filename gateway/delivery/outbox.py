@@ -26,6 +26,7 @@ from gateway.delivery.affinity import (
     place,
 )
 from gateway.delivery.notifications import (
+    INTERRUPTED,
     NOTIFICATION_COLUMNS,
     STATES,
     NewNotification,
@@ -487,8 +488,9 @@ class Outbox:
             requeued = conn.execute(
                 f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
                 "claimed_by = NULL, claimed_at = NULL, "
-                "last_error = 'claimed when its gateway stopped' "
-                f"WHERE state = '{NotificationState.CLAIMED}' AND claimed_by IN ({marks})", dead)
+                "last_error = ? "
+                f"WHERE state = '{NotificationState.CLAIMED}' AND claimed_by IN ({marks})",
+                [INTERRUPTED, *dead])
             return sent.rowcount, requeued.rowcount
 
         delivered, requeued = await self.db.write(settle)

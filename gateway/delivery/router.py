@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from gateway.cluster.lives import claimer_name
+from gateway.config.registry import platforms
 from gateway.delivery.merged_notices import (
     Delivery,
     Member,
@@ -58,7 +59,7 @@ from gateway.sessions.store import TRANSCRIPT_LINE, SessionStore, transcript_row
 from gateway.store.group_commit import Op
 from gateway.store.migrations import OUTBOX_CHANNEL
 from gateway.tracing import tracing
-from gateway.words.events import MessageKind, NoticeInfo, SendResult
+from gateway.words.events import MessageKind, NoticeInfo, SendResult, reply_key
 from gateway.words.route import Route
 from gateway.words.session_key import SessionKeyError, parse_session_key, platform_prefix
 
@@ -473,11 +474,15 @@ class Router:
         info = n.info
         if isinstance(decision, DeliverTurn):  # (a late notice is no one's turn)
             self._notice_turns.inc()
-        result = await self.runner.post(decision.route, text, kind="notification",
-                                        session_id=decision.session.id,
-                                        dedupe_key=f"{n.idempotency_key}:0", notice=info)
-        if tracing.enabled:
-            _trace_send(n, decision.route, result)
+        key = reply_key(n.idempotency_key, 0)
+        if await self._sent_before(n, decision.route, key):
+            result = SendResult.sent(None)
+        else:
+            result = await self.runner.post(decision.route, text, kind="notification",
+                                            session_id=decision.session.id, dedupe_key=key,
+                                            notice=info)
+            if tracing.enabled:
+                _trace_send(n, decision.route, result)
         outcome = _from_sends(n, [result])
         if outcome.state == "delivered":
             committed = self.outbox.db.gather([
@@ -489,6 +494,10 @@ class Router:
                 waiting = self._committing[committed] = []
                 committed.add_done_callback(self._committed)
             waiting.append((n, outcome))
+            # the conversation's next send waits for this record: a kill can repeat the
+            # one send under way, never the batch before it (the commit still gathers the
+            # records of every conversation posting meanwhile)
+            await asyncio.wait([committed])
         return outcome
 
     def _committed(self, committed: asyncio.Future[object]) -> None:
@@ -525,8 +534,9 @@ class Router:
                 and self.runner.lanes.queued_last(key, open_.done) and open_.takes(member)):
             open_.members.append(member)
             return True
-        # (one of a merged message sent before goes merged again)
-        if n.merged_into is None and not budgets.short(member.decision):
+        # (one of a merged message sent before goes merged again; one that may have
+        # gone out alone before a stop goes alone again, under the key it had)
+        if n.merged_into is None and (n.interrupted or not budgets.short(member.decision)):
             return False
         adapter = self.runner.adapters[member.decision.route.platform]
         self._queue(Delivery([member], gathering=True, limit=adapter.message_limit,
@@ -720,6 +730,8 @@ class Router:
             return await self._deliver_notice(n, decision)
         if not self._connected(decision.route.platform):
             return _DISCONNECTED
+        if await self._sent_before(n, decision.route, reply_key(n.idempotency_key, 0)):
+            return await self._recorded_unsent(n, decision, [n])
         try:
             with tracing.span("notice.turn", parent=n.trace_parent, notification_id=n.id,
                               session_id=decision.session.id):
@@ -738,10 +750,13 @@ class Router:
     async def _deliver_notice(self, n: Notification, decision: DeliverNotice) -> _Outcome:
         if not self._connected(decision.route.platform):
             return _DISCONNECTED
+        key = reply_key(n.idempotency_key, 0)
+        if await self._sent_before(n, decision.route, key):
+            return await self._recorded_unsent(n, decision, [n])
         result = await self.runner.send(decision.session, decision.route,
                                         notice_text(n, decision), kind="notification",
-                                        recorded_with=self._sent_ops(n),
-                                        dedupe_key=f"{n.idempotency_key}:0", notice=n.info)
+                                        recorded_with=self._sent_ops(n), dedupe_key=key,
+                                        notice=n.info)
         if tracing.enabled:
             _trace_send(n, decision.route, result)
         return _from_sends(n, [result])
@@ -802,10 +817,14 @@ class Router:
         notices = [n for n, _ in run]
         # the message's own name: sent again after a crash it is the same post to a
         # platform that deduplicates, though a notice of it was taken meanwhile
+        key = f"{first.session_key}:merged:{merged_into}"
+        interrupted = next((n for n in notices if n.interrupted), None)
+        if interrupted is not None and await self._sent_before(interrupted, where.route, key):
+            return dict.fromkeys(ids, await self._recorded_unsent(first, where, notices))
         result = await self.runner.send(
             where.session, where.route, merged_text([notice_text(n, d) for n, d in run]),
             kind="notification", recorded_with=sent, notice=merged_info(notices),
-            dedupe_key=f"{first.session_key}:merged:{merged_into}")
+            dedupe_key=key)
         log.info("notices_sent_together", session_key=first.session_key,
                  notification_ids=ids, merged_into=merged_into, ok=result.ok)
         if tracing.enabled:
@@ -814,6 +833,46 @@ class Router:
         # one outcome for the set: one retry time, so it stays one message
         outcome = _from_sends(max(notices, key=lambda n: n.attempts), [result])
         return dict.fromkeys(ids, outcome)
+
+    async def _sent_before(self, n: Notification, route: Route, dedupe_key: str) -> bool:
+        """Whether a notice whose claim ended with its gateway, unrecorded (the send under
+        way at a kill), already went out: asked of the platform where it can tell (its
+        own record of the send keyed ``dedupe_key``). Where it cannot, the notice is sent
+        again; a platform that deduplicates the key posts it once all the same, and on
+        any other (Telegram) the person may see it twice, logged as ``maybe_repeated``."""
+        if not n.interrupted:
+            return False
+        adapter = self.runner.adapters.get(route.platform)
+        answer: bool | None = None
+        if adapter is not None:
+            try:
+                answer = await adapter.delivered(route, dedupe_key)
+            except Exception as exc:  # a look that failed: not known, as on Telegram
+                log.warning("send_lookup_failed", notification_id=n.id,
+                            platform=route.platform, error=repr(exc))
+        if answer:
+            log.info("notification_sent_before_stop", notification_id=n.id,
+                     session_key=n.session_key, job_id=n.job_id)
+            return True
+        if answer is None and not _dedupes_sends(route.platform):
+            log.warning("maybe_repeated", notification_id=n.id, session_key=n.session_key,
+                        job_id=n.job_id, platform=route.platform,
+                        reason="its gateway stopped after the send began and before its "
+                               "record; the platform cannot tell whether it went out")
+        return False
+
+    async def _recorded_unsent(self, first: Notification, decision: Sendable,
+                               notices: Sequence[Notification]) -> _Outcome:
+        """The record of a send the platform says went out before the stop: its
+        transcript line and sent ids, written now, and delivered without a second send."""
+        text = (notice_text(first, decision) if len(notices) == 1 else
+                merged_text([notice_text(n, decision) for n in notices]))
+        info = first.info if len(notices) == 1 else merged_info(notices)
+        result = SendResult.sent(None)
+        await self.store.record_sent(
+            decision.session.id, "notification", text, notice=info,
+            with_ops=[self.outbox.sent_op(n.id, self.name, None) for n in notices])
+        return _from_sends(first, [result])
 
     def _sent_ops(self, n: Notification) -> Callable[[SendResult], list[Op]]:
         def ops(result: SendResult) -> list[Op]:
@@ -915,6 +974,13 @@ def _trace_send(n: Notification, route: Route, result: SendResult,
                   platform=route.platform, chat_id=route.chat_id, thread_id=route.thread_id,
                   ok=result.ok, error=result.error, retry_after=result.retry_after,
                   message_id=result.message_id, merged_into=merged_into)
+
+
+def _dedupes_sends(platform: str) -> bool:
+    """Whether ``platform`` posts a send made again with the same key once (Discord's
+    nonce, Matrix's transaction id, the web page's key)."""
+    spec = platforms().get(platform)
+    return spec is not None and spec.capabilities.dedupe_sends
 
 
 def _chat_of(route: Route) -> tuple[str, str]:

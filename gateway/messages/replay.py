@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from gateway.inbound.journal import EntryState, JournalEntry
-from gateway.messages.turn import reply_key
+from gateway.words.events import reply_key
 
 if TYPE_CHECKING:
     from gateway.contract.adapter import Adapter

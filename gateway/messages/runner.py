@@ -461,15 +461,26 @@ class GatewayRunner:
         Recorded once it went out, in one write with ``recorded_with(result)`` (a
         notification's sent id): a crash leaves the transcript and the outbox
         agreeing on whether the notice was said — never a second copy in the
-        transcript when the outbox sends it again. ``live``: the turn's reply being
-        written, which the text finishes.
+        transcript when the outbox sends it again. A send with such a record returns
+        once it is committed, so the sender's next send starts after it. ``live``: the
+        turn's reply being written, which the text finishes.
         """
         result = await self.post(route, text, kind=kind, session_id=session.id,
                                  dedupe_key=dedupe_key, live=live, notice=notice,
                                  choices=choices)
-        if result.ok:
-            extra = recorded_with(result) if recorded_with is not None else ()
-            self.store.record_message(session.id, kind, text, with_ops=extra, notice=notice)
+        if not result.ok:
+            return result
+        if recorded_with is None:
+            self.store.record_message(session.id, kind, text, notice=notice)
+            return result
+        try:
+            await self.store.record_sent(session.id, kind, text, with_ops=recorded_with(result),
+                                         notice=notice)
+        except Exception:  # whatever the store raised: it went out, and is not sent again
+            # now. Unrecorded, its row stays claimed; the next start settles it as after a
+            # crash
+            log.exception("send_not_recorded", session_id=session.id, platform=route.platform,
+                          message_id=result.message_id)
         return result
 
     async def send_file(self, session: SessionEntry, route: Route, path: str,

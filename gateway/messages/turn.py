@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 
 from gateway.store.group_commit import Op
-from gateway.words.events import Choice, MessageEvent, MessageKind, NoticeInfo, SendResult
+from gateway.words.events import (
+    Choice,
+    MessageEvent,
+    MessageKind,
+    NoticeInfo,
+    SendResult,
+    reply_key,
+)
 from gateway.words.route import Route
 from gateway.words.session_entry import SessionEntry
 
@@ -23,11 +30,6 @@ if TYPE_CHECKING:
     from gateway.delivery.notifications import Notification
     from gateway.inbound.journal import JournalEntry
     from gateway.sessions.store import SessionStore
-
-
-def reply_key(dedupe_key: str, index: int) -> str:
-    """The dedupe key of a turn's ``index``-th send (from 0), the same when it runs again."""
-    return f"{dedupe_key}:{index}"
 
 
 @dataclass(slots=True)

@@ -385,6 +385,15 @@ class SessionStore:
         self.db.write_behind([(TRANSCRIPT_LINE, transcript_row(
             session_id, role, text, notice=notice, inbound_id=inbound_id)), *with_ops])
 
+    async def record_sent(self, session_id: str, role: str, text: str, *,
+                          with_ops: Sequence[Op], notice: NoticeInfo | None = None) -> None:
+        """A send's transcript line and its record (``with_ops``: a notice's sent id, a
+        journaled message's reply), committed before this returns. The sender waits for
+        it before its next send, so a crash can repeat at most the one send under way —
+        never a batch of sends whose records were still queued."""
+        await self.db.write([(TRANSCRIPT_LINE, transcript_row(
+            session_id, role, text, notice=notice)), *with_ops])
+
     def touch(self, entry: SessionEntry, route: Route) -> SessionEntry:
         """Note activity and the latest route details (names, reply anchor)."""
         now = time.time()

@@ -54,6 +54,13 @@ class MessageEvent:
         return str(tab) if tab is not None else None
 
 
+def reply_key(dedupe_key: str, index: int) -> str:
+    """The dedupe key of a turn's ``index``-th send (from 0), the same when it runs again:
+    a message's reply, or a notice's (a notice's own key with index 0, whether it is
+    posted as it is or gives its owner a turn)."""
+    return f"{dedupe_key}:{index}"
+
+
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """The outcome of one ``send``: the platform message id, or why it failed.
