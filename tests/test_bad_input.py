@@ -10,13 +10,19 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.contract.approval import button_data
 from gateway.daemon.assembly import Gateway, running_gateway
 from gateway.inbound.checks import MAX_JSON_DEPTH, InputRefused, load_json
 from gateway.platforms.telegram.adapter import TelegramAdapter
+from gateway.words.route import Route
+from tests.approval_support import runs
 from tests.conftest import make_config
+from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import eventually, settled
 from tests.model_support import web_base
+from tests.test_telegram import FORUM
+from tests.test_telegram_approvals import TOPIC, answer_to, asked, replies, telegram_gateway
 from tests.test_web import open_tab
 
 NESTED = "[" * 1000 + "]" * 1000
@@ -227,3 +233,46 @@ async def test_a_lone_surrogate_is_answered_with_what_is_wrong_and_the_chat_goes
     assert [line.text for line in await telegram.store.messages(session.id)
             if line.role == "user"] == ["deploy now"]
 
+
+
+async def test_a_lone_surrogate_in_a_senders_name_is_kept_replaced_and_the_message_answered(
+        telegram: Gateway, fake: FakeTelegram) -> None:
+    """A name is only shown: refusing the message for it would silence a person for
+    their name (and, unstored, the platform would hand it out again and again)."""
+    fake.user_message(chat_id=ALICE, text="deploy now", first_name="Al\ud800ice",
+                      username="ali\udfffce")
+    (reply,) = await fake.wait_for_sent(1)
+    assert reply.text.startswith("Received: deploy now")
+    await eventually(lambda: not fake.pending_updates, what="the update acknowledged")
+    await settled(telegram)
+    (session,) = await telegram.store.list_sessions("include")
+    stored = await telegram.store.get(session.id)  # as read back from the database
+    assert stored is not None
+    assert (stored.route.chat_name, stored.route.user_name) == ("Al\ufffdice", "ali\ufffdce")
+    assert [line.text for line in await telegram.store.messages(session.id)
+            if line.role == "user"] == ["deploy now"]
+
+
+def test_a_routes_names_keep_a_replacement_for_what_cannot_be_stored() -> None:
+    route = Route("telegram", "group", "-100", user_id="7", user_name="a\x00b\ud800",
+                  chat_name="\udc00team")
+    assert (route.user_name, route.chat_name) == ("a\ufffdb\ufffd", "\ufffdteam")
+    assert Route.from_dict(route.to_dict()) == route
+    kept = Route("telegram", "dm", "7", user_name="Zoë 👩‍🚀", chat_name="Zoë")
+    assert (kept.user_name, kept.chat_name) == ("Zoë 👩‍🚀", "Zoë")
+
+
+async def test_an_approval_tapped_by_a_name_with_a_lone_surrogate_is_decided_under_it(
+        tmp_path: Path, model: FakeOpenAI) -> None:
+    """Telegram names who decided by the first name when there is no username: one
+    the store cannot hold is kept replaced, and the tap still decides."""
+    marker = tmp_path / "marker"
+    async with telegram_gateway(tmp_path, model, marker) as (_, server):
+        server.user_message(text="clean up", **TOPIC)
+        request, approval_id = await asked(server)
+        query = server.press(FORUM, request.message_id, button_data(approval_id, "once"),
+                             user_id=ALICE, username=None, first_name="Al\ud800ice")
+        answer = await answer_to(server, query)
+        assert answer.text == "Approved once by Al\ufffdice (run in the turn)."
+        await replies(server)
+        assert runs(marker) == 1

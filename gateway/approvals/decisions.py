@@ -40,6 +40,7 @@ from gateway.store.state import StateDatabase
 from gateway.words.context import SessionContext, current_session, session_context
 from gateway.words.events import SendResult
 from gateway.words.return_address import ReturnAddress
+from gateway.words.storable import storable
 
 if TYPE_CHECKING:
     from gateway.config.settings import ApprovalsConfig
@@ -242,7 +243,9 @@ class Approvals:
             log.warning("approval_press_refused", approval_id=approval_id, platform=platform,
                         user_id=user_id)
             return Pressed(False, "Only the person who asked, or an approver, can decide this.")
-        by = user_name or user_id
+        # a presser's name, as their platform gives it, is kept even when the store
+        # cannot hold a character of it (gateway/words/storable.py)
+        by = storable(user_name) if user_name else user_id
         if decision == "deny":
             settled = await self._settle(record, ApprovalState.DENIED, decision, by, None)
         elif record.id in self._waiting or await self._waits_elsewhere(record.id):

@@ -7,7 +7,8 @@ infinity and pass a lone surrogate (``"\\ud800"``) through to the database,
 which cannot store it.
 Here each of those is an :class:`InputRefused` saying what is wrong, with the
 limit. :func:`text_problem` is the same rule for a message's text from any
-platform: text the journal cannot store is refused, never "send it again".
+platform: text the journal cannot store is refused, never "send it again". (A
+sender's name is kept with the character replaced instead: gateway/words/route.py.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.errors import RefusedInput
 from gateway.inbound.files import files_of
+from gateway.words.storable import UNSTORABLE
 
 if TYPE_CHECKING:
     from gateway.words.events import MessageEvent
@@ -32,7 +34,6 @@ MAX_NUMBER_CHARS = 100
 # unclosed string runs to the end, as the decoder reads it: were the closing quote
 # required, every later `"` would start a fresh scan to the end (quadratic).
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class InputRefused(RefusedInput, ValueError):
@@ -68,7 +69,7 @@ def load_json(data: str | bytes) -> Any:
 def text_problem(text: str) -> str | None:
     """None when ``text`` can be stored as it is; else what it holds that cannot
     (a NUL, or half of a UTF-16 pair, which is not Unicode text)."""
-    found = _UNSTORABLE.search(text)
+    found = UNSTORABLE.search(text)
     if found is None:
         return None
     char = found.group()

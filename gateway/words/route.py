@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from gateway.words.storable import storable
+
 CHAT_TYPES = ("dm", "group", "channel", "thread")
 
 
@@ -34,6 +36,12 @@ class Route:
             raise ValueError("a route needs a platform and a chat_id")
         if self.thread_id == "":
             raise ValueError("thread_id must be None or a non-empty id")
+        # names are only shown: one the store cannot hold (a lone surrogate in a display
+        # name) keeps U+FFFD in that place, and its message is handled like any other
+        for name in _NAMES:
+            value = getattr(self, name)
+            if value is not None and (kept := storable(value)) is not value:
+                object.__setattr__(self, name, kept)
 
     def with_anchor(self, message_id: str | None) -> Route:
         if message_id == self.message_id:  # (routes are values: the same one will do)
@@ -56,3 +64,5 @@ class Route:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Route))
+#: the fields that are a person's or a place's name, not an id
+_NAMES = ("user_name", "chat_name")
