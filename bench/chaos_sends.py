@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +56,8 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--group-per-minute", type=float, default=60.0,
                         help="platforms.telegram.group_messages_per_minute (default 60)")
+    parser.add_argument("--no-slack", action="store_true",
+                        help="Telegram, Discord and the web chat only")
     parser.add_argument("--keep", metavar="DIR", type=Path,
                         help="copy each run's home (store, logs) to DIR/run-N")
     args = parser.parse_args()
@@ -61,7 +66,7 @@ async def main() -> None:
     print(f"seed {args.seed}; {args.rounds} kills a run, every 2-6 s; {args.hogs} CPU hogs; "
           f"Telegram {args.group_per_minute:g} messages a minute into the forum group; "
           f"Discord {DISCORD_POSTS} posts in {DISCORD_PER:g} s a thread", flush=True)
-    totals = {p: Tally() for p in PLATFORMS}
+    totals = {p: Tally() for p in PLATFORMS if p != "slack" or not args.no_slack}
     for run in range(1, args.runs + 1):
         hogs = [await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass")
                 for _ in range(args.hogs)]
@@ -69,11 +74,13 @@ async def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 chaos = await chaos_rounds(Path(tmp), rounds=args.rounds,
                                            seed=args.seed + run - 1,
-                                           group_per_minute=args.group_per_minute)
+                                           group_per_minute=args.group_per_minute,
+                                           with_slack=not args.no_slack)
                 if args.keep is not None:
-                    shutil.copytree(Path(tmp) / "home", args.keep / f"run-{run}",
-                                    dirs_exist_ok=True,
+                    kept = args.keep / f"run-{run}"
+                    shutil.copytree(Path(tmp) / "home", kept, dirs_exist_ok=True,
                                     ignore=shutil.ignore_patterns("*.sock", "jobs"))
+                    _keep(chaos, kept)
         finally:
             for hog in hogs:
                 hog.send_signal(signal.SIGKILL)
@@ -82,6 +89,14 @@ async def main() -> None:
     if args.runs > 1:
         print(f"\nall {args.runs} runs")
         _table(totals)
+
+
+def _keep(chaos: Chaos, kept: Path) -> None:
+    """What the person said and was shown, and the kills, beside the kept home."""
+    (kept / "chaos.json").write_text(json.dumps({
+        "seed": chaos.seed, "kills": chaos.kills, "starts": chaos.starts,
+        "items": [dataclasses.asdict(i) for i in chaos.items],
+        "shown": [dataclasses.asdict(c) for c in chaos.shown]}, indent=1))
 
 
 def _code() -> str:
@@ -113,6 +128,10 @@ def _report(run: int, chaos: Chaos, totals: dict[str, Tally]) -> None:
           f"{chaos.parked}; messages that started two jobs: {chaos.jobs_twice}; web twice "
           f"only in a tab (not the transcript): {chaos.tab_twice}; Discord messages read "
           f"back into a DM session: {chaos.read_back_as_dm}; {load_average()}")
+    lags = ", ".join(f"{platform} {statistics.median(v) * 1000:.0f} ms "
+                     f"(p99 {sorted(v)[max(0, int(len(v) * 0.99) - 1)] * 1000:.0f}, "
+                     f"max {max(v) * 1000:.0f})" for platform, v in chaos.record_lag.items() if v)
+    print(f"from the platform having a notice to the daemon noting it delivered: {lags}")
     for doubled in chaos.doubled:
         print("  twice: " + _doubled(chaos, doubled))
     for noted in chaos.noted:
@@ -151,9 +170,9 @@ def _doubled(chaos: Chaos, d: Doubled) -> str:
     entries = ", ".join(f"inbound #{e['id']} {e['state']}" for e in d.inbound
                         if d.unit.startswith("answer:"))
     events = sorted({str(r.get("event")) for r in d.logs})
-    window = (f"; then {d.sends_after} more sends before the kill ({d.sends_after_here} "
-              f"here)" if d.copies and chaos.life_at(d.copies[0].at) <= len(chaos.kills)
-              else "")
+    window = (f"; {d.sends_before_here} sends here in the 5 s before it, then "
+              f"{d.sends_after} more sends before the kill ({d.sends_after_here} here)"
+              if d.copies and chaos.life_at(d.copies[0].at) <= len(chaos.kills) else "")
     found = (f"; the next life found {d.reconciled[1]} claimed rows without a send record "
              f"(requeued), {d.reconciled[0]} with one" if d.reconciled else "")
     return (f"{d.platform} {d.unit} in {d.place.label}: {len(d.copies)} copies ({shown})"

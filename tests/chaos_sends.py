@@ -36,7 +36,9 @@ from typing import Any
 
 import aiohttp
 
+from gateway.formatting.mrkdwn import unescape
 from tests.fakes.discord_server import DISCORD_EPOCH_MS, FakeDiscord
+from tests.fakes.slack_server import APP_TOKEN, BOT_TOKEN, DEFAULT_USER, FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
 from tests.real_daemon import home_env, start_daemon
 
@@ -46,7 +48,10 @@ TOPICS = (42, 17, 5, 9)
 CHANNEL = 500
 THREADS = (601, 602, 603, 604)
 CONVERSATIONS = ("chaos-a", "chaos-b", "chaos-c")
-PLATFORMS = ("telegram", "discord", "web")
+#: Slack: threads of #general, each under a colleague's message (someone the bot does
+#: not serve, so nothing answers it: tests/conformance/slack.py)
+GENERAL, SLACK_THREADS, COLLEAGUE = "C0GENERAL", 3, "U0BOB"
+PLATFORMS = ("telegram", "discord", "slack", "web")
 #: Discord's own limit on a channel's posts (5 in 5 s): notices waiting together there
 #: go out merged (gateway/delivery/merged_notices.py)
 DISCORD_POSTS, DISCORD_PER = 5, 5.0
@@ -72,12 +77,8 @@ class Place:
 
     @property
     def label(self) -> str:
-        kind = {"telegram": "topic", "discord": "thread", "web": "conversation"}[self.platform]
+        kind = {"telegram": "topic", "web": "conversation"}.get(self.platform, "thread")
         return f"{self.platform} {kind} {self.where}"
-
-
-PLACES = ([Place("telegram", t) for t in TOPICS] + [Place("discord", t) for t in THREADS]
-          + [Place("web", c) for c in CONVERSATIONS])
 
 
 @dataclass
@@ -148,6 +149,10 @@ class Doubled:
     #: and those into this conversation
     sends_after: int = 0
     sends_after_here: int = 0
+    #: sends into this conversation in the 5 s before the first copy (Discord's bucket
+    #: for a channel: the fifth post of five waits out the bucket's reset in discord.py
+    #: before it returns)
+    sends_before_here: int = 0
     #: what the next life's start found claimed by the dead one: (marked delivered,
     #: requeued), from its ``outbox_reconciled`` line
     reconciled: tuple[int, int] | None = None
@@ -158,6 +163,7 @@ class Chaos:
     """What a run did, what the person was shown, and the counts."""
 
     seed: int
+    platforms: tuple[str, ...] = PLATFORMS
     items: list[Item] = field(default_factory=list)
     kills: list[float] = field(default_factory=list)  # time.time() of each SIGKILL
     starts: list[float] = field(default_factory=list)  # time.time() each life listened
@@ -177,6 +183,12 @@ class Chaos:
     #: Discord messages journaled into a DM session of a thread's id (read back from
     #: history without the thread's guild: issue 44's phantom DM)
     read_back_as_dm: int = 0
+    #: by platform, for job notices shown once: seconds from the platform having the
+    #: message to the daemon noting it delivered (the send's answer back, then the
+    #: record queued): the least a kill-9 window can be there
+    record_lag: dict[str, list[float]] = field(default_factory=dict)
+    #: everything the person was shown, every platform (the web: its tabs' frames)
+    shown: list[Copy] = field(default_factory=list)
 
     def life_at(self, at: float) -> int:
         """Which life (1 = the first daemon) was running at ``at``."""
@@ -272,16 +284,18 @@ class Person:
     """Writes pings, jobs and watch jobs into random places, at random moments, whether
     the daemon is up or not."""
 
-    def __init__(self, rng: random.Random, chaos: Chaos, telegram: FakeTelegram,
-                 discord: FakeDiscord, tabs: dict[str, Tab], up: asyncio.Event) -> None:
-        self.rng, self.chaos = rng, chaos
-        self.telegram, self.discord, self.tabs, self.up = telegram, discord, tabs, up
+    def __init__(self, rng: random.Random, chaos: Chaos, places: list[Place],
+                 telegram: FakeTelegram, discord: FakeDiscord, slack: FakeSlack | None,
+                 tabs: dict[str, Tab], up: asyncio.Event) -> None:
+        self.rng, self.chaos, self.places = rng, chaos, places
+        self.telegram, self.discord, self.slack = telegram, discord, slack
+        self.tabs, self.up = tabs, up
         self._number = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             roll = self.rng.random()
-            place = self.rng.choice(PLACES)
+            place = self.rng.choice(self.places)
             if roll < 0.5:
                 m = self._marker("P")
                 await self.say(place, "ping", m, f"hello {m}")
@@ -318,6 +332,9 @@ class Person:
         elif place.platform == "discord":
             await self.discord.user_message(channel_id=int(place.where), content=text,
                                             author_id=PERSON)
+        elif place.platform == "slack" and self.slack is not None:
+            self.slack.user_message(channel=GENERAL, text=text, user=DEFAULT_USER,
+                                    thread_ts=str(place.where))
         else:
             await self.tabs[str(place.where)].say(text)
 
@@ -325,8 +342,11 @@ class Person:
 # ------------------------------------------------------------------ the rounds
 
 
-def daemon_config(telegram: FakeTelegram, discord: FakeDiscord,
+def daemon_config(telegram: FakeTelegram, discord: FakeDiscord, slack: FakeSlack | None,
                   group_per_minute: float) -> str:
+    slack_section = "" if slack is None else (
+        f"  slack: {{enabled: true, bot_token: '{BOT_TOKEN}', app_token: '{APP_TOKEN}', "
+        f"api_base: '{slack.api_base}', allowed_users: ['{DEFAULT_USER}']}}\n")
     return (
         "platforms:\n"
         "  web: {port: 0}\n"
@@ -337,25 +357,36 @@ def daemon_config(telegram: FakeTelegram, discord: FakeDiscord,
         f"api_base: '{discord.api_base}', gateway_url: '{discord.gateway_url}', "
         f"guild_ready_timeout_seconds: {discord.guild_ready_timeout}, "
         f"allowed_users: ['{PERSON}']}}\n"
-        + WATCH_EVERY_LINE)
+        + slack_section + WATCH_EVERY_LINE)
 
 
 async def chaos_rounds(root: Path, *, rounds: int, seed: int, min_gap: float = 2.0,
                        max_gap: float = 6.0, group_per_minute: float = 60.0,
-                       settle_timeout: float = 300.0) -> Chaos:
+                       with_slack: bool = True, settle_timeout: float = 300.0) -> Chaos:
     """``rounds`` kills of one daemon on ``root``'s home, a person writing throughout;
     then a last life until nothing is left to do; then the counts."""
     rng = random.Random(seed)
-    chaos = Chaos(seed)
+    chaos = Chaos(seed, PLATFORMS if with_slack else tuple(p for p in PLATFORMS
+                                                           if p != "slack"))
     began = time.monotonic()
-    async with FakeTelegram() as telegram, FakeDiscord() as discord:
+    async with (FakeTelegram() as telegram, FakeDiscord() as discord,
+                FakeSlack() as slack_server):
         discord.add_channel(CHANNEL, "builds")
         for thread in THREADS:
             discord.add_thread(thread, CHANNEL)
             discord.limit_posts(thread, posts=DISCORD_POSTS, per=DISCORD_PER)
+        places = ([Place("telegram", t) for t in TOPICS] + [Place("discord", t) for t in THREADS]
+                  + [Place("web", c) for c in CONVERSATIONS])
+        slack = slack_server if with_slack else None
+        if slack is not None:
+            slack.add_user(COLLEAGUE, "bob")
+            places += [Place("slack", slack.user_message(channel=GENERAL, user=COLLEAGUE,
+                                                         text=f"a thread for {n}"))
+                       for n in range(SLACK_THREADS)]
         home = root / "home"
         home.mkdir()
-        (home / "config.yaml").write_text(daemon_config(telegram, discord, group_per_minute))
+        (home / "config.yaml").write_text(daemon_config(telegram, discord, slack,
+                                                        group_per_minute))
         env = home_env(home)
         tabs = {c: Tab(c) for c in CONVERSATIONS}
         up = asyncio.Event()
@@ -369,7 +400,8 @@ async def chaos_rounds(root: Path, *, rounds: int, seed: int, min_gap: float = 2
                     await tab.open(http, url)
                 up.set()
                 person = asyncio.create_task(
-                    Person(rng, chaos, telegram, discord, tabs, up).run(stop), name="person")
+                    Person(rng, chaos, places, telegram, discord, slack, tabs, up).run(stop),
+                    name="person")
                 for _ in range(rounds):
                     await asyncio.sleep(rng.uniform(min_gap, max_gap))
                     daemon.send_signal(signal.SIGKILL)
@@ -385,10 +417,10 @@ async def chaos_rounds(root: Path, *, rounds: int, seed: int, min_gap: float = 2
                     up.set()
                 stop.set()
                 await person
-                chaos.settled = await _settle(home / "state.db", telegram, discord, tabs,
-                                              settle_timeout)
+                chaos.settled = await _settle(home / "state.db", telegram, discord, slack,
+                                              tabs, settle_timeout)
                 chaos.seconds = time.monotonic() - began
-                _count(chaos, home, telegram, discord, tabs)
+                _count(chaos, home, telegram, discord, slack, tabs)
             finally:
                 stop.set()
                 if person is not None and not person.done():
@@ -407,7 +439,8 @@ async def chaos_rounds(root: Path, *, rounds: int, seed: int, min_gap: float = 2
 
 
 async def _settle(db: Path, telegram: FakeTelegram, discord: FakeDiscord,
-                  tabs: dict[str, Tab], timeout: float, quiet: float = 10.0) -> bool:
+                  slack: FakeSlack | None, tabs: dict[str, Tab], timeout: float,
+                  quiet: float = 10.0) -> bool:
     """Until the platforms have handed over everything, the daemon has nothing left to
     do and nothing new was shown for ``quiet`` seconds (Discord's history is read back
     after a connection: the journal holds nothing of it until then)."""
@@ -415,9 +448,10 @@ async def _settle(db: Path, telegram: FakeTelegram, discord: FakeDiscord,
     seen: tuple[int, ...] = ()
     quiet_since = time.monotonic()
     while time.monotonic() < deadline:
-        now = (len(telegram.sent), len(discord.sent),
+        now = (len(telegram.sent), len(discord.sent), len(slack.posts) if slack else 0,
                sum(len(t.frames) for t in tabs.values()))
         busy = (bool(telegram.pending_updates) or any(t.unacked for t in tabs.values())
+                or (slack is not None and bool(slack.unacked or slack.pending))
                 or await asyncio.to_thread(_open_work, db) > 0)
         if now != seen or busy:
             seen, quiet_since = now, time.monotonic()
@@ -487,7 +521,7 @@ def units_of(text: str, job_markers: dict[str, str]) -> set[str]:
 
 
 def _count(chaos: Chaos, home: Path, telegram: FakeTelegram, discord: FakeDiscord,
-           tabs: dict[str, Tab]) -> None:
+           slack: FakeSlack | None, tabs: dict[str, Tab]) -> None:
     db = home / "state.db"
     with closing(_read(db)) as conn:
         jobs = [dict(r) for r in conn.execute("SELECT id, command, state FROM jobs")]
@@ -513,9 +547,10 @@ def _count(chaos: Chaos, home: Path, telegram: FakeTelegram, discord: FakeDiscor
             jobs_of.setdefault(mark.group(1), []).append(job)
     chaos.jobs_twice = sum(1 for js in jobs_of.values() if len(js) > 1)
 
-    copies = {p: list(_shown(p, telegram, discord, transcript)) for p in PLATFORMS}
+    copies = {p: list(_shown(p, telegram, discord, slack, transcript))
+              for p in chaos.platforms}
     frames = [c for tab in tabs.values() for c in tab.frames]
-    found: dict[str, dict[str, list[Copy]]] = {p: {} for p in PLATFORMS}
+    found: dict[str, dict[str, list[Copy]]] = {p: {} for p in chaos.platforms}
     for platform, shown in copies.items():
         for copy in shown:
             for unit in units_of(copy.text, job_markers):
@@ -525,7 +560,7 @@ def _count(chaos: Chaos, home: Path, telegram: FakeTelegram, discord: FakeDiscor
         for unit in units_of(frame.text, job_markers):
             seen_in_tab.setdefault(unit, []).append(frame)
 
-    for platform in PLATFORMS:
+    for platform in chaos.platforms:
         chaos.tallies[platform] = Tally()
     for item in chaos.items:
         for unit in _expected(item, jobs_of):
@@ -565,18 +600,27 @@ def _count(chaos: Chaos, home: Path, telegram: FakeTelegram, discord: FakeDiscor
                     inbound=[e for e in inbound if item.marker in e["event"]]))
             else:
                 tally.once += 1
+                if unit.startswith("notice:") and platform != "web" and got:
+                    delivered = [n["delivered_at"] for n in _notices_of(unit, notices, jobs_of)
+                                 if n["kind"] == "completion" and n["delivered_at"]]
+                    if delivered:
+                        chaos.record_lag.setdefault(platform, []).append(
+                            delivered[0] - got[0].at)
     chaos.read_back_as_dm = sum(1 for e in inbound if e["platform"] == "discord"
                                 and e["session_key"].startswith("agent:main:discord:dm:"))
     lines = _log_lines(home)
     chaos.maybe_repeated = [line for line in lines if "maybe_repeated" in line]
-    every_send = sorted((c for p in ("telegram", "discord") for c in copies[p]),
-                        key=lambda c: c.at) + frames
+    every_send = [c for p in chaos.platforms if p != "web" for c in copies[p]] + frames
+    chaos.shown = sorted(every_send, key=lambda c: c.at)
     reconciled = {chaos.life_at(_epoch(r["timestamp"])): (r["marked_delivered"], r["requeued"])
                   for r in _records(lines) if r.get("event") == "outbox_reconciled"}
     for doubled in chaos.doubled + chaos.noted:
         doubled.logs = _log_records(lines, {n["id"] for n in doubled.notices},
                                     {e["id"] for e in doubled.inbound})
         first = doubled.copies[0]
+        doubled.sends_before_here = sum(
+            1 for c in every_send if first.at - DISCORD_PER <= c.at < first.at
+            and c.where == first.where and c.platform == first.platform)
         life = chaos.life_at(first.at)
         if life <= len(chaos.kills):
             killed = chaos.kills[life - 1]
@@ -601,10 +645,10 @@ def _expected(item: Item, jobs_of: dict[str, list[dict[str, Any]]]) -> Iterator[
 
 
 def _shown(platform: str, telegram: FakeTelegram, discord: FakeDiscord,
-           transcript: list[dict[str, Any]]) -> Iterator[Copy]:
+           slack: FakeSlack | None, transcript: list[dict[str, Any]]) -> Iterator[Copy]:
     """What the person was shown on ``platform`` (the web: its transcript)."""
+    offset = time.time() - time.monotonic()  # (the fakes note monotonic times)
     if platform == "telegram":
-        offset = time.time() - time.monotonic()  # (the fake notes monotonic times)
         for s in telegram.sent:
             where = (s.message_thread_id or 0) if s.chat_id == FORUM else f"chat {s.chat_id}"
             yield Copy("telegram", where, s.text, s.at + offset, str(s.message_id))
@@ -613,6 +657,12 @@ def _shown(platform: str, telegram: FakeTelegram, discord: FakeDiscord,
             at = ((d.message_id >> 22) + DISCORD_EPOCH_MS) / 1000
             yield Copy("discord", d.channel_id, d.content or "", at, str(d.message_id),
                        key=None if d.nonce is None else str(d.nonce))
+    elif platform == "slack":
+        for number, post in enumerate(slack.posts if slack is not None else []):
+            channel, thread = post.params.get("channel"), post.params.get("thread_ts")
+            where = str(thread) if channel == GENERAL else f"chat {channel}"
+            yield Copy("slack", where, unescape(str(post.params.get("text", ""))),
+                       post.at + offset, str(number), key=post.params.get("client_msg_id"))
     else:
         for line in transcript:
             parts = line["session_key"].split(":")
