@@ -12,6 +12,7 @@ how long.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 import time
@@ -409,3 +410,38 @@ async def test_under_a_flood_limit_an_ended_sessions_notices_never_join_the_new_
     assert ["from an ended session" in text for text in sent] == [True, False, True]
     assert jobs_in(said[ended.id]) == ["j1", "j4", "j5"]
     assert jobs_in(said[live.id]) == ["j2", "j3"]
+
+
+async def test_notices_queued_one_by_one_go_together_when_the_chat_is_short_as_they_go(
+        tmp_path: Path) -> None:
+    """Three topics' notices came while their lanes were busy and the chat had room,
+    so each was queued on its own; when the lanes free, the chat takes one message
+    more. Each topic's waiting notices then go together, in order, in one message
+    there — not each in a message of its own, waiting out the limit one by one."""
+    config = make_config(tmp_path / "home", platforms__web__enabled=False)
+    adapter = MemoryAdapter("memory")
+    adapter.room = 100
+    topics = ("42", "43", "44")
+    async with running_gateway(config, [adapter]) as gw:
+        addresses = await addresses_in(gw, {int(topic): Route(
+            "memory", "group", "1", thread_id=topic) for topic in topics})
+        busy = asyncio.Event()
+        lanes = [gw.runner.run_in_lane(a.session_key, busy.wait) for a in addresses.values()]
+        for i in range(1, 6):
+            for topic, address in addresses.items():
+                await gw.outbox.produce([NewNotification(
+                    f"t{topic}n{i}:completion:0", "completion", address,
+                    f"Job t{topic}n{i} finished: exit code 0 after {i} s.",
+                    job_id=f"t{topic}n{i}")])
+                await eventually(lambda a=address, i=i: gw.runner.lanes.waiting(
+                    a.session_key) == i, what="the notice queued on its own")
+        adapter.room = 1  # (a flood limit met meanwhile)
+        busy.set()
+        await asyncio.gather(*lanes)
+        await all_delivered(gw, len(topics) * 5)
+    for topic in topics:
+        sent = [m.text for m in adapter.sent_to(Route("memory", "group", "1", thread_id=topic))
+                if m.kind == "notification"]
+        assert len(sent) == 1 and sent[0].startswith("5 notices at once")
+        assert re.findall(r"\bJob t(\d+)n(\d)\b", sent[0]) == [(topic, str(i))
+                                                              for i in range(1, 6)]

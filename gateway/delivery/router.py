@@ -82,6 +82,10 @@ class _Lanes(Protocol):
 
     def queued_last(self, session_key: str, done: asyncio.Future[Any]) -> bool: ...
 
+    def queued(self, session_key: str) -> list[asyncio.Future[Any]]: ...
+
+    def withdraw(self, session_key: str, done: asyncio.Future[Any]) -> bool: ...
+
     def hold(self, session_key: str) -> bool: ...
 
     def held_by(self, session_key: str, holder: asyncio.Task[Any]) -> None: ...
@@ -197,6 +201,8 @@ class Router:
         self._holds: dict[str, _Hold] = {}
         #: by conversation, the delivery still open for notices to join
         self._gathering: dict[str, Delivery] = {}
+        #: deliveries queued in their lanes and not started, by their lane's future
+        self._queued: dict[asyncio.Future[Any], Delivery] = {}
         #: batches being posted inline (see the module's story), one task each
         self._inline: set[asyncio.Task[None]] = set()
         #: inline posts by the commit that records them, told once it is through
@@ -548,10 +554,12 @@ class Router:
         budgets.spend(delivery.members[0].decision)
         delivery.done = self.runner.run_in_lane(key, partial(self._deliver_in_lane, delivery))
         delivery.done.add_done_callback(partial(self._lane_done, delivery))
+        self._queued[delivery.done] = delivery
         if delivery.gathering:
             self._gathering[key] = delivery
 
     def _lane_done(self, delivery: Delivery, pending: asyncio.Future[object]) -> None:
+        self._queued.pop(pending, None)
         members = [m.notification for m in delivery.members]
         if pending.cancelled():
             outcomes = [_STOPPING] * len(members)
@@ -671,6 +679,9 @@ class Router:
         key = delivery.session_key
         if self._gathering.get(key) is delivery:
             del self._gathering[key]
+        if delivery.done is not None:
+            self._queued.pop(delivery.done, None)
+        self._take_along(delivery)
         taken = {m.notification.id: self.outbox.delivering(m.notification.id)
                  for m in delivery.members}
         going = [m for m in delivery.members if taken[m.notification.id]]
@@ -697,6 +708,50 @@ class Router:
             if retried:  # (the first of them: one parked meanwhile holds nothing)
                 self._holds[key] = _Hold(retried[0])
         return [outcomes[m.notification.id] for m in delivery.members]
+
+    def _take_along(self, delivery: Delivery) -> None:
+        """When the chat cannot take one by one what waits for it now, the notices
+        queued right behind ``delivery`` in its lane (posted as they are, for the same
+        owner, nothing else between) join it: they go out together, in order, in as few
+        messages as the platform's length allows, rather than each waiting out the
+        flood limit in a message of its own. Measured as the delivery starts, so what
+        was queued while the chat still had room is taken along too."""
+        if not self._may_merge(delivery):
+            return
+        key = delivery.session_key
+        owner = owner_of(delivery.members[0].decision)
+        behind: list[Delivery] = []
+        for done in self.runner.lanes.queued(key):
+            later = self._queued.get(done)
+            if (later is None or not self._may_merge(later)
+                    or owner_of(later.members[0].decision) != owner):
+                break
+            behind.append(later)
+        if not behind:
+            return
+        route = delivery.members[0].decision.route
+        room = _Budgets(self.runner, Counter()).room_now(route)
+        if room is None or room >= 0:  # (it counts what waits in the chat's lanes)
+            return
+        for later in behind:
+            assert later.done is not None
+            if not self.runner.lanes.withdraw(key, later.done):
+                break
+            del self._queued[later.done]
+            if self._gathering.get(key) is later:
+                del self._gathering[key]
+            delivery.members.extend(later.members)
+            later.members = []
+            later.done.set_result([])  # (its notices' outcomes are this delivery's)
+        log.info("notices_taken_along", session_key=key, notices=len(delivery.members),
+                 room=room)
+
+    def _may_merge(self, delivery: Delivery) -> bool:
+        """A delivery whose notices may go in one message with others: posted as they
+        are, none of a merged message sent before nor one a stop may have sent alone."""
+        return delivery.merged_into is None and all(
+            self._posts_as_is(m.notification, m.decision) and not m.notification.interrupted
+            and m.notification.merged_into is None for m in delivery.members)
 
     def _waits_behind(self, going: Sequence[Member]) -> int | None:
         """The id of the notice of their conversation that waits for a retry and that
@@ -912,7 +967,7 @@ class _Budgets:
         just placed included."""
         chat = _chat_of(decision.route)
         if chat not in self._room:
-            self._room[chat] = self._room_now(decision.route)
+            self._room[chat] = self.room_now(decision.route)
         room = self._room[chat]
         return room is not None and room < self._wanted[chat] + 1
 
@@ -923,7 +978,8 @@ class _Budgets:
         if room is not None:
             self._room[chat] = room - 1
 
-    def _room_now(self, route: Route) -> int | None:
+    def room_now(self, route: Route) -> int | None:
+        """What the chat takes now less the work its lanes hold."""
         adapter = self._runner.adapters.get(route.platform)
         room = adapter.send_room(route) if adapter is not None else None
         if room is None:

@@ -105,6 +105,23 @@ class Lanes:
         lane = self.by_key.get(session_key)
         return bool(lane and lane.queue and lane.queue[-1][1] is done)
 
+    def queued(self, session_key: str) -> list[asyncio.Future[Any]]:
+        """The futures of the work queued in this conversation and not started, in order."""
+        lane = self.by_key.get(session_key)
+        return [done for _, done in lane.queue] if lane else []
+
+    def withdraw(self, session_key: str, done: asyncio.Future[Any]) -> bool:
+        """Take the queued work ``done`` belongs to out of the lane before it starts (the
+        router sends its notices with the delivery before it); False when it started."""
+        lane = self.by_key.get(session_key)
+        if lane is None:
+            return False
+        for index, (_, queued) in enumerate(lane.queue):
+            if queued is done:
+                del lane.queue[index]
+                return True
+        return False
+
     def waiting(self, session_key: str) -> int:
         lane = self.by_key.get(session_key)
         return len(lane.queue) if lane else 0
