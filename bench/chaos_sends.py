@@ -126,7 +126,8 @@ def _report(run: int, chaos: Chaos, totals: dict[str, Tally]) -> None:
         totals[platform].add(tally)
     print(f"maybe_repeated in the daemon logs: {len(chaos.maybe_repeated)}; parked notices: "
           f"{chaos.parked}; messages that started two jobs: {chaos.jobs_twice}; web twice "
-          f"only in a tab (not the transcript): {chaos.tab_twice}; Discord messages read "
+          f"only in a tab (not the transcript): {chaos.tab_twice}; Discord posts answered by "
+          f"their nonce (sent again, shown once): {chaos.nonce_hits}; Discord messages read "
           f"back into a DM session: {chaos.read_back_as_dm}; {load_average()}")
     lags = ", ".join(f"{platform} {statistics.median(v) * 1000:.0f} ms "
                      f"(p99 {sorted(v)[max(0, int(len(v) * 0.99) - 1)] * 1000:.0f}, "

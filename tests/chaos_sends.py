@@ -187,6 +187,8 @@ class Chaos:
     #: message to the daemon noting it delivered (the send's answer back, then the
     #: record queued): the least a kill-9 window can be there
     record_lag: dict[str, list[float]] = field(default_factory=dict)
+    #: Discord posts its nonce answered with the message it already had (no second one)
+    nonce_hits: int = 0
     #: everything the person was shown, every platform (the web: its tabs' frames)
     shown: list[Copy] = field(default_factory=list)
 
@@ -537,6 +539,7 @@ def _count(chaos: Chaos, home: Path, telegram: FakeTelegram, discord: FakeDiscor
             "SELECT id, platform, platform_id, session_key, state, event, received_at, "
             "handled_at FROM inbound")]
     chaos.jobs = len(jobs)
+    chaos.nonce_hits = discord.nonce_hits
     chaos.parked = sum(1 for n in notices if n["state"] == "parked")
     job_markers: dict[str, str] = {}
     jobs_of: dict[str, list[dict[str, Any]]] = {}
@@ -731,7 +734,8 @@ def _log_records(lines: list[str], notification_ids: set[int], entry_ids: set[in
     """The daemon's log records naming one of these notifications or journal entries."""
     found = []
     for record in _records(lines):
-        ids = {record.get("notification_id"), *(record.get("notification_ids") or [])}
+        ids = {record.get("notification_id"), record.get("notice_id"),
+               *(record.get("notification_ids") or [])}
         if ids & notification_ids or record.get("entry_id") in entry_ids:
             found.append(record)
     return found
