@@ -52,6 +52,7 @@ scripted failures and the waits.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from typing import Any
@@ -133,6 +134,10 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, BotWebhook, Lo
         self._posted: dict[tuple[int, int], Posted] = {}  # (chat id, message id) of the bot's
         self._user_messages: set[tuple[int, int]] = set()  # inbound ones: the bot can't edit
         self._send_failures: list[Failure] = []
+        #: a group's flood limit (messages, seconds) and its sends' times
+        self._group_limits: dict[int, tuple[int, float, bool]] = {}
+        self._group_sends: dict[int, list[float]] = {}
+        self._group_window_start: dict[int, float] = {}
         self._edit_failures: list[Failure] = []
         self._delete_failures: list[Failure] = []
         self._poll_failures: list[Failure] = []
@@ -281,6 +286,17 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, BotWebhook, Lo
         self._send_failures.append(
             scripted_failure(chat_id, status, retry_after, description, count, text))
 
+    def limit_group(self, chat_id: int, *, messages: int = 20, per: float = 60.0,
+                    fixed: bool = False) -> None:
+        """Telegram's flood control for a group: at most ``messages`` sends in any
+        ``per`` seconds (about 20 a minute, all its topics together); one more is
+        "429 Too Many Requests: retry after N", N the whole seconds until the oldest
+        send of the window leaves it, as Telegram says it. Telegram does not document
+        its counting: ``fixed`` counts in windows that start anew every ``per`` seconds
+        instead (a burst each time the window resets), which a sender counting a
+        sliding minute disagrees with."""
+        self._group_limits[chat_id] = (messages, per, fixed)
+
     def stop_failing_sends(self) -> None:
         """Drop the scripted send failures not used up yet: sends are taken again."""
         self._send_failures.clear()
@@ -348,6 +364,8 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, BotWebhook, Lo
             if request.transport is None or request.transport.is_closing():
                 # its bot died while the send was held: it never reached "Telegram"
                 return error_response(500, "Internal Server Error: the client is gone")
+            if (wait := self._flood_wait(params.get("chat_id"))) is not None:
+                return error_response(429, f"Too Many Requests: retry after {wait}", wait)
         try:
             result = await handler(self, params)
         except ApiError as exc:
@@ -360,6 +378,32 @@ class FakeTelegram(BotMessages, BotButtons, BotFiles, BotAccount, BotWebhook, Lo
         return web.json_response({"ok": True, "result": result})
 
     # ------------------------------------------------------------------ methods
+
+    def _flood_wait(self, chat: object) -> int | None:
+        """The seconds a send to a limited group must wait (None: it goes, and counts)."""
+        try:
+            chat_id = int(str(chat))
+        except ValueError:
+            return None
+        if chat_id not in self._group_limits:
+            return None
+        allowed, per, fixed = self._group_limits[chat_id]
+        now = time.monotonic()
+        if fixed:  # windows of ``per`` seconds from the group's first send
+            start = self._group_window_start.setdefault(chat_id, now)
+            began = start + per * ((now - start) // per)
+            sends = [t for t in self._group_sends.get(chat_id, []) if t >= began]
+            self._group_sends[chat_id] = sends
+            if len(sends) >= allowed:
+                return max(1, math.ceil(began + per - now))
+            sends.append(now)
+            return None
+        sends = [t for t in self._group_sends.get(chat_id, []) if now - t < per]
+        self._group_sends[chat_id] = sends
+        if len(sends) >= allowed:
+            return max(1, math.ceil(per - (now - sends[0])))
+        sends.append(now)
+        return None
 
     async def _true(self, params: dict[str, Any]) -> bool:
         return True
