@@ -211,6 +211,7 @@ class SlackApi(SlackState):
         if not room.member:
             raise ApiError("not_in_channel")
         text, blocks = self._content(params, required=True)
+        metadata = _metadata(params)
         thread_ts = params.get("thread_ts") or None
         if thread_ts is not None:
             parent = room.find(str(thread_ts))
@@ -224,7 +225,8 @@ class SlackApi(SlackState):
             message["subtype"] = "thread_broadcast"
         self._append(room, message)
         self._bot_messages[(room.id, ts)] = SlackMessage(ts, room.id, thread_ts, text or "",
-                                                         blocks, self.bot_user_id)
+                                                         blocks, self.bot_user_id,
+                                                         metadata=metadata)
         self.posts.append(Call("chat.postMessage", params))
         if self._subscribed_to_messages(room):
             self._push_event({**message, "channel": room.id, "event_ts": ts,
@@ -243,8 +245,11 @@ class SlackApi(SlackState):
         text, blocks = self._content(params, required=False)
         if text is None and blocks is None:
             raise ApiError("no_text")
+        metadata = _metadata(params, update=True)
         previous = dict(message)
         record = self._bot_messages[(room.id, ts)]
+        if metadata is not None:  # left out, the message keeps its metadata; {} removes it
+            record.metadata = metadata or None
         record.edits.append(record.text)
         if text is not None:
             message["text"] = record.text = text
@@ -301,6 +306,7 @@ class SlackApi(SlackState):
         if start is not None:
             newest_first = [m for m in newest_first if _ts_key(m["ts"]) <= start]
         page, rest = self._page(newest_first, params, default=100)
+        page = self._with_metadata(room, page, params)
         answer: JSON = {"messages": page, "has_more": bool(rest), "pin_count": 0,
                         "channel_actions_ts": None, "channel_actions_count": 0}
         if rest:
@@ -322,10 +328,23 @@ class SlackApi(SlackState):
             replies = [m for m in replies if _ts_key(m["ts"]) >= start]
         # the parent leads every page, as on Slack, and counts against the limit
         page, rest = self._page(replies, params, default=1000, reserved=1)
-        answer: JSON = {"messages": [parent, *page], "has_more": bool(rest)}
+        page = self._with_metadata(room, [parent, *page], params)
+        answer: JSON = {"messages": page, "has_more": bool(rest)}
         if rest:
             answer["response_metadata"] = {"next_cursor": _cursor(rest[0]["ts"])}
         return answer
+
+    def _with_metadata(self, room: Channel, page: list[JSON], params: JSON) -> list[JSON]:
+        """``page`` as read, with each message's metadata only when the read asks for it
+        (``include_all_metadata``): only the app's own posts have any."""
+        if not as_bool(params.get("include_all_metadata")):
+            return page
+        shown = []
+        for message in page:
+            record = self._bot_messages.get((room.id, message["ts"]))
+            shown.append({**message, "metadata": record.metadata}
+                         if record is not None and record.metadata is not None else message)
+        return shown
 
     def _page(self, messages: list[JSON], params: JSON, *, default: int,
               reserved: int = 0) -> tuple[list[JSON], list[JSON]]:
@@ -386,6 +405,30 @@ async def _read_params(request: web.Request) -> tuple[JSON, str | None]:
     else:
         raise ApiError("invalid_post_type")
     return params, token
+
+
+def _metadata(params: JSON, *, update: bool = False) -> JSON | None:
+    """A post's or an edit's ``metadata`` as Slack checks it (docs.slack.dev, "Using
+    message metadata"): JSON text (form bodies) or an object, else
+    ``invalid_metadata_format``; a non-empty string ``event_type`` and an object
+    ``event_payload``, else ``invalid_metadata_schema``. That ``event_type`` be an
+    alphanumeric, human-readable name is Slack's advice, "not enforced programmatically"
+    ("Designing metadata event schema"), nor here. None when there is none; ``{}`` from
+    an edit (``update``) removes what the message had."""
+    raw = params.get("metadata")
+    if raw is None:
+        return None
+    metadata = json_text(raw)
+    if not isinstance(metadata, dict):
+        raise ApiError("invalid_metadata_format")
+    if update and not metadata:
+        return {}
+    event_type, payload = metadata.get("event_type"), metadata.get("event_payload")
+    if not isinstance(event_type, str) or not event_type.strip():
+        raise ApiError("invalid_metadata_schema")
+    if not isinstance(payload, dict):
+        raise ApiError("invalid_metadata_schema")
+    return {"event_type": event_type, "event_payload": payload}
 
 
 def _bearer(request: web.Request) -> str | None:

@@ -47,6 +47,11 @@ Behaviour worth knowing when writing tests:
 * Blocks as Slack checks them (``slack_blocks``): a missing ``block_id`` or button
   ``action_id`` is filled in, as Slack does, so ``message.blocks`` carries them.
 * ``add_file`` needs the fake started (its URLs name the port).
+* Message metadata (``metadata`` of chat.postMessage and chat.update) is checked as
+  Slack checks it (``invalid_metadata_format``, ``invalid_metadata_schema``), kept
+  with the bot's message (``SlackMessage.metadata``; an edit without it keeps it, ``{}``
+  removes it) and shown only by conversations.history / replies called with
+  ``include_all_metadata``; people's messages never carry any.
 
 The records and shared state live in ``slack_world``, the Web API's reading,
 authorisation, errors and chat/conversations/users/assistant methods in ``slack_api``,

@@ -42,6 +42,8 @@ class SlackMessage:
     edits: list[str] = field(default_factory=list)
     deleted: bool = False
     files: list[JSON] = field(default_factory=list)
+    #: the message metadata the app posted with it (or edited into it), if any
+    metadata: JSON | None = None
 
 
 @dataclass

@@ -13,7 +13,9 @@ Each (re)connection's ``hello`` reads back what was said while the socket was do
 (``history.py``); live messages that come meanwhile wait, so the missed ones keep
 their order. Sending never needs the socket: every message goes out over the Web API
 to the route it is given — its channel, and its thread (``thread_ts``) — in order per
-conversation, each method's rate limit waited out (``api.py``).
+conversation, each method's rate limit waited out (``api.py``). A send with a dedupe key
+carries it in its metadata, so that after a crash the next life can tell from the
+channel whether it went out (``sends.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from gateway.contract.adapter import Adapter, LiveReply
 from gateway.formatting.mrkdwn import message_parts
 from gateway.inbound.files import FILES, FileRefused, IncomingFile
 from gateway.platforms.flow import FlowControl, RateLimits
-from gateway.platforms.slack import history
+from gateway.platforms.slack import history, sends
 from gateway.platforms.slack.api import NOT_ALLOWED, PATIENT, SlackRefused, WebApi
 from gateway.platforms.slack.approvals import (
     answer_press,
@@ -460,7 +462,7 @@ class SlackAdapter(Adapter):
                    session_id: str | None = None, dedupe_key: str | None = None,
                    notice: NoticeInfo | None = None) -> SendResult:
         return await self.send_parts(route, message_parts(text, self.message_limit),
-                                     first=True)
+                                     first=True, dedupe_key=dedupe_key)
 
     async def send_choices(self, route: Route, text: str, choices: Sequence[Choice], *,
                            kind: MessageKind = "system", session_id: str | None = None
@@ -471,10 +473,12 @@ class SlackAdapter(Adapter):
                                      first=True, choices=choices)
 
     async def send_parts(self, route: Route, parts: list[str], *, first: bool = False,
-                         choices: Sequence[Choice] = ()) -> SendResult:
+                         choices: Sequence[Choice] = (), dedupe_key: str | None = None
+                         ) -> SendResult:
         """``parts`` in order, as one message, into the route's thread (or channel, or
         DM); ``first``: they start it (a streamed reply's rest comes after its preview
-        took the first part); ``choices``: buttons under the last part."""
+        took the first part); ``choices``: buttons under the last part; ``dedupe_key``:
+        each part carries it (with its index) in its metadata, for :meth:`delivered`."""
         if self._api is None or not self._logged_in:
             return SendResult.failed("slack is not connected")
         last: str | None = None
@@ -486,6 +490,9 @@ class SlackAdapter(Adapter):
                 blocks = choice_blocks(part, choices) \
                     if choices and index == len(parts) - 1 else None
                 extra: dict[str, Any] = {"blocks": blocks} if blocks is not None else {}
+                metadata = sends.send_metadata(dedupe_key, index if first else index + 1)
+                if metadata is not None:
+                    extra["metadata"] = metadata
                 await self.flow.admit(route.chat_id, group=True)
                 try:
                     data = await self._api.call(
@@ -498,6 +505,15 @@ class SlackAdapter(Adapter):
                                              route_gone=exc.route_gone)
                 last = str(data.get("ts"))
         return SendResult.sent(last)
+
+    async def delivered(self, route: Route, dedupe_key: str) -> bool | None:
+        """Whether the bot's messages after ``route``'s anchor hold the send keyed
+        ``dedupe_key`` (its first part, or the preview its final edit turned into), by
+        the key each carries in its metadata (gateway/platforms/slack/sends.py)."""
+        if self._api is None or not self._logged_in:
+            return None
+        return await sends.delivered(self._api, route, dedupe_key,
+                                     bot_user_id=self.bot_user_id)
 
     def live_reply(self, route: Route, session_id: str | None) -> LiveReply:
         return SlackPreview(self, route)

@@ -1,7 +1,8 @@
 """A Slack reply as it is written: a preview in the turn's thread (or channel, or DM),
 edited by ``chat.update`` at most every ``platforms.slack.stream_edit_interval_seconds``
 and skipped rather than waited for when Slack rate-limits the edits, then edited a last
-time into the final text (see ``gateway/platforms/preview.py``): one message in the end.
+time into the final text (see ``gateway/platforms/preview.py``): one message in the end,
+carrying the reply's dedupe key from that edit on (``sends.py``).
 
 What the turn is doing shows as the thread's status (``assistant.threads.setStatus``)
 where the app has Slack's agent feature; elsewhere Slack refuses that, once, and the
@@ -9,7 +10,7 @@ status is a line in the preview instead, as on the other platforms."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.formatting.mrkdwn import message_parts, render
 from gateway.platforms.flow import FlowControl
@@ -22,6 +23,7 @@ from gateway.platforms.preview import (
     PreviewRefused,
 )
 from gateway.platforms.slack.api import SlackRefused, WebApi
+from gateway.platforms.slack.sends import send_metadata
 from gateway.platforms.slack.settings import SlackSettings
 from gateway.words.route import Route
 
@@ -80,6 +82,12 @@ class SlackPreview(EditedPreview):
         await self.adapter.flow.admit(self.route.chat_id, group=True)
         await self._update(message_id, text)
 
+    async def _edit_last(self, message_id: str, text: str, dedupe_key: str | None) -> None:
+        """With the reply's dedupe key in the preview's metadata: after a crash,
+        ``SlackAdapter.delivered`` finds the message it became (sends.py)."""
+        await self.adapter.flow.admit(self.route.chat_id, group=True)
+        await self._update(message_id, text, metadata=send_metadata(dedupe_key, 0))
+
     async def _delete(self, message_id: str) -> None:
         await self.adapter.flow.admit(self.route.chat_id, group=True)
         try:
@@ -88,11 +96,14 @@ class SlackPreview(EditedPreview):
         except SlackRefused as exc:
             raise _preview_error(exc) from exc
 
-    async def _update(self, message_id: str, text: str, *, wait_limit: float = 60.0) -> None:
+    async def _update(self, message_id: str, text: str, *, wait_limit: float = 60.0,
+                      metadata: dict[str, Any] | None = None) -> None:
+        """``metadata``: the message's from now on (None keeps what it had)."""
+        extra: dict[str, Any] = {"metadata": metadata} if metadata is not None else {}
         try:
             await self.adapter.api.call("chat.update", wait_limit=wait_limit,
                                         channel=self.route.chat_id, ts=message_id, text=text,
-                                        link_names=False)
+                                        link_names=False, **extra)
         except SlackRefused as exc:
             raise _preview_error(exc) from exc
 

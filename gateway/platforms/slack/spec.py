@@ -36,7 +36,7 @@ PLATFORM = PlatformSpec(
     adapter="gateway.platforms.slack.adapter:make_adapter",
     capabilities=Capabilities(
         threads=True, edits=True, buttons=True, files_in=True, files_out=True, typing=True,
-        message_limit=4000, history=True,
+        message_limit=4000, history=True, confirms_sends=True,
         rate_limits="per method (chat.postMessage about one a second per channel); 429 "
                     "Retry-After waited out per method, each conversation's order kept"),
     required=("bot_token", "app_token"),
