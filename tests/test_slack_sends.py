@@ -30,8 +30,11 @@ from gateway.platforms.slack.sends import SEND_EVENT, send_key
 from gateway.words.events import reply_key
 from gateway.words.return_address import ReturnAddress
 from gateway.words.route import Route
+from tests.fakes.openai_server import FakeOpenAI, Say
 from tests.fakes.slack_server import BOT_TOKEN, FakeSlack, SlackMessage
 from tests.helpers import eventually, eventually_async, settled
+from tests.model_support import model_settings
+from tests.test_matrix_replay import STOPPED, crash_at_the_reply_record, journal_states
 from tests.test_slack import DM, GENERAL, slack_config, slack_gateway
 
 
@@ -291,3 +294,50 @@ async def test_the_fake_shows_metadata_only_to_a_read_that_asks_for_it(fake) -> 
     await web.chat_update(channel=GENERAL, ts=reply, text="reply, edited", metadata={})
     assert await read(include_all_metadata=True) == {top: metadata, reply: None,
                                                      parent: None}
+
+
+# ---------------------------------------------------------------------- a reply, after a kill -9
+
+async def test_a_command_answered_before_the_crash_is_neither_answered_again_nor_doubted(
+        tmp_path: Path, fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command ran and its reply went out; the kill came before either was recorded.
+    The next life finds the reply in the thread and finishes the message as answered,
+    instead of telling the thread it may not have finished."""
+    config = slack_config(tmp_path / "home", fake)
+    async with slack_gateway(config) as gw:
+        crash = crash_at_the_reply_record(monkeypatch, gw)
+        parent = fake.user_message(channel=GENERAL, text="/run echo answered-$((6*7))")
+        await crash.wait(timeout=60)
+        monkeypatch.undo()
+    crash.restore()
+    assert journal_states(crash.path) == ["acted"]  # the command ran; no answer recorded
+    async with slack_gateway(config) as gw:  # the restart after the crash
+        await settled(gw)
+        assert await gw.runner.inbound.unfinished() == []
+    said = [m.text for m in fake.messages(GENERAL, parent)]
+    assert sum("answered-42" in text for text in said) == 1, said
+    assert not any(text.startswith(STOPPED) for text in said), said
+
+
+async def test_a_streamed_reply_out_before_the_crash_is_not_sent_again(
+        tmp_path: Path, fake, monkeypatch: pytest.MonkeyPatch, model: FakeOpenAI) -> None:
+    """The reply was a preview edited into its final text; the turn did nothing that
+    lasts, so without a look at the DM it would run again and post a second copy."""
+    answer = " ".join(f"streamed-{i}" for i in range(30))
+    model.chunk_delay = 0.03
+    model.brain = lambda req: Say(answer)
+    config = slack_config(tmp_path / "home", fake, **model_settings(model),
+                          platforms__slack__stream_edit_interval_seconds=0.2)
+    async with slack_gateway(config) as gw:
+        crash = crash_at_the_reply_record(monkeypatch, gw)
+        fake.user_message(channel=DM, text="tell me")
+        await crash.wait(timeout=60)
+        monkeypatch.undo()
+    crash.restore()
+    assert journal_states(crash.path) == ["started"]
+    asked = len(model.requests)
+    async with slack_gateway(config) as gw:
+        await settled(gw)
+    assert [m.text for m in fake.messages(DM)] == [answer]  # the preview, made final
+    assert fake.messages(DM)[0].edits  # (it was a preview)
+    assert len(model.requests) == asked  # the model was not asked again
