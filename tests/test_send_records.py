@@ -251,3 +251,43 @@ async def test_an_interrupted_notice_goes_alone_under_its_key_though_the_chat_is
     assert len(rest) == 1 and "2 notices at once" in rest[0].text
     assert "Job k2 " in rest[0].text and "Job k3 " in rest[0].text
 
+
+
+class LateConnectingAdapter(ConfirmingAdapter):
+    """A platform not connected yet when the restarted router first claims (as Slack's
+    socket or Discord's gateway often are), and able to tell what went out."""
+
+    def __init__(self) -> None:
+        super().__init__(answer=True)
+        self.is_connected = False
+
+    @property
+    def connected(self) -> bool:
+        return self.is_connected
+
+
+async def test_an_interrupted_notice_still_asks_after_a_retry_before_its_platform_connects(
+        tmp_path: Path) -> None:
+    """The first try after the restart finds the platform not connected and gives the
+    notice back for a retry; that retry still knows the notice may have gone out before
+    the kill, asks, and does not post it a second time."""
+    config = _config(tmp_path)
+    await _interrupted_notices(config, 1)
+    adapter = LateConnectingAdapter()
+    async with running_gateway(config, [adapter]) as gw:
+        async def given_back() -> bool:
+            rows = await gw.outbox.list()
+            return len(rows) == 1 and rows[0].state == "pending" and rows[0].attempts == 1
+
+        await eventually_async(given_back, what="the notice given back: not connected")
+        adapter.is_connected = True
+        await gw.outbox.make_due("agent:main:memory")
+        gw.router.wake()
+
+        async def delivered() -> bool:
+            return [n.state for n in await gw.outbox.list()] == ["delivered"]
+
+        await eventually_async(delivered, what="the notice delivered once connected")
+        await settled(gw)
+    assert adapter.asked == ["k1:completion:0:0"]
+    assert [m for m in adapter.sent if m.kind == "notification"] == []

@@ -128,6 +128,12 @@ def attempt_outcome(outcome: DeliveryOutcome) -> str:
     return FLOOD_LIMITED if outcome.state == "retry" and outcome.platform_wait else outcome.state
 
 
+#: a row given back keeps the mark that it may have gone out before a stop (INTERRUPTED)
+#: until it is delivered: a retry before the platform was asked (not connected yet, as
+#: right after a restart), or one held behind another, must still ask it
+_LAST_ERROR = "last_error = CASE WHEN last_error = ? THEN last_error ELSE ? END"
+
+
 def _state_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
                now: float) -> list[Op]:
     if outcome.state == "parked":
@@ -138,23 +144,25 @@ def _state_ops(notification_id: int, claimer: str, outcome: DeliveryOutcome,
     if outcome.state == "retry":
         return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
                  "claimed_by = NULL, claimed_at = NULL, attempts = attempts + 1, "
-                 "last_error = ?, not_before = ? "
+                 f"{_LAST_ERROR}, not_before = ? "
                  f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
-                 (outcome.reason or "retry", now + outcome.retry_in, notification_id, claimer))]
+                 (INTERRUPTED, outcome.reason or "retry", now + outcome.retry_in,
+                  notification_id, claimer))]
     if outcome.state == "withheld":
         # no attempt counted: nothing was tried. Due again soon, for a survivor (the
         # life that gave it back is ending and claims nothing more)
         return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
-                 "claimed_by = NULL, claimed_at = NULL, not_before = ?, last_error = ? "
+                 f"claimed_by = NULL, claimed_at = NULL, not_before = ?, {_LAST_ERROR} "
                  f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
-                 (now + outcome.retry_in, outcome.reason, notification_id, claimer))]
+                 (now + outcome.retry_in, INTERRUPTED, outcome.reason, notification_id,
+                  claimer))]
     if outcome.state == "held":
         # no attempt counted and no wait of its own: the claim leaves it while the earlier
         # notice waits, and takes it right after that one once it is due
         return [(f"UPDATE notifications SET state = '{NotificationState.PENDING}', "
-                 "claimed_by = NULL, claimed_at = NULL, not_before = NULL, last_error = ? "
+                 f"claimed_by = NULL, claimed_at = NULL, not_before = NULL, {_LAST_ERROR} "
                  f"WHERE id = ? AND state = '{NotificationState.CLAIMED}' AND claimed_by = ?",
-                 (outcome.reason, notification_id, claimer))]
+                 (INTERRUPTED, outcome.reason, notification_id, claimer))]
     return []
 
 

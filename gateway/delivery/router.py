@@ -31,7 +31,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -898,10 +898,15 @@ class Router:
         if not n.interrupted:
             return False
         adapter = self.runner.adapters.get(route.platform)
+        # looked for after the anchor the work started under: the owner's route may
+        # have moved on since (a message read back after the restart)
+        address = n.address
+        where = (route if address is None or address.route.message_id is None
+                 else replace(route, message_id=address.route.message_id))
         answer: bool | None = None
         if adapter is not None:
             try:
-                answer = await adapter.delivered(route, dedupe_key)
+                answer = await adapter.delivered(where, dedupe_key)
             except Exception as exc:  # a look that failed: not known, as on Telegram
                 log.warning("send_lookup_failed", notification_id=n.id,
                             platform=route.platform, error=repr(exc))
