@@ -245,6 +245,42 @@ async def test_what_was_said_while_the_daemon_was_down_is_handled_once_after_it_
         assert received(harness, places[1]) == [f"Received: before in {places[1].label}"]
 
 
+@pytest.mark.promise(Promise.WHILE_DOWN)
+async def test_what_was_said_in_a_thread_while_down_joins_that_threads_own_session(
+        harness: Harness, tmp_path: Path) -> None:
+    """Read back after the start (a channel's history, the updates kept, a sync), a
+    message said in a thread belongs to the session the thread had before: its
+    ``/status`` names the thread's session key and id, not a new conversation's that
+    only shares the thread's channel (what is started there would be in no history of
+    the thread's)."""
+    async with harness.running(tmp_path / "home"):
+        places = harness.places()
+        a = places.thread_a
+        await harness.say(a, "/status")
+        (before,) = await eventually(lambda: statuses(harness, a), what="the thread's /status")
+        await harness.settled()
+        await harness.stop_daemon()
+        await harness.say(a, "/status")  # nobody is there to be told
+        await harness.say(a, "while down in the thread")
+        await harness.start_daemon()
+        await eventually(lambda: len(statuses(harness, a)) == 2 and received(harness, a),
+                         what="what was said in the thread while down")
+        await harness.settled()
+        assert statuses(harness, a) == [before, before]  # (session key, session id)
+        assert received(harness, a) == ["Received: while down in the thread"]
+        assert harness.bot_texts(places.thread_b) == []
+        assert harness.bot_texts(places.dm) == []
+
+
+_STATUS = re.compile(r"session key: \W*(agent:main:[^\s`*]+)\W*\s+\W*session id: \W*([\w-]+)")
+
+
+def statuses(harness: Harness, place: Place) -> list[tuple[str, str]]:
+    """The session key and id each ``/status`` answer in ``place`` names, oldest first."""
+    return [found.groups() for t in harness.bot_texts(place)  # type: ignore[misc]
+            if (found := _STATUS.search(t))]
+
+
 # ---------------------------------------------------------------------- the cursor
 
 @pytest.mark.promise(Promise.CURSOR)

@@ -275,15 +275,19 @@ class DiscordAdapter(Adapter):
         try:
             for chat_id, last_id in marks.items() if client is not None else ():
                 assert client is not None
-                channel = client.get_partial_messageable(int(chat_id))
                 read = 0
                 try:
+                    channel = await _history_of(client, int(chat_id))
+                    if channel is None:
+                        log.warning("discord_catch_up_skipped", channel_id=chat_id,
+                                    error="not a channel with messages")
+                        continue
                     async for message in channel.history(
                             after=discord.Object(id=int(last_id)), oldest_first=True,
                             limit=_CATCH_UP_LIMIT):
                         read += 1
                         await self._take(message, catching_up=True)
-                except (discord.HTTPException, OSError) as exc:
+                except (discord.HTTPException, discord.InvalidData, OSError) as exc:
                     log.warning("discord_catch_up_failed", channel_id=chat_id, error=str(exc))
                 if read == _CATCH_UP_LIMIT:
                     log.warning("discord_catch_up_cut", channel_id=chat_id, read=read,
@@ -587,6 +591,17 @@ class DiscordAdapter(Adapter):
                     return SendResult.failed(what)
                 await policy.pause(attempt)
         return SendResult.failed("discord did not accept the message")
+
+
+async def _history_of(client: discord.Client, channel_id: int
+                      ) -> discord.abc.Messageable | None:
+    """The channel or thread itself, from the cache or asked of Discord: its history's
+    messages then carry the guild and the channel's type (a message over REST names
+    neither), so a thread's missed messages take the thread's route. Read through a
+    bare partial messageable, each would look like a DM. None for a channel that holds
+    no messages (a category, a forum itself)."""
+    channel = client.get_channel(channel_id) or await client.fetch_channel(channel_id)
+    return channel if isinstance(channel, discord.abc.Messageable) else None
 
 
 def make_adapter(settings: DiscordConfig, context: PlatformContext) -> DiscordAdapter:

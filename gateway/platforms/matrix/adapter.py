@@ -35,6 +35,7 @@ import structlog
 from nio import (  # type: ignore[import-untyped]
     AsyncClient,
     AsyncClientConfig,
+    JoinedMembersResponse,
     JoinResponse,
     LoginResponse,
     RoomContextResponse,
@@ -385,8 +386,7 @@ class MatrixAdapter(Adapter):
         if message is None:
             return None
         assert self._host is not None
-        room = self.client.rooms.get(room_id)
-        is_dm = room is not None and room.member_count <= 2
+        is_dm = await self._is_dm(room_id)
         metadata: dict[str, Any] = {}
         if message.files:
             metadata[FILES] = [f.to_dict() for f in message.files]
@@ -455,6 +455,25 @@ class MatrixAdapter(Adapter):
                     and (event.get("content") or {}).get("membership") == "join"):
                 return events[index + 1:]
         return events
+
+    async def _is_dm(self, room_id: str) -> bool:
+        """Whether the room is one person and the bot. A sync from a saved token brings
+        no room state, so after a restart this life's client may not know who is in a
+        room it hears from: its members are then asked of the homeserver once (nio
+        keeps them), rather than counting a group's thread as a DM of whoever spoke."""
+        room = self.client.rooms.get(room_id)
+        if room is not None and (room.members_synced or _counted(room)):
+            return bool(room.member_count <= 2)
+        try:
+            answer = await self.api.call(
+                "joined_members", lambda: self.client.joined_members(room_id),
+                JoinedMembersResponse, room=room_id)
+        except MatrixRefused as exc:
+            log.warning("matrix_members_unknown", room_id=room_id, error=str(exc),
+                        hint="the room is counted from what this life has seen of it")
+            return room is not None and room.member_count <= 2
+        room = self.client.rooms.get(room_id)
+        return bool((room.member_count if room is not None else len(answer.members)) <= 2)
 
     def _is_encrypted(self, room_id: str, events: list[dict[str, Any]]) -> bool:
         room = self.client.rooms.get(room_id)
@@ -706,3 +725,10 @@ def _stripped(event: Any) -> dict[str, Any]:
             "sender": getattr(event, "sender", None),
             "state_key": getattr(event, "state_key", None),
             "content": {"membership": getattr(event, "membership", None)}}
+
+
+def _counted(room: Any) -> bool:
+    """Whether a sync told the client how many are in ``room`` (its summary's counts)."""
+    summary = room.summary
+    return summary is not None and summary.joined_member_count is not None \
+        and summary.invited_member_count is not None
