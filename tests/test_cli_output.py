@@ -141,3 +141,36 @@ async def test_jobs_json_lists_every_job_and_a_limit_says_how_many_it_left_out(
     assert code == 0 and err == "" and len(out.splitlines()) == 601  # header and all
     code, _, err = await run_cli("jobs", "--limit", "0", env=env)
     assert code == 2 and "at least 1" in err
+
+
+async def test_sessions_stop_at_the_limit_with_a_word_and_page_on_with_offset(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    async with running_gateway(make_config(home)) as gw:
+        routes = [Route("memory", "dm", str(n), user_id=str(n)) for n in range(1234)]
+        created = await asyncio.gather(*(gw.store.get_or_create(
+            gw.runner.session_key_for(r), r) for r in routes))
+    env = home_env(home)
+    code, out, err = await run_cli("sessions", "--json", env=env)
+    assert code == 0
+    first = json.loads(out)  # stdout stays one JSON array; the word goes to stderr
+    assert len(first) == 1000
+    assert "showing 1000 of 1234 sessions; --offset 1000 for the next" in err
+    code, out, err = await run_cli("sessions", "--json", "--offset", "1000", env=env)
+    assert code == 0
+    rest = json.loads(out)
+    assert len(rest) == 234 and "showing 234 of 1234 sessions from --offset 1000" in err
+    assert "for the next" not in err
+    # the two pages are every session once: none repeated, none skipped
+    assert sorted(s["id"] for s in first + rest) == sorted(s.id for s in created)
+
+    code, out, err = await run_cli("sessions", "--limit", "10", "--offset", "20", env=env)
+    assert code == 0 and len(out.splitlines()) == 11  # header and ten
+    assert "showing 10 of 1234 sessions from --offset 20; --offset 30 for the next" in err
+    code, out, err = await run_cli("sessions", "--limit", "5000", env=env)
+    assert code == 0 and err == "" and len(out.splitlines()) == 1235
+    for flag, value in (("--limit", "0"), ("--limit", "x"), ("--offset", "-1"),
+                        ("--offset", "1.5")):
+        code, _, err = await run_cli("sessions", flag, value, env=env)
+        assert code == 2 and f"argument {flag}:" in err, (flag, value)
+

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from gateway.daemon.assembly import running_gateway
+from gateway.words.route import Route
 from tests.conftest import make_config
 from tests.helpers import eventually_async
 
@@ -166,6 +167,43 @@ async def test_sessions_api_lists_renames_archives_and_shows_transcripts(web, ht
         lines = (await resp.json())["messages"]
     assert [line["role"] for line in lines] == ["user", "reply"]
     assert lines[0]["text"] == "remember me"
+
+
+async def test_sessions_api_pages_with_a_total_and_the_next_offset(web, http) -> None:
+    runner, base = web
+    routes = [Route("web", "dm", f"c{n}", user_id=f"c{n}") for n in range(1234)]
+    created = await asyncio.gather(*(runner.store.get_or_create(
+        runner.session_key_for(r), r) for r in routes))
+    async with http.get(f"{base}/api/sessions") as resp:
+        first = await resp.json()
+    assert len(first["sessions"]) == 1000  # the default page, not all of them silently
+    assert (first["total"], first["next_offset"]) == (1234, 1000)
+    async with http.get(f"{base}/api/sessions?offset={first['next_offset']}") as resp:
+        rest = await resp.json()
+    assert len(rest["sessions"]) == 234
+    assert (rest["total"], rest["next_offset"]) == (1234, None)
+    # every session once across the pages: none repeated, none skipped
+    ids = [s["id"] for s in first["sessions"] + rest["sessions"]]
+    assert sorted(ids) == sorted(s.id for s in created)
+    async with http.get(f"{base}/api/sessions?archived=include&limit=10&offset=20") as resp:
+        page = await resp.json()
+    assert [s["id"] for s in page["sessions"]] == ids[20:30]
+    assert (page["total"], page["next_offset"]) == (1234, 30)
+    async with http.get(f"{base}/api/sessions?offset=" + "9" * 40) as resp:
+        past = await resp.json()  # past the end: an empty page, not a failing query
+    assert resp.status == 200 and past["sessions"] == [] and past["next_offset"] is None
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ("limit=0", "limit"), ("limit=1001", "limit"), ("limit=ten", "limit"), ("limit=", "limit"),
+    ("limit=-5", "limit"), ("offset=-1", "offset"), ("offset=1.5", "offset"),
+    ("offset=%D9%A1", "offset"),  # an Arabic-Indic one: a digit, but not a number here
+])
+async def test_a_bad_page_of_sessions_is_refused_by_name(web, http, query, named) -> None:
+    _, base = web
+    async with http.get(f"{base}/api/sessions?{query}") as resp:
+        assert resp.status == 400
+        assert (await resp.json())["error"].startswith(f"{named} must be a whole number")
 
 
 @pytest.mark.parametrize(("method", "path", "body", "status"), [

@@ -80,8 +80,18 @@ def _listing(config: Config, args: argparse.Namespace, what: str,
 
 
 def sessions_command(config: Config, args: argparse.Namespace) -> int:
+    """Sessions, most recently active first: ``--limit`` of them (1000 unless told) from
+    ``--offset``. When that is not all of them stderr says so and where the next page
+    starts, so a script reading the JSON array is never cut short without a word."""
+    offset: int = args.offset
+    shown = total = 0
+
     async def fetch(store: SessionStore) -> list[dict[str, Any]]:
-        return [s.to_dict() for s in await store.list_sessions(args.archived)]
+        nonlocal shown, total
+        page = await store.list_sessions(args.archived, limit=args.limit, offset=offset)
+        total = await store.count_sessions(args.archived)
+        shown = len(page)
+        return [s.to_dict() for s in page]
 
     def line(row: dict[str, Any]) -> str:
         state = "archived" if row["archived"] else ("ended" if row["ended_at"] else "live")
@@ -89,9 +99,22 @@ def sessions_command(config: Config, args: argparse.Namespace) -> int:
         return (f"{row['id']:32}  {state:9}  {when(row['last_active_at']):19}  {title:20}  "
                 f"{row['session_key']}")
 
-    return _listing(config, args, "sessions", fetch,
+    code = _listing(config, args, "sessions", fetch,
                     f"{'SESSION ID':32}  {'STATE':9}  {'LAST ACTIVE':19}  {'TITLE':20}  "
                     "SESSION KEY", line)
+    if code == 0 and shown < total:
+        print(f"homing: {_page_notice(shown, total, offset, 'sessions')}", file=sys.stderr)
+    return code
+
+
+def _page_notice(shown: int, total: int, offset: int, what: str) -> str:
+    """"showing 1000 of 1234 sessions; --offset 1000 for the next" (where this page
+    starts when it is not the first; nothing about a next page after the last)."""
+    where = f" from --offset {offset}" if offset else ""
+    notice = f"showing {shown} of {total} {what}{where}"
+    if offset + shown < total:
+        notice += f"; --offset {offset + shown} for the next"
+    return notice
 
 
 def jobs_command(config: Config, args: argparse.Namespace) -> int:

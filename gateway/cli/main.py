@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     sessions = sub.add_parser("sessions", parents=[common], help="list sessions from the store")
     sessions.add_argument("--archived", choices=ARCHIVED_FILTERS, default="exclude")
     sessions.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    sessions.add_argument("--limit", type=_positive, default=1000, metavar="N",
+                          help="at most N, most recently active first (default: 1000); "
+                               "stderr says when there are more")
+    sessions.add_argument("--offset", type=_whole, default=0, metavar="N",
+                          help="skip the first N (the next page starts at the offset "
+                               "stderr gives)")
     sessions.set_defaults(func=sessions_command)
 
     jobs = sub.add_parser("jobs", parents=[common], help="list background jobs from the store")
@@ -235,6 +241,12 @@ def _version() -> str:
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def _whole(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 or more)")
     return int(text)
 
 

@@ -38,6 +38,8 @@ ArchivedFilter = Literal["exclude", "only", "include"]
 ARCHIVED_FILTERS: tuple[str, ...] = ("exclude", "only", "include")
 
 _LIVE_CACHE_SIZE = 10_000
+#: the largest LIMIT or OFFSET the databases take (a 64-bit integer); past it is past the end
+_SQL_INT_MAX = 2**63 - 1
 _SESSION_COLUMNS = (
     "id, session_key, platform, route, created_at, last_active_at, ended_at, "
     "end_reason, parent_session_id, title, archived"
@@ -354,25 +356,25 @@ class SessionStore:
 
     async def list_sessions(self, archived: ArchivedFilter = "exclude", *,
                             live_only: bool = False, platform: str | None = None,
-                            limit: int = 1000) -> list[SessionEntry]:
-        if archived not in ARCHIVED_FILTERS:
-            raise ValueError(f"archived must be one of {ARCHIVED_FILTERS}, not {archived!r}")
-        where, params = [], []
-        if archived == "exclude":
-            where.append("archived = 0")
-        elif archived == "only":
-            where.append("archived = 1")
-        if live_only:
-            where.append("ended_at IS NULL")
-        if platform is not None:
-            where.append("platform = ?")
-            params.append(platform)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+                            limit: int = 1000, offset: int = 0) -> list[SessionEntry]:
+        """Most recently active first, ``limit`` of them after skipping ``offset``: a
+        listing that may stop short pages on with :meth:`count_sessions` beside it (ties
+        in activity are ordered by id, so pages neither repeat nor skip a session)."""
+        clause, params = _session_filter(archived, live_only, platform)
         await self.db.flush()
         rows = await self.db.fetchall(
             f"SELECT {_SESSION_COLUMNS} FROM sessions {clause} "
-            f"ORDER BY last_active_at DESC LIMIT ?", (*params, limit))
+            f"ORDER BY last_active_at DESC, id DESC LIMIT ? OFFSET ?",
+            (*params, min(limit, _SQL_INT_MAX), min(offset, _SQL_INT_MAX)))
         return [_entry(r) for r in rows]
+
+    async def count_sessions(self, archived: ArchivedFilter = "exclude", *,
+                             live_only: bool = False, platform: str | None = None) -> int:
+        """How many sessions :meth:`list_sessions` pages through under the same filter."""
+        clause, params = _session_filter(archived, live_only, platform)
+        await self.db.flush()
+        (count,) = await self.db.fetchone(f"SELECT COUNT(*) FROM sessions {clause}", params)
+        return int(count)
 
     # transcript and activity (written behind) ------------------------------
 
@@ -459,6 +461,25 @@ def _row(e: SessionEntry) -> tuple[Any, ...]:
     return (e.id, e.session_key, e.route.platform, json.dumps(e.route.to_dict()),
             e.created_at, e.last_active_at, e.ended_at, e.end_reason,
             e.parent_session_id, e.title, int(e.archived))
+
+
+def _session_filter(archived: ArchivedFilter, live_only: bool,
+                    platform: str | None) -> tuple[str, list[Any]]:
+    """The WHERE clause a listing and its count share."""
+    if archived not in ARCHIVED_FILTERS:
+        raise ValueError(f"archived must be one of {ARCHIVED_FILTERS}, not {archived!r}")
+    where: list[str] = []
+    params: list[Any] = []
+    if archived == "exclude":
+        where.append("archived = 0")
+    elif archived == "only":
+        where.append("archived = 1")
+    if live_only:
+        where.append("ended_at IS NULL")
+    if platform is not None:
+        where.append("platform = ?")
+        params.append(platform)
+    return (f"WHERE {' AND '.join(where)}" if where else ""), params
 
 
 def _entry(row: Iterable[Any]) -> SessionEntry:
