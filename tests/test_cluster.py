@@ -105,11 +105,17 @@ class Told:
 
 def crash(instance: Instance) -> None:
     """The instance's process as if it died: renewing and watching stop where they are."""
-    assert instance._renewer is not None
-    instance._renewer.cancel()
+    stop_renewing(instance)
     for lease in instance._leases:
         if lease._watcher is not None:
             lease._watcher.cancel()
+
+
+def stop_renewing(instance: Instance) -> None:
+    """The renewing thread and the watch on the lease's count stop, nothing released."""
+    assert instance._renewer is not None and instance._watchdog is not None
+    instance._renewer.stop(wait=0)
+    instance._watchdog.cancel()
 
 
 async def renewals(instance: Instance, count: int) -> None:
@@ -391,8 +397,7 @@ async def test_status_lists_instances_and_the_leases_they_hold(tmp_path: Path) -
         stopped = Instance(db, "vps2-homing", lease_seconds=600, host="vps2", pid=99)
         await stopped.start()
         await stopped.stop()
-        assert holder._renewer is not None
-        holder._renewer.cancel()  # the CLI reads the row as it stands
+        stop_renewing(holder)  # the CLI reads the row as it stands
     finally:
         await db.close()
 

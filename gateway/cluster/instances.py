@@ -28,10 +28,13 @@ rows and statements). The local half of self-fencing uses the monotonic clock on
 instance counts its lease from before it asked for the renewal, which is never later
 than the store's count, so it stops acting before anyone else may start.
 
-Renewals go through the store's ordinary write queue (``db.write``: group commit), so
-a long queue delays them; the statements need no more than their own row's lock
-(gateway/cluster/rows.py), and docs/postgres-plan.md moves them to a connection of their
-own later.
+Renewals do not go through the store's write queue, nor wait for the event loop: a
+thread of their own asks the store on a connection of its own and publishes the new
+deadline (gateway/cluster/renewal.py), so neither a batch of writes ahead in the queue
+nor a loop busy with a long step lets a lease run out while the process is well. The
+statements need no more than their own row's lock (gateway/cluster/rows.py). What the
+renewing thread and the loop share — the deadlines, why the life ended — is written
+under :attr:`Instance._lock`; everything else stays on the loop.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import functools
 import os
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -50,8 +54,8 @@ import structlog
 
 import gateway.cluster.rows as rows
 from gateway.cluster.lives import Life, claimer_name
-from gateway.cluster.rows import LeaseRecord
-from gateway.retry import RetryPolicy
+from gateway.cluster.renewal import LeaseRenewer, RenewalLink, renewal_link
+from gateway.cluster.rows import LeaseRecord, Renewal
 from gateway.store.group_commit import StoreClosed
 
 if TYPE_CHECKING:
@@ -91,6 +95,8 @@ class Instance:
         self.host = host if host is not None else socket.gethostname()
         self.pid = pid if pid is not None else os.getpid()
         self._epoch: int | None = None
+        #: what the renewing thread writes and the loop reads (the deadlines, _ended)
+        self._lock = threading.Lock()
         self._deadline = 0.0  # monotonic: the lease is ours until then, by our own count
         #: monotonic: by then the store's count has run out too (a lease after the last
         #: renewal came back: it committed before that)
@@ -98,9 +104,12 @@ class Instance:
         self._ended: str | None = None
         self._ended_event = asyncio.Event()
         self._stopping = False
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # the watch on the count: a stop, or renew now
         self._heard = asyncio.Event()  # set at each renewal, at the end and at stop
-        self._renewer: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._link: RenewalLink | None = None
+        self._renewer: LeaseRenewer | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self._leases: list[Lease] = []
         self._log = log.bind(instance=name)
 
@@ -156,7 +165,8 @@ class Instance:
                 await asyncio.wait_for(self._heard.wait(),
                                        self._surely_over - time.monotonic())
             except TimeoutError:
-                self._ran_out_unheard()
+                if time.monotonic() >= self._surely_over:  # (not renewed meanwhile)
+                    self._ran_out_unheard()
         return True
 
     async def wait_ended(self) -> str:
@@ -176,8 +186,9 @@ class Instance:
         epoch, previous, now = await self.db.write(functools.partial(
             rows.register, name=self.name, host=self.host, pid=self.pid,
             lease_seconds=self.lease_seconds))
-        self._epoch, self._deadline = epoch, asked + self.lease_seconds
-        self._surely_over = time.monotonic() + self.lease_seconds
+        with self._lock:
+            self._epoch, self._deadline = epoch, asked + self.lease_seconds
+            self._surely_over = time.monotonic() + self.lease_seconds
         self._log = self._log.bind(epoch=epoch)
         if previous is not None and previous.state(now) == "live":
             # a crash and a quick restart look the same; the other life, if there is one,
@@ -186,8 +197,14 @@ class Instance:
                               previous_host=previous.host, previous_pid=previous.pid)
         self._log.info("instance_started", host=self.host, pid=self.pid,
                        lease_seconds=self.lease_seconds)
-        self._renewer = asyncio.create_task(self._renew_forever(),
-                                            name=f"instance-lease:{self.name}")
+        self._loop = asyncio.get_running_loop()
+        self._link = renewal_link(self.db, self.lease_seconds)
+        self._renewer = LeaseRenewer(self.name, self.lease_seconds, renew=self._renew,
+                                     surely_over=lambda: self._surely_over,
+                                     ran_out=self._ran_out_unheard, first_ask=asked)
+        self._renewer.start()
+        self._watchdog = asyncio.create_task(self._watch_the_count(),
+                                             name=f"instance-lease:{self.name}")
 
     async def stop(self) -> None:
         if self._epoch is None or self._stopping:
@@ -197,9 +214,18 @@ class Instance:
         self._stopping = True
         self._wake.set()
         self._heard.set()
-        if self._renewer is not None:
-            await asyncio.gather(self._renewer, return_exceptions=True)
-            self._renewer = None
+        if self._watchdog is not None:
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+            self._watchdog = None
+        renewer, self._renewer = self._renewer, None
+        # a renewal under way is bounded by the lease: once the thread has ended, none
+        # can land after the row is marked stopped
+        if renewer is not None and not await asyncio.to_thread(
+                renewer.stop, self.lease_seconds + 5):
+            self._log.warning("instance_lease_renewer_still_running",
+                              note="a renewal hangs; it ends with the lease")
+        elif self._link is not None:
+            self._link.close()
         if self._ended is None:
             try:
                 await self.db.write(functools.partial(rows.mark_stopped, name=self.name,
@@ -217,54 +243,54 @@ class Instance:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    # renewing -----------------------------------------------------------------------
+    # renewing (in the renewer's thread, but _watch_the_count) ----------------------
 
-    async def _renew_forever(self) -> None:
-        interval = self.lease_seconds / 3
-        # a failed renewal is tried again soon: about two more chances before it runs out
-        again = RetryPolicy((interval / 8, interval / 4, interval / 2, interval), jitter=0.2)
-        while not self._stopping and self._ended is None:
-            await _pause(self._wake, interval)
-            for attempt in again.tries():
-                if self._stopping:
-                    return
-                # a renewal that hangs (the store's lock held, a partition) must not leave
-                # a life that neither acts nor ends: once the store's count ran out, it is over
-                hangs = asyncio.timeout(max(0.0, self._surely_over - time.monotonic()))
-                try:
-                    async with hangs:
-                        await self._renew()
-                    break
-                except StoreClosed:
-                    self._end("the state database was closed")
-                    return
-                except STORE_ERRORS as exc:  # (TimeoutError is an OSError)
-                    if hangs.expired() or time.monotonic() >= self._surely_over:
-                        self._ran_out_unheard()
-                        return
-                    self._log.warning("instance_lease_renewal_failed", error=str(exc),
-                                      attempt=attempt + 1,
-                                      seconds_left=round(self.seconds_left, 3))
-                    await _pause(self._wake, again.delay(attempt))
-
-    async def _renew(self) -> None:
-        held = [(lease, lease.epoch) for lease in self._leases if lease.epoch is not None]
+    def _renew(self, within: float) -> bool:
+        """One renewal on the renewal link, within ``within`` seconds; the deadlines
+        published here, the rest told to the loop. True when this life is over."""
+        assert self._link is not None
+        held = [(lease, lease.epoch) for lease in tuple(self._leases)
+                if lease.epoch is not None]
         asked = time.monotonic()
-        renewal = await self.db.write(functools.partial(
+        renewal = self._link.transaction(functools.partial(
             rows.renew, name=self.name, epoch=self.epoch, lease_seconds=self.lease_seconds,
-            held=[(lease.name, epoch) for lease, epoch in held]))
+            held=[(lease.name, epoch) for lease, epoch in held]), within)
+        if self._stopping:
+            return True
         if renewal.ended is not None:
             self._end(renewal.ended)
-            return
-        self._deadline = asked + self.lease_seconds
-        self._surely_over = time.monotonic() + self.lease_seconds
-        self._heard.set()
+            return True
         lost = set(renewal.lost)
+        with self._lock:
+            if self._ended is not None:  # the count ran out while the answer was on its way
+                return True
+            self._deadline = asked + self.lease_seconds
+            self._surely_over = time.monotonic() + self.lease_seconds
+            for lease, epoch in held:
+                if (lease.name, epoch) not in lost:
+                    lease._renewed(epoch, self._deadline)
+        self._in_loop(self._heard_renewal, renewal, held)
+        return False
+
+    def _heard_renewal(self, renewal: Renewal, held: list[tuple[Lease, int | None]]
+                       ) -> None:
+        """In the loop: what waits for a renewal hears of it; a lease it found taken by
+        another instance is let go."""
+        self._heard.set()
         for lease, epoch in held:
-            if (lease.name, epoch) in lost:
+            if epoch is not None and (lease.name, epoch) in set(renewal.lost):
                 lease._lose(epoch)
-            else:
-                lease._renewed(epoch, self._deadline)
+
+    async def _watch_the_count(self) -> None:
+        """In the loop: end this life once the store's count has surely run out without
+        a renewal heard, whatever the renewing thread is waiting for."""
+        while not self._stopping and self._ended is None:
+            left = self._surely_over - time.monotonic()
+            if left <= 0:
+                self._ran_out_unheard()
+                return
+            if await _pause(self._wake, left) and self._renewer is not None:
+                self._renewer.renew_now()  # (woken for it; at a stop, the loop ends)
 
     def _ran_out_unheard(self) -> None:
         """A lease after the last renewal came back, the store's count has run out too:
@@ -272,15 +298,29 @@ class Instance:
         self._end("its lease ran out before a renewal got through to the store")
 
     def _end(self, why: str) -> None:
-        if self._ended is not None:
-            return
-        self._ended = why
+        """This life is over (from either thread); the loop is told."""
+        with self._lock:
+            if self._ended is not None:
+                return
+            self._ended = why
+        self._in_loop(self._tell_ended, why)
+
+    def _tell_ended(self, why: str) -> None:
         self._ended_event.set()
         self._heard.set()
         self._log.error("instance_fenced", reason=why,
                         note="this instance takes no more part; restart it to rejoin")
         for lease in self._leases:
             lease._wake.set()
+
+    def _in_loop(self, callback: Callable[..., None], *args: object) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: nobody is left to tell
+            pass
 
 
 class Lease:
@@ -299,7 +339,7 @@ class Lease:
         self._deadline = 0.0  # monotonic: held until then without a renewal
         self._retry_in = 0.0  # store seconds until the other holder's lease runs out
         self._stopping = False
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # the watch on the count: a stop, or renew now
         self._watcher: asyncio.Task[None] | None = None
         self._log = log.bind(instance=instance.name, lease=name)
         instance._leases.append(self)  # renewed with it, stopped with it
@@ -332,7 +372,8 @@ class Lease:
             return Acquired(False, epoch)
         if self._epoch != epoch:
             self._log.info("lease_acquired", epoch=epoch)
-        self._epoch, self._deadline = epoch, deadline
+        with instance._lock:  # (the renewing thread extends it)
+            self._epoch, self._deadline = epoch, deadline
         return Acquired(True, epoch)
 
     async def release(self) -> None:
@@ -436,6 +477,7 @@ class Lease:
     # told by the instance -----------------------------------------------------------
 
     def _renewed(self, epoch: int, deadline: float) -> None:
+        """(In the renewing thread, under the instance's lock.)"""
         if self._epoch == epoch:
             self._deadline = deadline
 
@@ -446,12 +488,15 @@ class Lease:
             self._wake.set()
 
 
-async def _pause(wake: asyncio.Event, seconds: float) -> None:
-    """Sleep up to ``seconds``, less if woken. The wake-up is cleared after the sleep, so
-    one given while the caller was busy elsewhere (a stop, a lost lease) is not missed."""
+async def _pause(wake: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to ``seconds``, less if woken; True when woken. The wake-up is cleared
+    after the sleep, so one given while the caller was busy elsewhere (a stop, a lost
+    lease) is not missed."""
+    woken = True
     try:
         async with asyncio.timeout(max(0.0, seconds)):
             await wake.wait()
     except TimeoutError:
-        pass
+        woken = wake.is_set()
     wake.clear()
+    return woken

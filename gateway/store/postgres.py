@@ -251,6 +251,18 @@ def _connect(url: str) -> psycopg.Connection[TupleRow]:
     return raw
 
 
+def connect_apart(url: str, *, timeout: float, application_name: str) -> PgConnection:
+    """A connection apart from the store's writer, its thread and its queue, for a
+    caller's thread whose few statements must not wait behind batches (an instance's
+    lease renewal). In autocommit: the caller opens each transaction. ``timeout`` bounds
+    the connect and how long TCP waits for the server to take what was sent."""
+    raw = psycopg.connect(url, autocommit=True, connect_timeout=max(2, round(timeout)),
+                          tcp_user_timeout=max(1, int(timeout * 1000)),
+                          application_name=application_name)
+    _adapt(raw)
+    return PgConnection(raw)
+
+
 def _adapt(conn: psycopg.Connection[TupleRow] | psycopg.AsyncConnection[TupleRow]) -> None:
     # flags are integers in the schema (as on SQLite); psycopg would send a bool as boolean
     conn.adapters.register_dumper(bool, Int8Dumper)
