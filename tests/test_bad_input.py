@@ -12,8 +12,9 @@ import pytest
 
 from gateway.contract.approval import button_data
 from gateway.daemon.assembly import Gateway, running_gateway
-from gateway.inbound.checks import MAX_JSON_DEPTH, InputRefused, load_json
+from gateway.inbound.checks import MAX_JSON_DEPTH, InputRefused, load_json, string_members
 from gateway.platforms.telegram.adapter import TelegramAdapter
+from gateway.platforms.web.adapter import MAX_FRAME_BYTES
 from gateway.words.route import Route
 from tests.approval_support import runs
 from tests.conftest import make_config
@@ -138,6 +139,119 @@ async def test_a_message_frame_refused_for_what_it_holds_names_its_id_not_to_res
     await tab.ws.send_str('{"type": "message", "text": "x\\u0000", "id": 5}')
     assert "id" not in await tab.frame()  # no message id to name: nothing to hold back
     assert await gw.store.messages(tab.ready["session_id"]) == []
+
+
+LONG = "x" * (MAX_FRAME_BYTES + 1)
+
+
+@pytest.mark.parametrize("raw", [
+    # as the page sends it: the text first, its id after
+    json.dumps({"type": "message", "text": LONG, "id": "m-big", "sent_at": 1.5}),
+    json.dumps({"id": "m-big", "text": LONG, "type": "message"}),
+    json.dumps({"type": "message", "text": '"\\{[' * 20_000 + "é🙂", "id": "m-big"}),
+    json.dumps({"type": "message", "extra": {"a": [[["]"]], {}]}, "n": -1.5e300,
+                "flag": None, "text": LONG, "id": "m-big"}, indent=4),
+])
+async def test_a_message_frame_over_the_limit_is_refused_by_its_id_not_to_resend(
+        gw: Gateway, http: aiohttp.ClientSession, raw: str) -> None:
+    """Too large to decode, the frame is still named by its id (and said to be a message
+    too long), so the page drops it instead of sending it on every reconnect; the same
+    frame again is refused the same way, and nothing of it is taken."""
+    tab = await open_tab(http, web_base(gw))
+    for _ in range(2):
+        await tab.ws.send_str(raw)
+        frame = await tab.frame()
+        assert frame["type"] == "error" and frame["error"].startswith("message too long: ")
+        assert f"over the limit of {MAX_FRAME_BYTES}" in frame["error"]
+        assert (frame["id"], frame["retry"]) == ("m-big", False)
+    await tab.say("still here?")
+    assert "still here?" in (await tab.frame())["text"]
+    lines = await gw.store.messages(tab.ready["session_id"])
+    assert [line.text for line in lines if line.role == "user"] == ["still here?"]
+
+
+@pytest.mark.parametrize(("raw", "error"), [
+    (json.dumps({"type": "message", "text": LONG}), "message too long"),  # no id to name
+    (json.dumps({"type": "message", "text": LONG, "id": "\ud800"}), "message too long"),
+    (json.dumps({"type": "message", "text": LONG, "id": "x" * 65}), "message too long"),
+    (json.dumps({"type": "message", "text": LONG, "id": 7}), "message too long"),
+    (json.dumps({"type": "approve", "text": LONG, "id": "a1"}), "frame too large"),
+    (json.dumps([{"type": "message", "id": "m-big"}, LONG]), "frame too large"),
+])
+async def test_a_frame_over_the_limit_without_a_message_id_names_none(
+        gw: Gateway, http: aiohttp.ClientSession, raw: str, error: str) -> None:
+    tab = await open_tab(http, web_base(gw))
+    await tab.ws.send_str(raw)
+    frame = await tab.frame()
+    assert frame["type"] == "error" and frame["error"].startswith(error)
+    assert "id" not in frame and "retry" not in frame
+
+
+NAMES = ("type", "id")
+
+
+@pytest.mark.parametrize(("data", "found"), [
+    ('{"type": "message", "text": "hi", "id": "a1"}', {"type": "message", "id": "a1"}),
+    (' {\n "text" : "x\\"}{[" ,"n":-1.5e10, "meta": {"a": [1, {"b": "]"}]}, "ok": true, '
+     '"no": null, "id" : "z", "type": "message"}', {"id": "z", "type": "message"}),
+    ('{"id": "\\u0041\\u00e9\\ud83d\\ude42"}', {"id": "Aé🙂"}),  # escapes, a whole pair
+    ('{"id": "\\ud800", "type": "message"}', {"type": "message"}),  # cannot be stored
+    ('{"id": "a\\u0000", "type": "message"}', {"type": "message"}),
+    ('{"id": 5, "type": ["message"]}', {}),  # named, but not strings
+    ('{"id": "first", "id": "second"}', {"id": "first"}),
+    ('{"type": "message", "id": "a\x01"}', {"type": "message"}),  # a raw control character
+    ('{"type": "message", "id": "bad \\x escape"}', {"type": "message"}),
+    ('{"type": "message", "id": "unclosed', {"type": "message"}),
+    ('{"type": "message", "id" "no colon"}', {"type": "message"}),
+    ('{"type": "message" "id": "no comma"}', {"type": "message"}),
+    ('["type", "message"]', {}), ("", {}), ("{", {}), ('"{"', {}),
+    ('{"n": \u0661, "id": "a"}', {}),  # an Arabic-Indic digit: no JSON number
+    ('{"type": "message", "x": {"y": [', {"type": "message"}),  # never closed
+    # the scan ends once both are read: what follows them is never looked at
+    ('{"type": "message", "id": "a1", "text": "' + "\\" * 9, {"type": "message", "id": "a1"}),
+])
+def test_string_members_reads_the_named_strings_and_passes_over_the_rest(
+        data: str, found: dict[str, str]) -> None:
+    assert string_members(data, NAMES) == found
+
+
+# (built in the test: a dozen frames of 16 MiB held from collection on would weigh)
+HOSTILE = {
+    # nesting millions deep: given up on, never recursed into
+    "deep nesting": (lambda n: '{"type": "message", "x": ' + "[" * (n // 2) + "]" * (n // 2)
+                     + ', "id": "a"}', {"type": "message"}),
+    "deep nesting, unclosed strings": (lambda n: '{"type": "message", "x": ' + '["' * (n // 2),
+                                       {"type": "message"}),
+    "deep nesting, unclosed": (lambda n: '{"type": "message", "x": ' + "[{" * (n // 2),
+                               {"type": "message"}),
+    "unclosed string of escaped quotes": (
+        lambda n: '{"type": "message", "text": "' + '\\"' * (n // 2), {"type": "message"}),
+    "unclosed string": (lambda n: '{"type": "message", "text": "' + "x" * n,
+                        {"type": "message"}),
+    "escaped quotes": (lambda n: '{"type": "message", "text": "' + '\\"' * (n // 2)
+                       + '", "id": "a"}', {"type": "message", "id": "a"}),
+    # lone surrogates in a value passed over do not matter
+    "lone surrogates": (lambda n: '{"type": "message", "text": "' + "\\ud800" * (n // 6)
+                        + '", "id": "a"}', {"type": "message", "id": "a"}),
+    # a number never converted
+    "huge number": (lambda n: '{"type": "message", "n": ' + "9" * n + ', "id": "a"}',
+                    {"type": "message", "id": "a"}),
+    "unfinished number": (lambda n: '{"type": "message", "n": 1' + "e" * n,
+                          {"type": "message"}),
+    "millions of members": (lambda n: "{" + '"k": 1, ' * (n // 8)
+                            + '"id": "a", "type": "message"}', {}),
+    "space": (lambda n: "{" + " " * n + '"id": "a", "type": "message"}',
+              {"id": "a", "type": "message"}),
+    "huge key": (lambda n: '{"' + "k" * n + '": 1, "id": "a"}', {"id": "a"}),
+}
+
+
+@pytest.mark.parametrize("shape", HOSTILE)
+def test_string_members_reads_sixteen_mebibytes_of_hostile_json_once(shape: str) -> None:
+    """Each as large as the transport lets a frame be. Read again from every quote,
+    bracket or member, any of them would run for hours and fail the test's timeout."""
+    build, found = HOSTILE[shape]
+    assert string_members(build(16 * 1024 * 1024), NAMES) == found
 
 
 def test_an_unclosed_string_is_read_once_not_from_every_quote() -> None:

@@ -1016,3 +1016,45 @@ async def test_a_file_the_agent_posts_is_a_download_link_and_an_image_shows_inli
             "src", "/api/files?" + urlencode({"path": str(chart)}) + "&token=secret")
         await screenshot(page, artifacts, "agent-files-desktop")
         await context.close()
+
+
+async def test_a_message_too_long_shows_why_and_is_never_sent_again(
+        gateway: Gateway, site: str, browser) -> None:
+    """Over the frame limit the message is refused by its id: the page shows it as not
+    sent, too long, and a reconnect does not send it again (the server sees it once)."""
+    from gateway.platforms.web.adapter import MAX_FRAME_BYTES, WebAdapter
+
+    expect.set_options(timeout=10_000)
+    adapter = gateway.runner.adapters["web"].inner
+    assert isinstance(adapter, WebAdapter)
+    oversize: list[int] = []
+    on_frame = adapter._on_frame
+
+    async def counted(ws, data: str, route, tab: str) -> None:
+        if len(data.encode()) > MAX_FRAME_BYTES:
+            oversize.append(len(data))
+        await on_frame(ws, data, route, tab)
+
+    adapter._on_frame = counted  # type: ignore[method-assign]
+    try:
+        context = await browser.new_context()
+        page = await open_page(context, site + "/")
+        await say(page, "long " * (MAX_FRAME_BYTES // 5 + 10))
+        refused = page.locator('div.msg[data-kind="user"][data-not-taken="1"]')
+        await expect(refused).to_contain_text("not sent: message too long")
+        await expect(refused).to_contain_text("send it as a file instead")
+        await expect(page.locator('div.msg[data-pending="1"]')).to_have_count(0)
+        await expect(page.locator('div.msg[data-kind="error"]')).to_have_count(0)
+        await page.reload()  # a reconnect sends what is still unacknowledged: not that one
+        await expect(page.locator("#conn")).to_have_text("connected")
+        await say(page, "a short one")
+        await expect(page.locator('div.msg[data-kind="reply"]')).to_contain_text("a short one")
+        await expect(page.locator('div.msg[data-pending="1"]')).to_have_count(0)
+        assert len(oversize) == 1, oversize
+        session = await gateway.store.live_session(
+            f"agent:main:web:dm:{conversation_of(page)}")
+        assert [line.text for line in await gateway.store.messages(session.id)
+                if line.role == "user"] == ["a short one"]
+        await context.close()
+    finally:
+        adapter._on_frame = on_frame  # type: ignore[method-assign]

@@ -114,7 +114,8 @@ async def test_new_rotates_the_session_id_and_keeps_the_key(web, http) -> None:
     ('{"type": "typing"}', "unknown frame type"),
     ('{"type": "message", "text": ""}', "non-empty string"),
     ('{"type": "message", "text": 5}', "non-empty string"),
-    (json.dumps({"type": "message", "text": "x" * 70_000}), "frame too large"),
+    (json.dumps({"type": "message", "text": "x" * 70_000}), "message too long"),
+    (json.dumps({"type": "typing", "text": "x" * 70_000}), "frame too large"),
 ])
 async def test_bad_frames_get_an_error_and_the_tab_stays_open(web, http, raw, error) -> None:
     _, base = web

@@ -27,7 +27,7 @@ from gateway.config.settings import secret
 from gateway.contract.adapter import Adapter, LiveReply
 from gateway.contract.approval import DECISIONS, ApprovalRecord
 from gateway.formatting.web_html import render as render_html
-from gateway.inbound.checks import InputRefused, load_json
+from gateway.inbound.checks import InputRefused, load_json, string_members
 from gateway.platforms.web.conversations import conversation_routes, shown_fields
 from gateway.platforms.web.fanout import FrameFanout
 from gateway.platforms.web.files import file_json, file_routes
@@ -310,7 +310,11 @@ class WebAdapter(Adapter):
                         tab: str) -> None:
         size = len(data.encode("utf-8"))
         if size > MAX_FRAME_BYTES:
-            await ws.send_json(_error(f"frame too large: {size} bytes (limit {MAX_FRAME_BYTES})"))
+            # a message frame is named by its id, read without decoding the rest, so that
+            # the page marks that message failed instead of sending it again
+            members = string_members(data, ("type", "id"))
+            await ws.send_json(_error(_too_large(size, members.get("type") == "message"),
+                                      _message_id(members)))
             return
         try:
             frame = load_json(data)
@@ -464,6 +468,14 @@ def _error(message: str, frame_id: str | None = None, *,
         error["id"] = frame_id
         error["retry"] = retry
     return error
+
+
+def _too_large(size: int, message: bool) -> str:
+    """The refusal of a frame over the limit; a message's says what to do instead."""
+    if message:
+        return (f"message too long: {size} bytes as sent, over the limit of "
+                f"{MAX_FRAME_BYTES}; send it as a file instead")
+    return f"frame too large: {size} bytes (limit {MAX_FRAME_BYTES})"
 
 
 def _message_id(frame: Any) -> str | None:
