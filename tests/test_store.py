@@ -78,6 +78,24 @@ async def test_archived_filter_and_titles(store: SessionStore) -> None:
         await store.update_session("nope", title="x")
 
 
+async def test_sessions_page_through_ties_in_activity_once_each_with_their_count(
+        store: SessionStore) -> None:
+    made = [await store.get_or_create(f"agent:main:web:dm:{n}", Route("web", "dm", str(n)))
+            for n in range(25)]
+    await store.update_session(made[3].id, archived=True)
+    await store.db.write(lambda conn: conn.execute("UPDATE sessions SET last_active_at = 5"))
+    pages = [await store.list_sessions("include", limit=10, offset=offset)
+             for offset in (0, 10, 20)]
+    assert [len(page) for page in pages] == [10, 10, 5]
+    listed = [s.id for page in pages for s in page]
+    assert sorted(listed) == sorted(s.id for s in made)  # none twice, none left out
+    assert await store.count_sessions("include") == 25
+    assert await store.count_sessions("exclude") == 24
+    assert await store.count_sessions("only") == 1
+    assert await store.list_sessions("include", offset=10**30) == []  # past any integer
+    assert len(await store.list_sessions("include", limit=10**30)) == 25
+
+
 async def test_transcript_is_durable_after_close(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     async with SessionStore(path) as s:
