@@ -289,8 +289,9 @@ class Instance:
             if left <= 0:
                 self._ran_out_unheard()
                 return
-            if await _pause(self._wake, left) and self._renewer is not None:
-                self._renewer.renew_now()  # (woken for it; at a stop, the loop ends)
+            woken = await _pause(self._wake, left)
+            if woken and not self._stopping and self._renewer is not None:
+                self._renewer.renew_now()
 
     def _ran_out_unheard(self) -> None:
         """A lease after the last renewal came back, the store's count has run out too:
