@@ -89,6 +89,14 @@ def platforms() -> Registry:
     return discover(BUILT_IN, entry_points(group=ENTRY_POINT_GROUP))
 
 
+def dedupes_sends(platform: str) -> bool:
+    """Whether ``platform`` posts a send made again with the same key once (Discord's
+    nonce, Matrix's transaction id, the web page's key): where it does not (Telegram),
+    a send a kill left unrecorded may be shown twice."""
+    spec = platforms().get(platform)
+    return spec is not None and spec.capabilities.dedupe_sends
+
+
 def discover(built_in: tuple[str, ...], plugins: Any) -> Registry:
     specs: list[PlatformSpec] = []
     refused: list[Refused] = []

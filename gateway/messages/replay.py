@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from gateway.config.registry import dedupes_sends
 from gateway.inbound.journal import EntryState, JournalEntry
 from gateway.words.events import reply_key
 
@@ -82,8 +83,16 @@ class Replay:
 
     async def _replayed(self, entry: JournalEntry) -> MessageOutcome:
         await self._platform_ready(entry.platform)
-        if entry.state == EntryState.STARTED and await self._answered(entry):
-            return "handled"
+        if entry.state == EntryState.STARTED:
+            answered = await self._answered(entry)
+            if answered:
+                return "handled"
+            if answered is None and not dedupes_sends(entry.platform):
+                log.warning("maybe_repeated", entry_id=entry.id,
+                            session_key=entry.session_key, platform=entry.platform,
+                            platform_id=entry.platform_id,
+                            reason="its gateway stopped during the message's turn; the "
+                                   "platform cannot tell whether its reply went out")
         return await self.runner.handle_entry(entry.session_key, entry, replayed=True)
 
     async def _interrupted(self, entry: JournalEntry) -> MessageOutcome:
@@ -96,20 +105,21 @@ class Replay:
                                       f"not have finished. Send it again if needed.)")
         return "handled"
 
-    async def _answered(self, entry: JournalEntry) -> bool:
+    async def _answered(self, entry: JournalEntry) -> bool | None:
         """Whether the platform shows the message's first reply out before the stop: then
-        it is finished, as a ``replied`` one is. Not knowing is not answered."""
+        it is finished, as a ``replied`` one is. None: it cannot tell (or the look
+        failed), which is not answered."""
         adapter = self.runner.adapters.get(entry.platform)
         if adapter is None:
-            return False
+            return None
         try:
             sent = await adapter.delivered(entry.event.route, reply_key(entry.dedupe_key, 0))
         except Exception:  # a look that failed: the message is treated as not answered
             log.warning("reply_lookup_failed", entry_id=entry.id, platform=entry.platform,
                         exc_info=True)
-            return False
+            return None
         if sent is not True:
-            return False
+            return sent
         log.info("message_answered_before_stop", entry_id=entry.id, platform=entry.platform,
                  platform_id=entry.platform_id, state=entry.state)
         self.runner.inbound.finished(entry.id)
