@@ -182,10 +182,16 @@ class Instance:
         to rejoin after :attr:`ended`, start a new Instance."""
         if self._epoch is not None:
             raise RuntimeError(f"instance {self.name} was already started")
+        link = renewal_link(self.db, self.lease_seconds)
+        await asyncio.to_thread(link.open)  # before the lease counts
         asked = time.monotonic()
-        epoch, previous, now = await self.db.write(functools.partial(
-            rows.register, name=self.name, host=self.host, pid=self.pid,
-            lease_seconds=self.lease_seconds))
+        try:
+            epoch, previous, now = await self.db.write(functools.partial(
+                rows.register, name=self.name, host=self.host, pid=self.pid,
+                lease_seconds=self.lease_seconds))
+        except BaseException:
+            link.close()
+            raise
         with self._lock:
             self._epoch, self._deadline = epoch, asked + self.lease_seconds
             self._surely_over = time.monotonic() + self.lease_seconds
@@ -198,7 +204,7 @@ class Instance:
         self._log.info("instance_started", host=self.host, pid=self.pid,
                        lease_seconds=self.lease_seconds)
         self._loop = asyncio.get_running_loop()
-        self._link = renewal_link(self.db, self.lease_seconds)
+        self._link = link
         self._renewer = LeaseRenewer(self.name, self.lease_seconds, renew=self._renew,
                                      surely_over=lambda: self._surely_over,
                                      ran_out=self._ran_out_unheard, first_ask=asked)

@@ -50,7 +50,12 @@ _LEAST_SECONDS = 0.05
 
 
 class RenewalLink(Protocol):
-    """A connection of the renewal's own, used from its thread only."""
+    """A connection of the renewal's own, used from one thread at a time."""
+
+    def open(self) -> None:
+        """Connect now (blocking), so the first renewal does not pay for it: on a busy
+        machine a new PostgreSQL backend can take most of a short lease to start."""
+        ...
 
     def transaction(self, work: Callable[[Conn], T], within: float) -> T:
         """Run ``work`` in one transaction that commits, or fails, within ``within``
@@ -161,14 +166,19 @@ class _PgLink:
         self.lease_seconds = lease_seconds
         self._conn: PgConnection | None = None
 
-    def transaction(self, work: Callable[[Conn], T], within: float) -> T:
+    def open(self) -> None:
         conn = self._conn
         if conn is None or conn.raw.broken or conn.raw.closed:
             if conn is not None:
                 conn.raw.close()
             self._conn = None
-            conn = self._conn = connect_apart(self.url, timeout=self.lease_seconds,
-                                              application_name="homing lease renewal")
+            self._conn = connect_apart(self.url, timeout=self.lease_seconds,
+                                       application_name="homing lease renewal")
+
+    def transaction(self, work: Callable[[Conn], T], within: float) -> T:
+        self.open()
+        assert self._conn is not None
+        conn = self._conn
         raw = conn.raw
         try:
             with raw.transaction():
@@ -193,10 +203,14 @@ class _SqliteLink:
         self.path = path
         self._conn: sqlite3.Connection | None = None
 
-    def transaction(self, work: Callable[[Conn], T], within: float) -> T:
+    def open(self) -> None:
         if self._conn is None:
             self._conn = sqlite3.connect(self.path, isolation_level=None,
                                          check_same_thread=False)
+
+    def transaction(self, work: Callable[[Conn], T], within: float) -> T:
+        self.open()
+        assert self._conn is not None
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout={max(1, int(within * 1000))}")
         conn.execute("BEGIN IMMEDIATE")
