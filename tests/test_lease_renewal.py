@@ -121,3 +121,17 @@ async def test_a_blocked_loop_still_ends_a_life_whose_lease_ran_out_meanwhile(
 async def _expired(instance: Instance) -> bool:
     (row,) = [r for r in await list_instances(instance.db) if r.name == instance.name]
     return row.state(time.time()) == "expired"
+
+
+async def test_a_lease_moved_to_another_holder_is_let_go_at_the_next_renewal(
+        cluster: Cluster) -> None:
+    """The renewal extends the leases held in its own transaction, and says which it no
+    longer holds (an operator moved it, a survivor took it): the watch is told to stop."""
+    busy, lease, told_busy, _ = await holding(cluster)
+    await busy.db.write([("UPDATE leases SET holder = 'other', holder_epoch = 1, epoch = 2 "
+                          "WHERE name = 'telegram:1'", ())])
+    await eventually(lambda: ("lost", None) in told_busy.events, DEADLINE,
+                     "busy told to stop using the lease")
+    assert not lease.held and busy.alive and busy.ended is None
+    await renewals(busy, 2)  # the instance itself goes on
+    assert busy.alive and busy.ended is None

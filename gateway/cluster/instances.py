@@ -258,9 +258,8 @@ class Instance:
         held = [(lease, lease.epoch) for lease in tuple(self._leases)
                 if lease.epoch is not None]
         asked = time.monotonic()
-        renewal = self._link.transaction(functools.partial(
-            rows.renew, name=self.name, epoch=self.epoch, lease_seconds=self.lease_seconds,
-            held=[(lease.name, epoch) for lease, epoch in held]), within)
+        renewal = self._link.renew(self.name, self.epoch, self.lease_seconds,
+                                   [(lease.name, epoch) for lease, epoch in held], within)
         if self._stopping:
             return True
         if renewal.ended is not None:

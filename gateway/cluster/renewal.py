@@ -11,9 +11,12 @@ lease renewed. What the loop must do about a renewal (wake what waits for it, st
 lease another instance took, end a life the store says is over) it is told with
 ``call_soon_threadsafe``.
 
-Each attempt is bounded by what is left of the lease by the store's count (a statement
-timeout on PostgreSQL, the busy timeout on SQLite, and TCP's own on the connection), so
-a hung renewal ends as a failure in time, never as a late success. On SQLite the link is
+On PostgreSQL a renewal is one statement (gateway/cluster/rows.py ``renew_in_one_trip``):
+one round trip, so the thread waits for the interpreter and for the server as few times
+as it can. Each attempt is bounded — by a lease on PostgreSQL (the connection's statement
+timeout, and TCP's own), by what is left of it on SQLite (the busy timeout) — so a hung
+renewal ends as a failure, never as a success after the store's count ran out (the
+statement checks that itself). On SQLite the link is
 a second connection to the file, taking the write lock for its one transaction: one
 instance on one host, never behind the write queue.
 """
@@ -25,23 +28,24 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 import psycopg
 import structlog
 
+import gateway.cluster.rows as rows
+from gateway.cluster.rows import Renewal
 from gateway.retry import RetryPolicy
 from gateway.store.postgres import PgConnection, PgDatabase, connect_apart
 from gateway.store.sqlite import Database
 
 if TYPE_CHECKING:
-    from gateway.cluster.rows import Conn, Store
+    from gateway.cluster.rows import Store
 
 __all__ = ["LINK_ERRORS", "LeaseRenewer", "RenewalLink", "renewal_link"]
 
 log = structlog.get_logger(__name__)
 
-T = TypeVar("T")
 #: what a link raises when the store cannot be reached or answer in time (TimeoutError,
 #: ConnectionError are OSErrors)
 LINK_ERRORS = (sqlite3.Error, psycopg.Error, OSError)
@@ -57,9 +61,10 @@ class RenewalLink(Protocol):
         machine a new PostgreSQL backend can take most of a short lease to start."""
         ...
 
-    def transaction(self, work: Callable[[Conn], T], within: float) -> T:
-        """Run ``work`` in one transaction that commits, or fails, within ``within``
-        seconds of waiting for the store."""
+    def renew(self, name: str, epoch: int, lease_seconds: float,
+              held: list[tuple[str, int]], within: float) -> Renewal:
+        """:func:`gateway.cluster.rows.renew`, committed or failed within about
+        ``within`` seconds of waiting for the store (at most a lease)."""
         ...
 
     def close(self) -> None: ...
@@ -175,20 +180,18 @@ class _PgLink:
             self._conn = connect_apart(self.url, timeout=self.lease_seconds,
                                        application_name="homing lease renewal")
 
-    def transaction(self, work: Callable[[Conn], T], within: float) -> T:
+    def renew(self, name: str, epoch: int, lease_seconds: float,
+              held: list[tuple[str, int]], within: float) -> Renewal:
+        # one statement, its own transaction: a lock held elsewhere (a survivor, a
+        # stalled writer) is waited for no longer than the connection's statement timeout
         self.open()
         assert self._conn is not None
         conn = self._conn
-        raw = conn.raw
         try:
-            with raw.transaction():
-                # a lock held elsewhere (a survivor, a stalled writer) waits no longer
-                raw.execute("SELECT set_config('statement_timeout', %s, true)",
-                            (f"{max(1, int(within * 1000))}ms",))
-                return work(conn)
+            return rows.renew_in_one_trip(conn, name, epoch, lease_seconds, held)
         except psycopg.OperationalError:
-            if raw.broken:  # the server went away: connect again next time
-                raw.close()
+            if conn.raw.broken:  # the server went away: connect again next time
+                conn.raw.close()
                 self._conn = None
             raise
 
@@ -208,14 +211,15 @@ class _SqliteLink:
             self._conn = sqlite3.connect(self.path, isolation_level=None,
                                          check_same_thread=False)
 
-    def transaction(self, work: Callable[[Conn], T], within: float) -> T:
+    def renew(self, name: str, epoch: int, lease_seconds: float,
+              held: list[tuple[str, int]], within: float) -> Renewal:
         self.open()
         assert self._conn is not None
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout={max(1, int(within * 1000))}")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            result = work(conn)
+            result = rows.renew(conn, name, epoch, lease_seconds, held)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

@@ -254,10 +254,12 @@ def _connect(url: str) -> psycopg.Connection[TupleRow]:
 def connect_apart(url: str, *, timeout: float, application_name: str) -> PgConnection:
     """A connection apart from the store's writer, its thread and its queue, for a
     caller's thread whose few statements must not wait behind batches (an instance's
-    lease renewal). In autocommit: the caller opens each transaction. ``timeout`` bounds
-    the connect and how long TCP waits for the server to take what was sent."""
+    lease renewal). In autocommit: a statement is its own transaction unless the caller
+    opens one. ``timeout`` bounds the connect, each statement, and how long TCP waits for
+    the server to take what was sent."""
+    millis = max(1, int(timeout * 1000))
     raw = psycopg.connect(url, autocommit=True, connect_timeout=max(2, round(timeout)),
-                          tcp_user_timeout=max(1, int(timeout * 1000)),
+                          tcp_user_timeout=millis, options=f"-c statement_timeout={millis}",
                           application_name=application_name)
     _adapt(raw)
     return PgConnection(raw)
