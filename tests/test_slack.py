@@ -348,6 +348,25 @@ async def test_what_was_said_while_the_gateway_was_down_is_taken_in_once_after_i
     assert read_back  # the thread's history was read, not only the queued events
 
 
+async def test_a_message_said_long_after_the_workspace_came_up_is_answered_not_skipped_as_old(
+        tmp_path: Path, fake) -> None:
+    """A message's ts is the moment it was said, as on Slack: its age is counted from
+    then, live and read back after a restart — never from when the workspace (here, the
+    fake) came up. With inbound.max_age_seconds at 2, a workspace up for longer than
+    that still gets its fresh messages run."""
+    await asyncio.sleep(2.5)  # the workspace has been up longer than max_age_seconds
+    config = slack_config(tmp_path / "home", fake, inbound__max_age_seconds=2)
+    async with slack_gateway(config):
+        ts = fake.user_message(channel=GENERAL, text="said just now")
+        await fake.wait_for_posts(1)
+    fake.user_message(channel=GENERAL, thread_ts=ts, text="said while it was down")
+    async with slack_gateway(config) as gw:
+        await fake.wait_for_posts(2)
+        await settled(gw)
+    assert [first_line(p) for p in fake.posts] == ["Received: said just now",
+                                                   "Received: said while it was down"]
+
+
 async def test_a_notice_due_while_the_socket_reconnects_is_delivered_once(
         gateway, fake) -> None:
     ts = fake.user_message(channel=GENERAL, text="/bg sleep 1; echo reconnect-marker")

@@ -42,6 +42,9 @@ Behaviour worth knowing when writing tests:
   :attr:`max_page` messages a page whatever ``limit`` asks (Slack may return fewer
   than ``limit`` too), so an adapter must follow ``next_cursor``; the thread's parent
   leads every replies page.
+* A message's ``ts`` is the moment it was said (the clock's, unique and increasing
+  in steps of 100 µs at least), as on Slack: the gateway reads a message's age off
+  it, so a fake running longer than ``inbound.max_age_seconds`` must not age them.
 * A reply (``thread_ts``) to a ts that is no message in that channel is
   ``invalid_thread_ts``; a reply's ts stands for its thread's parent.
 * Blocks as Slack checks them (``slack_blocks``): a missing ``block_id`` or button

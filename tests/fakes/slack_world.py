@@ -125,8 +125,9 @@ class SlackState:
         raise NotImplementedError  # SlackSocket
 
     def _next_ts(self) -> str:
-        """A message ts: unique and increasing, ``"1700000000.000100"`` style."""
-        self._last_ts += 100
+        """A message ts, ``"1700000000.000100"`` style: the moment it was said, as on
+        Slack (the gateway reads a message's age off it), kept unique and increasing."""
+        self._last_ts = max(self._last_ts + 100, int(time.time() * 1_000_000))
         return f"{self._last_ts // 1_000_000}.{self._last_ts % 1_000_000:06d}"
 
     def _next_event_id(self) -> str:
