@@ -14,17 +14,22 @@ and the same route — topic and reply anchor. After a ``/new`` the ended sessio
 notices and the new session's go in messages of their own, each recorded in its own
 session's transcript.
 
-Only notices that are posted as they are gather: a job's notice under the command
-agent, a model agent's own gateway notes, a late notice from an ended session. A
-notice that gives the model a turn gets its own turn and its own answer, and one
-carrying a file goes alone.
+Notices that are posted as they are gather: a job's notice under the command agent,
+a model agent's own gateway notes, a late notice from an ended session. So do the
+model's answers to notices that give it a turn, once the chat is short as their
+delivery starts: each notice still gets its own turn, in order, in the owner's lane,
+but its answer is held back (``Turn.held``) and goes out with the others, as a notice
+would, headed by the notice's own first line. A notice carrying a file goes alone.
 
 A gathering is open while it waits in its conversation's lane with nothing queued
 behind it: later notices of the conversation join it there, up to one platform
 message, as the platform measures it (the adapter's own splitting, after rendering).
 When its turn comes its rows are marked as one message (``merged_into``)
 before it is sent, so a crash before the send is recorded sends them together
-again, never one by one as well.
+again, never one by one as well. The rows of held answers are marked only after
+every turn of them ran, so a row marked is one whose model had its turn: sent again
+(a crash, a refusal) it goes as its notice, in the same message, never as a second
+turn.
 """
 
 from __future__ import annotations
@@ -97,8 +102,20 @@ class Delivery:
         return len(merged_text(texts)) <= self.limit
 
 
-#: a notice about to be sent, with where it goes
-Outgoing = tuple[Notification, Sendable]
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A notice about to be sent: where it goes, and what it says — the notice as it is,
+    or the model's answer to it (its turn had, the replies held back to go out here)."""
+
+    notification: Notification
+    decision: Sendable
+    #: the model's words for it, headed by the notice's first line; None: the notice
+    answer: str | None = None
+
+    @property
+    def text(self) -> str:
+        return (self.answer if self.answer is not None
+                else notice_text(self.notification, self.decision))
 
 
 def in_messages(notices: Sequence[Outgoing], message_count: Callable[[str], int]
@@ -111,8 +128,7 @@ def in_messages(notices: Sequence[Outgoing], message_count: Callable[[str], int]
     the first and some of its notices in the second. Each group is the longest run
     that fits, found in a few measurements rather than one per notice."""
     def fits(group: Sequence[Outgoing]) -> bool:
-        return len(group) == 1 or message_count(
-            merged_text([notice_text(*sent) for sent in group])) <= 1
+        return len(group) == 1 or message_count(merged_text([o.text for o in group])) <= 1
 
     groups: list[list[Outgoing]] = []
     start = 0

@@ -12,8 +12,9 @@ in the outbox (gateway/delivery/outbox.py), and the ones already queued behind i
 lane are given back untried (:class:`_Hold`), so its retry goes first.
 
 When the platform says a conversation cannot take its waiting notices one by one now
-(a flood limit), those that are posted as they are go out together, in one message
-(gateway/delivery/merged_notices.py).
+(a flood limit), they go out together, in one message (gateway/delivery/merged_notices.py):
+those posted as they are, and the model's answers to those that give it a turn — each
+turn run in order in the lane, its replies held back to join the message.
 
 A claimed batch is delivered as a batch. Notices posted as they are (no model turn, no
 file) whose conversation's lane is idle are posted inline: the router holds those
@@ -109,6 +110,9 @@ class _TurnSent(Protocol):
     @property
     def sent(self) -> Sequence[SendResult]: ...
 
+    @property
+    def held(self) -> Sequence[str] | None: ...
+
 
 class RouterHost(Protocol):
     """What the router asks of the message path (the runner): the adapters and the
@@ -135,7 +139,8 @@ class RouterHost(Protocol):
 
     async def notification_turn(
             self, session: SessionEntry, route: Route, notification: Notification,
-            sent_ops: Callable[[SendResult], Sequence[Op]] | None = None) -> _TurnSent: ...
+            sent_ops: Callable[[SendResult], Sequence[Op]] | None = None, *,
+            hold_replies: bool = False) -> _TurnSent: ...
 
     async def send(self, session: SessionEntry, route: Route, text: str, *,
                    kind: MessageKind = "reply",
@@ -523,10 +528,17 @@ class Router:
             self._closed(len(batch))
 
     def _posts_as_is(self, n: Notification, decision: Decision) -> bool:
-        """A notice whose delivery only posts its text (no turn of the model, no file)."""
+        """A notice whose delivery only posts its text (no turn of the model, no file) —
+        one of a merged message sent before among them: a model's answer was marked so
+        only after its turn, which is not run twice."""
         if n.file_path is not None or isinstance(decision, Park):
             return False
-        return isinstance(decision, DeliverNotice) or self.runner.agent.posts_as_is(n)
+        return (isinstance(decision, DeliverNotice) or n.merged_into is not None
+                or self.runner.agent.posts_as_is(n))
+
+    def _answers(self, n: Notification, decision: Decision) -> bool:
+        """A notice whose delivery is the model's turn, its answer what is posted."""
+        return isinstance(decision, DeliverTurn) and not self._posts_as_is(n, decision)
 
     def _gather(self, member: Member, budgets: _Budgets) -> bool:
         """Put ``member`` into a delivery of several notices in one message: the one its
@@ -711,11 +723,12 @@ class Router:
 
     def _take_along(self, delivery: Delivery) -> None:
         """When the chat cannot take one by one what waits for it now, the notices
-        queued right behind ``delivery`` in its lane (posted as they are, for the same
-        owner, nothing else between) join it: they go out together, in order, in as few
-        messages as the platform's length allows, rather than each waiting out the
-        flood limit in a message of its own. Measured as the delivery starts, so what
-        was queued while the chat still had room is taken along too."""
+        queued right behind ``delivery`` in its lane (for the same owner, nothing else
+        between: notices posted as they are, and notices whose answer is the model's)
+        join it: they go out together, in order, in as few messages as the platform's
+        length allows, rather than each waiting out the flood limit in a message of its
+        own. Measured as the delivery starts, so what was queued while the chat still
+        had room is taken along too."""
         if not self._may_merge(delivery):
             return
         key = delivery.session_key
@@ -747,10 +760,11 @@ class Router:
                  room=room)
 
     def _may_merge(self, delivery: Delivery) -> bool:
-        """A delivery whose notices may go in one message with others: posted as they
-        are, none of a merged message sent before nor one a stop may have sent alone."""
+        """A delivery whose notices may go in one message with others: no file, none of
+        a merged message sent before nor one a stop may have sent alone. (One that gives
+        the model a turn joins with its answer, :meth:`_answer_held`.)"""
         return delivery.merged_into is None and all(
-            self._posts_as_is(m.notification, m.decision) and not m.notification.interrupted
+            m.notification.file_path is None and not m.notification.interrupted
             and m.notification.merged_into is None for m in delivery.members)
 
     def _waits_behind(self, going: Sequence[Member]) -> int | None:
@@ -786,13 +800,21 @@ class Router:
         if not self._connected(decision.route.platform):
             return _DISCONNECTED
         if await self._sent_before(n, decision.route, reply_key(n.idempotency_key, 0)):
-            return await self._recorded_unsent(n, decision, [n])
+            return await self._recorded_unsent([Outgoing(n, decision)])
+        turn = await self._turn(n, decision)
+        return turn if isinstance(turn, _Outcome) else _from_sends(n, turn.sent)
+
+    async def _turn(self, n: Notification, decision: DeliverTurn, *,
+                    hold_replies: bool = False) -> _TurnSent | _Outcome:
+        """The owner's turn for ``n`` (``hold_replies``: see :meth:`_answer_held`); the
+        outcome instead when the turn failed."""
         try:
             with tracing.span("notice.turn", parent=n.trace_parent, notification_id=n.id,
                               session_id=decision.session.id):
                 turn = await self.runner.notification_turn(
-                    decision.session, decision.route, n, sent_ops=self._sent_ops(n))
-            if tracing.enabled:
+                    decision.session, decision.route, n, sent_ops=self._sent_ops(n),
+                    hold_replies=hold_replies)
+            if tracing.enabled and not hold_replies:  # (held replies: traced as they go)
                 for result in turn.sent:
                     _trace_send(n, decision.route, result)
         except Exception as exc:
@@ -800,14 +822,48 @@ class Router:
             if n.attempts + 1 >= MAX_TURN_FAILURES:
                 return _Outcome("parked", reason="turn_failed", detail=repr(exc))
             return _Outcome("retry", reason=f"turn failed: {exc!r}", retry_in=_backoff(n))
-        return _from_sends(n, turn.sent)
+        return turn
+
+    async def _answer_held(self, n: Notification, decision: Decision) -> Outgoing | _Outcome:
+        """The model's turn for a notice that goes out with others (its chat cannot take
+        them one by one): run now, in order in the owner's lane as every turn, its replies
+        held back and joined as its answer in their message. The outcome instead when
+        there is nothing to send: the turn failed, or said nothing."""
+        if not self._still_live(decision):  # (a turn before it may have compressed)
+            (decision,) = await self._decide_again([n])
+        if isinstance(decision, Park):
+            return _parked(decision)
+        if not isinstance(decision, DeliverTurn):  # (its session ended: as it is)
+            return Outgoing(n, decision)
+        if not self._connected(decision.route.platform):
+            return _DISCONNECTED
+        turn = await self._turn(n, decision, hold_replies=True)
+        if isinstance(turn, _Outcome):
+            return turn
+        if not turn.held:
+            return _from_sends(n, turn.sent)
+        return Outgoing(n, decision, answer="\n\n".join(turn.held))
+
+    async def _post_answer(self, answered: Outgoing) -> _Outcome:
+        """A held answer in a message of its own (it alone fills one), as its turn would
+        have sent it: recorded by its send, under the key of the turn's first reply."""
+        n, where = answered.notification, answered.decision
+        if not self._connected(where.route.platform):
+            return _DISCONNECTED
+        result = await self.runner.send(where.session, where.route, answered.text,
+                                        kind="notification", recorded_with=self._sent_ops(n),
+                                        dedupe_key=reply_key(n.idempotency_key, 0),
+                                        notice=n.info)
+        if tracing.enabled:
+            _trace_send(n, where.route, result)
+        return _from_sends(n, [result])
 
     async def _deliver_notice(self, n: Notification, decision: DeliverNotice) -> _Outcome:
         if not self._connected(decision.route.platform):
             return _DISCONNECTED
         key = reply_key(n.idempotency_key, 0)
         if await self._sent_before(n, decision.route, key):
-            return await self._recorded_unsent(n, decision, [n])
+            return await self._recorded_unsent([Outgoing(n, decision)])
         result = await self.runner.send(decision.session, decision.route,
                                         notice_text(n, decision), kind="notification",
                                         recorded_with=self._sent_ops(n), dedupe_key=key,
@@ -819,29 +875,42 @@ class Router:
     async def _deliver_together(self, going: Sequence[Member],
                                 merged_into: int | None) -> dict[int, _Outcome]:
         """Several notices of one conversation in one message, each whole and in order;
-        the send and its record mark every one of them delivered, in one write.
+        the send and its record mark every one of them delivered, in one write. One
+        that gives the model a turn has it first, in its place, and its answer goes in
+        the message instead (:meth:`_answer_held`).
 
         One whose owner changed while they waited (its session ended meanwhile) goes
         with the others of its owner now, in a message of its own: a message has one
-        session and one route. Once one of these messages is refused, those after it
-        go back untried, behind it."""
+        session and one route. Once one of these messages (or turns) is refused, those
+        after it go back untried, behind it."""
         # as for one notice: an owner reset while these waited is asked about again
         again = [m.notification for m in going if not self._still_live(m.decision)]
         fresh = dict(zip((n.id for n in again), await self._decide_again(again) if again else [],
                          strict=True))
         outcomes: dict[int, _Outcome] = {}
         sending: list[Outgoing] = []
-        for m in going:
-            decision = fresh.get(m.notification.id, m.decision)
-            if isinstance(decision, Park):
-                outcomes[m.notification.id] = _parked(decision)
-            else:
-                sending.append((m.notification, decision))
+        for place, m in enumerate(going):
+            n = m.notification
+            decision = fresh.get(n.id, m.decision)
+            going_out: Outgoing | _Outcome = (
+                _parked(decision) if isinstance(decision, Park) else
+                await self._answer_held(n, decision) if self._answers(n, decision) else
+                Outgoing(n, decision))
+            if isinstance(going_out, Outgoing):
+                sending.append(going_out)
+                continue
+            outcomes[n.id] = going_out
+            if going_out.state == "retry":  # (its turn failed: what comes after waits)
+                held = _Outcome("held", reason=f"waits behind notification {n.id}")
+                outcomes |= {later.notification.id: held for later in going[place + 1:]}
+                break
         runs = [group for run in _by_owner(sending) for group in self._in_messages(run)]
         for index, run in enumerate(runs):
             if len(run) == 1:
-                (n, decision), = run
-                sent = {n.id: await self._deliver_to(n, decision)}
+                (one,) = run
+                sent = {one.notification.id: await (
+                    self._post_answer(one) if one.answer is not None
+                    else self._deliver_to(one.notification, one.decision))}
             else:  # (a set marked before and still whole keeps its mark)
                 whole = merged_into is not None and len(runs) == 1
                 sent = await self._send_merged(run, merged_into if whole else None)
@@ -849,18 +918,20 @@ class Router:
             refused = next((i for i, o in sent.items() if o.state == "retry"), None)
             if refused is not None:
                 held = _Outcome("held", reason=f"waits behind notification {refused}")
-                outcomes |= {n.id: held for later in runs[index + 1:] for n, _ in later}
+                outcomes |= {out.notification.id: held for later in runs[index + 1:]
+                             for out in later}
                 break
         return outcomes
 
     def _in_messages(self, run: list[Outgoing]) -> list[list[Outgoing]]:
-        adapter = self.runner.adapters.get(run[0][1].route.platform)
+        adapter = self.runner.adapters.get(run[0].decision.route.platform)
         return in_messages(run, adapter.message_count) if adapter is not None else [run]
 
     async def _send_merged(self, run: Sequence[Outgoing],
                            merged_into: int | None) -> dict[int, _Outcome]:
         """One message carrying ``run``'s notices (one owner's), recorded by its send."""
-        (first, where), ids = run[0], [n.id for n, _ in run]
+        first, where = run[0].notification, run[0].decision
+        ids = [o.notification.id for o in run]
         if not self._connected(where.route.platform):
             return {i: _DISCONNECTED for i in ids}
         if merged_into is None:  # marked first: after a crash they go together again
@@ -869,15 +940,15 @@ class Router:
         def sent(result: SendResult) -> list[Op]:
             return [self.outbox.sent_op(i, self.name, result.message_id) for i in ids]
 
-        notices = [n for n, _ in run]
+        notices = [o.notification for o in run]
         # the message's own name: sent again after a crash it is the same post to a
         # platform that deduplicates, though a notice of it was taken meanwhile
         key = f"{first.session_key}:merged:{merged_into}"
         interrupted = next((n for n in notices if n.interrupted), None)
         if interrupted is not None and await self._sent_before(interrupted, where.route, key):
-            return dict.fromkeys(ids, await self._recorded_unsent(first, where, notices))
+            return dict.fromkeys(ids, await self._recorded_unsent(run))
         result = await self.runner.send(
-            where.session, where.route, merged_text([notice_text(n, d) for n, d in run]),
+            where.session, where.route, merged_text([o.text for o in run]),
             kind="notification", recorded_with=sent, notice=merged_info(notices),
             dedupe_key=key)
         log.info("notices_sent_together", session_key=first.session_key,
@@ -921,12 +992,13 @@ class Router:
                                "record; the platform cannot tell whether it went out")
         return False
 
-    async def _recorded_unsent(self, first: Notification, decision: Sendable,
-                               notices: Sequence[Notification]) -> _Outcome:
-        """The record of a send the platform says went out before the stop: its
-        transcript line and sent ids, written now, and delivered without a second send."""
-        text = (notice_text(first, decision) if len(notices) == 1 else
-                merged_text([notice_text(n, decision) for n in notices]))
+    async def _recorded_unsent(self, run: Sequence[Outgoing]) -> _Outcome:
+        """The record of a send the platform says went out before the stop (``run``'s
+        notices, one owner's, alone or in one message): its transcript line and sent
+        ids, written now, and delivered without a second send."""
+        first, decision = run[0].notification, run[0].decision
+        notices = [o.notification for o in run]
+        text = run[0].text if len(run) == 1 else merged_text([o.text for o in run])
         info = first.info if len(notices) == 1 else merged_info(notices)
         result = SendResult.sent(None)
         await self.store.record_sent(
@@ -1061,7 +1133,7 @@ def _by_owner(sending: list[Outgoing]
     """``sending`` in runs of one owner each, in their order."""
     runs: list[list[Outgoing]] = []
     for item in sending:
-        if runs and owner_of(runs[-1][0][1]) == owner_of(item[1]):
+        if runs and owner_of(runs[-1][0].decision) == owner_of(item.decision):
             runs[-1].append(item)
         else:
             runs.append([item])

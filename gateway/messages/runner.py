@@ -338,17 +338,21 @@ class GatewayRunner:
 
     async def notification_turn(
             self, session: SessionEntry, route: Route, notification: Notification,
-            sent_ops: Callable[[SendResult], Sequence[Op]] | None = None) -> Turn:
+            sent_ops: Callable[[SendResult], Sequence[Op]] | None = None, *,
+            hold_replies: bool = False) -> Turn:
         """Give ``session`` a turn for a notification: an internal event, never user text.
 
-        Call it from the session's lane (see :meth:`run_in_lane`).
+        Call it from the session's lane (see :meth:`run_in_lane`). ``hold_replies``: the
+        turn's replies are kept in ``turn.held``, not sent — its chat cannot take them
+        now, and the router sends them joined with what else waits there.
         """
         event = MessageEvent(
             text=notification.text, route=route, message_id=route.message_id, internal=True,
             metadata={"notification_id": notification.id, "kind": notification.kind,
                       "job_id": notification.job_id})
         turn = Turn(event=event, session=session, runner=self, sent_ops=sent_ops,
-                    dedupe_key=notification.idempotency_key, notice=notification.info)
+                    dedupe_key=notification.idempotency_key, notice=notification.info,
+                    held=[] if hold_replies else None)
         self.metrics.turns.labels("notification").inc()
         ctx = SessionContext(route=route, session_key=session.session_key,
                              session_id=session.id, tab_id=notification.tab_id)

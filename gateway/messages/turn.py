@@ -55,6 +55,10 @@ class Turn:
     #: the journal entry of the message this turn answers (None for a notification's):
     #: what the turn records of that message is tied to it, so a replay records it once
     journal_id: int | None = None
+    #: a notification turn whose answer waits to go out joined with the other notices
+    #: waiting for its chat (the router's merged message, under a flood limit): each
+    #: reply's text is kept here instead of sent, and the router sends and records it
+    held: list[str] | None = None
 
     @property
     def route(self) -> Route:
@@ -65,6 +69,11 @@ class Turn:
                     choices: Sequence[Choice] = ()) -> SendResult:
         """Send ``text`` in this turn's conversation; ``choices``: buttons under it, each
         the presser sending its command (where the platform has buttons)."""
+        if self.held is not None and not choices:  # (buttons are asked for now)
+            self.held.append(text)
+            result = SendResult.sent(None)  # said: it goes out with the others
+            self.sent.append(result)
+            return result
         key = reply_key(self.dedupe_key, len(self.sent)) if self.dedupe_key else None
         result = await self.runner.send(self.session, self.route, text, kind=kind,
                                         recorded_with=self.sent_ops, dedupe_key=key,
