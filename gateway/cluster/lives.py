@@ -10,9 +10,10 @@ survivor may act on what it left without a race against its return.
 The fence between a life and its survivors, on a shared store whose write transactions
 run side by side, is that life's row in ``instances``. The life writes work that holds
 only while it is live (a job, a delegation, a claim) in a transaction that first locks
-its row shared and finds it live (:func:`lock_life`, :func:`still_live_here`); a
-survivor takes a life's work over in a transaction that first locks the rows of the
-lives that look over alone and finds them over (:func:`lives_over`). Either the
+its row shared (FOR KEY SHARE: its own renewal does not wait for it) and finds it live
+(:func:`lock_life`, :func:`still_live_here`); a survivor takes a life's work over in a
+transaction that first locks the rows of the lives that look over alone and finds them
+over (:func:`lives_over`). Either the
 survivor waits until the life's write has committed, and then reads it; or the life
 waits until the survivor has finished, and then finds itself over. Each decides by
 the store's clock read after its lock (gateway/cluster/rows.py), and a renewal locks the

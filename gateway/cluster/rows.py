@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from gateway.store.row_locks import locking, locks_rows
+from gateway.store.row_locks import locks_rows
 from gateway.store.sqlite import Database
 from gateway.store.state import StateDatabase
 
@@ -38,6 +38,15 @@ if TYPE_CHECKING:
     Conn: TypeAlias = sqlite3.Connection | PgConnection
 
 _PG_CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+#: How an instance's row is locked on PostgreSQL by what decides about its life. A new
+#: life of the name, and a survivor taking over a life's work, lock it alone (FOR UPDATE):
+#: they wait for everything else on the row. The life's renewal locks it FOR NO KEY UPDATE
+#: (which its UPDATE takes anyway): it waits for those two, but not for the life's own
+#: writes, which lock the row FOR KEY SHARE — enough to keep a survivor waiting until they
+#: have committed, and never a reason for the renewal to queue behind a batch of them.
+_LOCKED_ALONE = " FOR UPDATE"
+_LOCKED_RENEWING = " FOR NO KEY UPDATE"
+_LOCKED_SHARED = " FOR KEY SHARE"
 _PG_NOW = f"SELECT {_PG_CLOCK}"
 _INSTANCE_COLUMNS = ("name, epoch, host, pid, started_at, renewed_at, lease_expires_at, "
                      "stopped_at")
@@ -91,7 +100,7 @@ _PG_RENEW = f"""
 WITH locked AS (
   SELECT i.epoch, i.stopped_at, i.lease_expires_at, {_PG_CLOCK} AS now
   FROM (SELECT epoch, stopped_at, lease_expires_at FROM instances
-        WHERE name = %(name)s FOR UPDATE) AS i),
+        WHERE name = %(name)s{_LOCKED_RENEWING}) AS i),
 renewed AS (
   UPDATE instances SET renewed_at = locked.now, lease_expires_at = locked.now + %(lease)s
   FROM locked
@@ -234,7 +243,8 @@ def lock_instance(conn: Conn, name: str, *, exclusive: bool
     decision about its life that must hold until this transaction commits: on
     PostgreSQL the row stays locked until then — alone (``exclusive``: to change it, or
     to take over the work of a life that is over) or shared (a life writing work that
-    holds only while it is live) — and the clock is read after the lock was granted. The
+    holds only while it is live: beside its renewal, see ``_LOCKED_SHARED``) — and the
+    clock is read after the lock was granted. The
     row is locked whatever it says; the caller decides from what comes back.
     (gateway/cluster/lives.py holds the fence built on it.)"""
     records, now = lock_instances(conn, [name], exclusive=exclusive)
@@ -249,12 +259,14 @@ def lock_instances(conn: Conn, names: Iterable[str], *, exclusive: bool
     wanted = sorted(set(names))
     if not wanted:
         return {}, writer_now(conn)
+    if not locks_rows(conn):
+        found = conn.execute(f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE name IN "
+                             f"({','.join('?' * len(wanted))}) ORDER BY name",
+                             wanted).fetchall()
+        return {r[0]: InstanceRecord(*r) for r in found}, writer_now(conn)
     marks = ",".join("?" * len(wanted))
     select = (f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE name IN ({marks}) "
-              f"ORDER BY name{locking(conn, 'update' if exclusive else 'share')}")
-    if not locks_rows(conn):
-        found = conn.execute(select, wanted).fetchall()
-        return {r[0]: InstanceRecord(*r) for r in found}, writer_now(conn)
+              f"ORDER BY name{_LOCKED_ALONE if exclusive else _LOCKED_SHARED}")
     # one trip: the outer query's clock is read as each row comes up from the locking
     # one, so after its lock was granted (a clock in the locking query itself could be
     # read before a wait for the lock)
