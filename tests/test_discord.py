@@ -167,6 +167,28 @@ async def test_a_thread_created_after_connecting_is_still_a_thread(gateway, fake
     assert session is not None and session.route.parent_chat_id == str(CHANNEL)
 
 
+async def test_the_first_words_in_a_thread_said_while_the_gateway_was_down_are_answered_there(
+        tmp_path: Path, fake) -> None:
+    """A thread nobody had talked to the bot in has no journaled message to read back
+    from; after a restart it is read back all the same (the guild shows a message in it
+    since the gateway was last alive), and its message joins the thread's session."""
+    config = discord_config(tmp_path / "home", fake)
+    async with running_gateway(config) as gw:
+        await gw.runner.adapters["discord"].inner.wait_connected(timeout=30)
+        await fake.user_message(channel_id=CHANNEL, content="hello")
+        await fake.wait_for_sent(1)
+        await settled(gw)
+    await fake.user_message(channel_id=THREAD_A, content="first words here")
+    async with running_gateway(config) as gw:
+        await gw.runner.adapters["discord"].inner.wait_connected(timeout=30)
+        replies = await fake.wait_for_sent(2, timeout=30)
+        await settled(gw)
+        session = await gw.store.live_session(f"agent:main:discord:thread:{THREAD_A}:{THREAD_A}")
+    assert [(r.channel_id, r.content.split("\n")[0]) for r in replies] == [
+        (CHANNEL, "Received: hello"), (THREAD_A, "Received: first words here")]
+    assert session is not None and session.route.parent_chat_id == str(CHANNEL)
+
+
 async def test_a_notice_for_a_deleted_channel_is_parked_route_gone(gateway, fake) -> None:
     fake.add_channel(510, "temporary")
     await fake.user_message(channel_id=510, content="/bg sleep 0.5; echo gone")

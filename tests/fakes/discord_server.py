@@ -31,7 +31,8 @@ Behaviour worth knowing when writing tests:
   CHANNEL_CREATE / THREAD_CREATE): the client sees their messages on a
   PartialMessageable, as after a missed event. REST posts to them work.
 * GUILD_CREATE lists every added thread, archived ones included (Discord lists
-  active threads only).
+  active threads only). A channel's or thread's ``last_message_id`` follows its newest
+  message, as Discord keeps it (GUILD_CREATE and GET /channels show it).
 * Without the message-content intent, guild messages that do not mention the
   bot arrive with empty content, as on Discord.
 * REST errors as on Discord: unknown or deleted channel 404/10003, locked thread
@@ -414,7 +415,10 @@ class FakeDiscord(DiscordGateway, DiscordRest, DiscordGuild, DiscordInteractions
             "tts": False, "mention_everyone": False, "mentions": mentions,
             "mention_roles": [], "mention_channels": [], "attachments": [], "embeds": [],
             "components": [], "pinned": False, "type": 0, "flags": 0}
-        guild_id = self._channels.get(channel_id, {}).get("guild_id")
+        channel = self._channels.get(channel_id, {})
+        if "last_message_id" in channel:
+            channel["last_message_id"] = message["id"]  # as GUILD_CREATE then shows it
+        guild_id = channel.get("guild_id")
         if guild_id is not None:
             message["guild_id"] = guild_id
         return message

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,10 @@ class DiscordAdapter(Adapter):
         #: each channel's last journaled message when the session was lost: the history
         #: after it is read back once a new session is ready
         self._marks: dict[str, str] = {}
+        #: the snowflake of the moment read back from in a guild channel or thread with
+        #: no mark (the first message there was said while we were away); None before
+        #: the gateway was ever alive on this store
+        self._floor: int | None = None
         #: live messages that came while the session was lost or catching up: taken in
         #: after the history, so the missed ones keep their order (None: not holding)
         self._held: list[discord.Message] | None = None
@@ -263,40 +268,55 @@ class DiscordAdapter(Adapter):
             self._held = []
         # conversations active within max_age of the last moment the gateway was alive
         # (older messages would be skipped as too old anyway)
-        alive = await runner.inbound.last_received(self.platform) or time.time()
-        since = alive - runner.config.inbound.max_age_seconds
+        last = await runner.inbound.last_received(self.platform)
+        since = (last or time.time()) - runner.config.inbound.max_age_seconds
         self._marks = await runner.inbound.last_ids(self.platform, since)
+        self._floor = None if last is None else discord.utils.time_snowflake(
+            datetime.fromtimestamp(since, tz=UTC))
 
     async def _catch_up(self) -> None:
-        """Take in each marked channel's messages after its last journaled one (the
-        journal drops any it already has), then the live ones held meanwhile."""
+        """Take in each marked channel's messages after its last journaled one, and
+        those of each guild channel or thread with no mark that Discord shows a message
+        in since the floor (a conversation whose first message came while we were away),
+        after the floor — the journal drops any it already has; then the live ones held
+        meanwhile."""
         client = self._client
         marks, self._marks = self._marks, {}
+        floor, self._floor = self._floor, None
         try:
-            for chat_id, last_id in marks.items() if client is not None else ():
-                assert client is not None
-                read = 0
-                try:
-                    channel = await _history_of(client, int(chat_id))
-                    if channel is None:
-                        log.warning("discord_catch_up_skipped", channel_id=chat_id,
-                                    error="not a channel with messages")
-                        continue
-                    async for message in channel.history(
-                            after=discord.Object(id=int(last_id)), oldest_first=True,
-                            limit=_CATCH_UP_LIMIT):
-                        read += 1
-                        await self._take(message, catching_up=True)
-                except (discord.HTTPException, discord.InvalidData, OSError) as exc:
-                    log.warning("discord_catch_up_failed", channel_id=chat_id, error=str(exc))
-                if read == _CATCH_UP_LIMIT:
-                    log.warning("discord_catch_up_cut", channel_id=chat_id, read=read,
-                                hint="only the oldest messages missed in this channel "
-                                     "were read back")
-            if marks:
-                log.info("discord_caught_up", channels=len(marks))
+            if client is not None:
+                for chat_id, last_id in marks.items():
+                    await self._read_back(client, int(chat_id), int(last_id))
+                new = _unmarked_since(client, marks, floor) if floor is not None else []
+                for channel in new:
+                    assert floor is not None
+                    await self._read_back(client, channel.id, floor, channel)
+                if marks or new:
+                    log.info("discord_caught_up", channels=len(marks) + len(new),
+                             unmarked=len(new))
         finally:
             await self._release_held()
+
+    async def _read_back(self, client: discord.Client, channel_id: int, after: int,
+                         channel: discord.abc.Messageable | None = None) -> None:
+        """The messages of one channel or thread after the id ``after``, oldest first,
+        each taken in (journaled) before the next."""
+        read = 0
+        try:
+            channel = channel or await _history_of(client, channel_id)
+            if channel is None:
+                log.warning("discord_catch_up_skipped", channel_id=str(channel_id),
+                            error="not a channel with messages")
+                return
+            async for message in channel.history(after=discord.Object(id=after),
+                                                 oldest_first=True, limit=_CATCH_UP_LIMIT):
+                read += 1
+                await self._take(message, catching_up=True)
+        except (discord.HTTPException, discord.InvalidData, OSError) as exc:
+            log.warning("discord_catch_up_failed", channel_id=str(channel_id), error=str(exc))
+        if read == _CATCH_UP_LIMIT:
+            log.warning("discord_catch_up_cut", channel_id=str(channel_id), read=read,
+                        hint="only the oldest messages missed in this channel were read back")
 
     async def _release_held(self) -> None:
         held, self._held = self._held or [], None
@@ -305,7 +325,7 @@ class DiscordAdapter(Adapter):
 
     async def on_resumed(self) -> None:
         self._came_back("discord_resumed")
-        self._marks = {}  # resumed: Discord replays what we missed itself
+        self._marks, self._floor = {}, None  # resumed: Discord replays what we missed
         await self._release_held()
 
     async def on_disconnect(self) -> None:
@@ -591,6 +611,26 @@ class DiscordAdapter(Adapter):
                     return SendResult.failed(what)
                 await policy.pause(attempt)
         return SendResult.failed("discord did not accept the message")
+
+
+def _unmarked_since(client: discord.Client, marks: dict[str, str], floor: int
+                    ) -> list[discord.TextChannel | discord.Thread]:
+    """The guild channels and threads (from the guilds' announcements, no request) that
+    have no mark and whose last message is newer than ``floor``, where the bot may read
+    the history."""
+    found: list[discord.TextChannel | discord.Thread] = []
+    for guild in client.guilds:
+        me = guild.me
+        channels: list[discord.TextChannel | discord.Thread] = [*guild.text_channels,
+                                                                *guild.threads]
+        for channel in channels:
+            last = channel.last_message_id
+            if str(channel.id) in marks or last is None or last <= floor:
+                continue
+            if me is not None and not channel.permissions_for(me).read_message_history:
+                continue
+            found.append(channel)
+    return found
 
 
 async def _history_of(client: discord.Client, channel_id: int
