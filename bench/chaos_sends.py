@@ -137,10 +137,10 @@ def _report(run: int, chaos: Chaos, totals: dict[str, Tally]) -> None:
         print("  twice: " + _doubled(chaos, doubled))
     for noted in chaos.noted:
         print("  +note: " + _doubled(chaos, noted))
-    for platform, unit, place, item, before in chaos.lost:
+    for platform, unit, place, item, before, journal in chaos.lost:
         print(f"  lost: {platform} {unit} in {place.label}; said {chaos.when(item.said_at)}, "
-              f"{before} messages of its {place.label.split()[1]} journaled before it: "
-              f"{item.text[:60]!r}")
+              f"{before} messages of its {place.label.split()[1]} journaled before it; "
+              f"journaled: {journal}: {item.text[:60]!r}")
     for platform, unit, place, copies in chaos.misrouted:
         print(f"  misrouted: {platform} {unit} from {place.label} shown in "
               f"{sorted({str(c.where) for c in copies})}")

@@ -171,8 +171,9 @@ class Chaos:
     seconds: float = 0.0
     tallies: dict[str, Tally] = field(default_factory=dict)
     doubled: list[Doubled] = field(default_factory=list)
-    #: (platform, unit, place, item, messages of that place journaled before it was said)
-    lost: list[tuple[str, str, Place, Item, int]] = field(default_factory=list)
+    #: (platform, unit, place, item, messages of that place journaled before it was said,
+    #: what the journal holds of the message itself: its entries' states, or "never")
+    lost: list[tuple[str, str, Place, Item, int, str]] = field(default_factory=list)
     misrouted: list[tuple[str, str, Place, list[Copy]]] = field(default_factory=list)
     maybe_repeated: list[str] = field(default_factory=list)  # those log lines
     jobs: int = 0
@@ -584,7 +585,10 @@ def _count(chaos: Chaos, home: Path, telegram: FakeTelegram, discord: FakeDiscor
                 before = sum(1 for e in inbound if e["platform"] == platform
                              and str(item.place.where) in e["session_key"].split(":")
                              and e["received_at"] < item.said_at)
-                chaos.lost.append((platform, unit, item.place, item, before))
+                entries = [e for e in inbound if e["platform"] == platform
+                           and item.marker in _MARKER.findall(e["event"])]
+                journal = ", ".join(f"#{e['id']} {e['state']}" for e in entries) or "never"
+                chaos.lost.append((platform, unit, item.place, item, before, journal))
             elif places != {item.place.where}:
                 tally.misrouted += 1
                 chaos.misrouted.append((platform, unit, item.place, got + notes + in_tab))
