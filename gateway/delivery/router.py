@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from gateway.cluster.lives import claimer_name
-from gateway.config.registry import platforms
+from gateway.config.registry import dedupes_sends
 from gateway.delivery.merged_notices import (
     Delivery,
     Member,
@@ -985,7 +985,7 @@ class Router:
             log.info("notification_sent_before_stop", notification_id=n.id,
                      session_key=n.session_key, job_id=n.job_id)
             return True
-        if answer is None and not _dedupes_sends(route.platform):
+        if answer is None and not dedupes_sends(route.platform):
             log.warning("maybe_repeated", notification_id=n.id, session_key=n.session_key,
                         job_id=n.job_id, platform=route.platform,
                         reason="its gateway stopped after the send began and before its "
@@ -1107,13 +1107,6 @@ def _trace_send(n: Notification, route: Route, result: SendResult,
                   platform=route.platform, chat_id=route.chat_id, thread_id=route.thread_id,
                   ok=result.ok, error=result.error, retry_after=result.retry_after,
                   message_id=result.message_id, merged_into=merged_into)
-
-
-def _dedupes_sends(platform: str) -> bool:
-    """Whether ``platform`` posts a send made again with the same key once (Discord's
-    nonce, Matrix's transaction id, the web page's key)."""
-    spec = platforms().get(platform)
-    return spec is not None and spec.capabilities.dedupe_sends
 
 
 def _chat_of(route: Route) -> tuple[str, str]:
