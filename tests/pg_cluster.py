@@ -170,6 +170,16 @@ class PgCluster:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-m", "fast",
                   "-w", "-t", "60", "restart")
 
+    def halt(self) -> None:
+        """Stop the server (its sessions are ended) and leave it down, data kept: an
+        outage of the store, until :meth:`resume`."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
+
+    def resume(self) -> None:
+        """Start a server :meth:`halt` stopped, on its port again."""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-w", "-t", "60",
+                  "start")
+
     def stop(self) -> None:
         """Stop the server (fast: open sessions are ended) and remove its directory."""
         if self.root is None:
