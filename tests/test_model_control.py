@@ -30,6 +30,9 @@ async def test_stop_ends_a_turn_waiting_on_a_slow_model_and_the_next_message_wor
         assert (stopped["kind"], stopped["text"]) == ("system", "Stopped the turn under way.")
         await tab.say("still there?")
         assert (await reply_text(tab))["text"] == "here now"
+        # the answer is out before its turn has written its end: a /stop in that instant
+        # still finds the turn (and says so); once it has ended there is nothing to stop
+        await gw.runner.conversation_idle(tab.ready["session_key"])
         await tab.say("/stop")
         assert (await reply_text(tab))["text"] == "Nothing is running in this conversation."
     assert [r.error for r in model.requests] == [None, None]  # strict mode took both
