@@ -25,7 +25,6 @@ import asyncio
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.common import load_average, run_loop
+from bench.common import daemon_code, load_average, run_loop
 from tests.failover_rounds import Chaos, Rounds, chaos, kill_the_poller
 from tests.pg_cluster import PgCluster
 
@@ -56,7 +55,7 @@ async def main() -> None:
     main_task = asyncio.current_task()
     assert main_task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
-    print(_code(), flush=True)
+    print(daemon_code(), flush=True)
     began = time.monotonic()
     hogs = [] if args.rounds else [
         await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass")
@@ -147,20 +146,6 @@ def _count(counts: dict[str, int], topics: list[int | None], topic: int) -> None
         counts["once"] += 1
     else:
         counts["twice"] += 1
-
-
-def _code() -> str:
-    """Which gateway the daemons import (``python -m`` from this directory), and its
-    revision: a daemon is a child process, so the code measured is the one it finds."""
-    where = subprocess.run([sys.executable, "-c", "import gateway; print(gateway.__file__)"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    tree = Path(where).resolve().parent.parent
-    rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip() or "no git"
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--",
-                            "gateway"], capture_output=True, text=True).stdout.strip()
-    return f"daemon code: {tree}/gateway at {rev}" + (" (uncommitted changes)" if dirty
-                                                       else "")
 
 
 if __name__ == "__main__":

@@ -30,13 +30,12 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import load_average, run_loop
+from bench.common import daemon_code, load_average, run_loop
 from tests.chaos_sends import (
     DISCORD_PER,
     DISCORD_POSTS,
@@ -62,7 +61,7 @@ async def main() -> None:
                         help="copy each run's home (store, logs) to DIR/run-N")
     args = parser.parse_args()
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
-    print(_code())
+    print(daemon_code())
     print(f"seed {args.seed}; {args.rounds} kills a run, every 2-6 s; {args.hogs} CPU hogs; "
           f"Telegram {args.group_per_minute:g} messages a minute into the forum group; "
           f"Discord {DISCORD_POSTS} posts in {DISCORD_PER:g} s a thread", flush=True)
@@ -97,20 +96,6 @@ def _keep(chaos: Chaos, kept: Path) -> None:
         "seed": chaos.seed, "kills": chaos.kills, "starts": chaos.starts,
         "items": [dataclasses.asdict(i) for i in chaos.items],
         "shown": [dataclasses.asdict(c) for c in chaos.shown]}, indent=1))
-
-
-def _code() -> str:
-    """Which gateway the daemon imports (``python -m`` from this directory), and its
-    revision: a daemon is a child process, so the code measured is the one it finds."""
-    where = subprocess.run([sys.executable, "-c", "import gateway; print(gateway.__file__)"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    tree = Path(where).resolve().parent.parent
-    rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip() or "no git"
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "gateway",
-                            "agent", "tools"], capture_output=True, text=True).stdout.strip()
-    state = "with uncommitted changes in gateway/agent/tools" if dirty else "clean"
-    return f"daemon code: {tree}/gateway at {rev} ({state})"
 
 
 def _report(run: int, chaos: Chaos, totals: dict[str, Tally]) -> None:

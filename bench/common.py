@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Coroutine
@@ -105,3 +106,18 @@ def rss_kb(pid: int | str = "self") -> int:
 
 def load_average() -> str:
     return "load average: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def daemon_code() -> str:
+    """Which gateway a daemon started here imports (``python -m`` from this directory),
+    and its revision: a daemon is a child process, so the code measured is the one it
+    finds, not necessarily this checkout's."""
+    where = subprocess.run([sys.executable, "-c", "import gateway; print(gateway.__file__)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    tree = Path(where).resolve().parent.parent
+    rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip() or "no git"
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "gateway",
+                            "agent", "tools"], capture_output=True, text=True).stdout.strip()
+    state = "with uncommitted changes in gateway/agent/tools" if dirty else "clean"
+    return f"daemon code: {tree}/gateway at {rev} ({state})"
