@@ -16,7 +16,6 @@ import asyncio
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,11 +28,10 @@ from gateway.words.route import Route
 from tests.conftest import make_config
 from tests.fakes.openai_server import ChatRequest, FakeOpenAI, Say
 from tests.fakes.telegram_server import FakeTelegram
-from tests.faults import CrashPoint
 from tests.helpers import eventually_async
 from tests.memory_platform import MemoryAdapter
 from tests.model_support import is_notice, model_settings
-from tests.test_notice_floods import addresses_in, all_delivered
+from tests.test_notice_floods import addresses_in, all_delivered, crash_at_the_merged_record
 from tests.test_telegram import FORUM
 
 JOBS = 10
@@ -116,20 +114,7 @@ async def test_a_merged_message_of_answers_that_died_before_its_record_goes_agai
     adapter.room = 0  # the chat takes nothing more now: what waits goes together
     async with running_gateway(config, [adapter]) as gw:
         session = await gw.store.get_or_create("agent:main:memory:dm:1", chat)
-        crash = CrashPoint()
-        record_sent = gw.store.record_sent
-
-        async def dies_before_the_record(session_id: str, role: str, text: str,
-                                         **kw: Any) -> None:
-            if "notices at once" not in text:
-                await record_sent(session_id, role, text, **kw)
-            # else: the process dies before this write (and the sent ids with it) commits
-
-        async def crash_at_the_outcome(claimer: str, outcomes: Any) -> None:
-            crash.crash("after the merged send, before anything of it was recorded")
-
-        monkeypatch.setattr(gw.store, "record_sent", dies_before_the_record)
-        monkeypatch.setattr(gw.outbox, "record_outcomes", crash_at_the_outcome)
+        crash = crash_at_the_merged_record(gw, monkeypatch)
         address = ReturnAddress(session.session_key, session.id, chat)
         # all four queued behind a turn under way, so they are in the lane together
         busy = asyncio.Event()

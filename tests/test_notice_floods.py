@@ -134,6 +134,25 @@ async def all_delivered(gw: Gateway, count: int) -> None:
 TOPICS = (42, 43, 44, 45, 46)
 PER_TOPIC = 4
 
+def crash_at_the_merged_record(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> CrashPoint:
+    """Dies right after a merged message's send, before anything of it is recorded: its
+    transcript line and sent ids, and the rows' outcomes."""
+    crash = CrashPoint()
+    record_sent = gw.store.record_sent
+
+    async def dies_before_the_record(session_id: str, role: str, text: str,
+                                     **kw: Any) -> None:
+        if "notices at once" not in text:
+            await record_sent(session_id, role, text, **kw)
+        # else: the process dies before this write (and the sent ids with it) commits
+
+    async def crash_at_the_outcome(claimer: str, outcomes: Any) -> None:
+        crash.crash("after the merged send, before anything of it was recorded")
+
+    monkeypatch.setattr(gw.store, "record_sent", dies_before_the_record)
+    monkeypatch.setattr(gw.outbox, "record_outcomes", crash_at_the_outcome)
+    return crash
+
 
 async def test_in_a_forum_group_over_its_flood_limit_each_topics_notices_go_together_there(
         tmp_path: Path, telegram_fake: FakeTelegram) -> None:
@@ -294,20 +313,7 @@ async def a_merged_send_dies_before_its_record(
         assert await adapter.receive("hello", chat) == "handled"
         session = await gw.store.live_session("agent:main:memory:dm:1")
         assert session is not None
-        crash = CrashPoint()
-        record_sent = gw.store.record_sent
-
-        async def dies_before_the_record(session_id: str, role: str, text: str,
-                                         **kw: Any) -> None:
-            if "notices at once" not in text:
-                await record_sent(session_id, role, text, **kw)
-            # else: the process dies before this write (and the sent ids with it) commits
-
-        async def crash_at_the_outcome(claimer: str, outcomes: Any) -> None:
-            crash.crash("after the merged send, before anything of it was recorded")
-
-        monkeypatch.setattr(gw.store, "record_sent", dies_before_the_record)
-        monkeypatch.setattr(gw.outbox, "record_outcomes", crash_at_the_outcome)
+        crash = crash_at_the_merged_record(gw, monkeypatch)
         address = ReturnAddress(session.session_key, session.id, chat)
         await gw.outbox.produce([
             NewNotification(f"j{i}:completion:0", "completion", address,
