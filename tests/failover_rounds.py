@@ -94,16 +94,7 @@ async def kill_the_poller(root: Path, url: str, rounds: int, seed: int,
         try:
             held_by = await eventually_async(poller, timeout=60, what="a first poller")
             for round_ in range(rounds):
-                for i in range(3):
-                    topic, marker = rng.choice(TOPICS), f"r{round_}m{i}"
-                    if i == 0:
-                        result.started[marker] = topic
-                        text = f"/bg sleep {rng.uniform(0, 1.5):.2f}; echo done-{marker}"
-                    else:
-                        result.chatter[marker] = topic
-                        text = f"hello {marker}"
-                    fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True,
-                                      thread_id=topic, is_topic_message=True, text=text)
+                _say_three(fake, rng, result, f"r{round_}")
                 await asyncio.sleep(rng.uniform(0, 0.8))  # a random point of its work
                 await restart_ended()
                 name = rng.choice(names) if any_instance else held_by[0]
@@ -256,16 +247,7 @@ async def chaos(root: Path, url: str, seconds: float, seed: int,
 
         async def write() -> None:
             for n in itertools.count():
-                for i in range(3):
-                    topic, marker = rng.choice(TOPICS), f"c{n}m{i}"
-                    if i == 0:
-                        result.started[marker] = topic
-                        text = f"/bg sleep {rng.uniform(0, 1.5):.2f}; echo done-{marker}"
-                    else:
-                        result.chatter[marker] = topic
-                        text = f"hello {marker}"
-                    fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True,
-                                      thread_id=topic, is_topic_message=True, text=text)
+                _say_three(fake, rng, result, f"c{n}")
                 await asyncio.sleep(rng.uniform(1.0, 3.0))
 
         async def take_the_store_away() -> None:
@@ -360,3 +342,18 @@ async def _backlog(url: str) -> tuple[int, int]:
             "('received', 'started', 'acted', 'replied'))")).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+def _say_three(fake: FakeTelegram, rng: random.Random, result: Rounds, prefix: str) -> None:
+    """A round's writing: a job started in a random topic, then two pings, each marked
+    ``<prefix>m<i>`` and noted where it was said (``result.started`` / ``chatter``)."""
+    for i in range(3):
+        topic, marker = rng.choice(TOPICS), f"{prefix}m{i}"
+        if i == 0:
+            result.started[marker] = topic
+            text = f"/bg sleep {rng.uniform(0, 1.5):.2f}; echo done-{marker}"
+        else:
+            result.chatter[marker] = topic
+            text = f"hello {marker}"
+        fake.user_message(chat_id=FORUM, chat_type="supergroup", is_forum=True,
+                          thread_id=topic, is_topic_message=True, text=text)
